@@ -1,0 +1,122 @@
+# Build with a C++17 compiler alone. Finds nvcc by itself (CUDA=0 to skip, CUDA_ARCH=90 to pick
+# architectures). CMakeLists.txt builds the same targets for those who prefer CMake.
+#
+#   make              tools (./main ./perplexity ./tokenize ./bench) and test binaries
+#   make run          build and generate from the embedded default model
+#   make test         build and run the CPU test suite (installs doctest-dev if missing)
+#   make test-cuda    build the GPU test suite (run it where a GPU is)
+#   make SANITIZE=1   ASan + UBSan build (in build-asan/)
+
+BUILD    ?= build
+CXX      ?= g++
+NATIVE   ?= 1
+SANITIZE ?= 0
+CUDA     ?= auto
+CUDA_ARCH ?= 80;86;89;90
+NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+HIPCC    ?= $(shell command -v hipcc 2>/dev/null)
+
+ifeq ($(SANITIZE),1)
+BUILD    := build-asan
+endif
+
+CXXFLAGS ?= -O2 -g
+CXXFLAGS += -std=c++17 -Wall -Wextra -Wno-unused-parameter -pthread -MMD -MP
+CPPFLAGS += -I. -Iinclude
+LDLIBS   += -pthread -ldl
+ifeq ($(NATIVE),1)
+CXXFLAGS += -march=native
+endif
+ifeq ($(SANITIZE),1)
+CXXFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS  += -fsanitize=address,undefined
+endif
+
+# ---- CUDA detection ---------------------------------------------------------------------------
+ifeq ($(CUDA),auto)
+ifneq ($(NVCC),)
+CUDA := 1
+else
+CUDA := 0
+endif
+endif
+
+LIB_SRCS := $(wildcard ggx/*.cpp) $(wildcard backends/cpu/*.cpp) $(wildcard exl2/*.cpp) \
+            $(wildcard exl2/*/*.cpp) $(wildcard models/*.cpp)
+CUDA_SRCS := $(wildcard backends/cuda/*.cu)
+TOOL_COMMON := $(wildcard tools/common/*.cpp)
+TOOLS    := main perplexity tokenize bench
+TEST_SRCS := $(filter-out tests/test-cuda%,$(wildcard tests/*.cpp))
+CUDA_TEST_SRCS := $(wildcard tests/cuda/*.cpp) tests/test-main.cpp
+
+ifeq ($(CUDA),1)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CPPFLAGS  += -DGGX_USE_CUDA -I$(CUDA_HOME)/include
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas
+NVCC_GENCODE := $(foreach a,$(subst ;, ,$(CUDA_ARCH)),-gencode=arch=compute_$(a),code=sm_$(a))
+NVCCFLAGS ?= -O3 -lineinfo
+NVCCFLAGS += -std=c++17 $(NVCC_GENCODE) -Xcompiler -Wall,-Wextra,-Wno-unused-parameter -MMD -MP \
+             --expt-relaxed-constexpr -I. -Iinclude -DGGX_USE_CUDA
+LIB_OBJS  := $(LIB_SRCS:%.cpp=$(BUILD)/%.o) $(CUDA_SRCS:%.cu=$(BUILD)/%.cu.o)
+else
+LIB_OBJS  := $(LIB_SRCS:%.cpp=$(BUILD)/%.o)
+endif
+
+LIB := $(BUILD)/libexl2.a
+
+.PHONY: all tools tests run test test-cuda clean info
+all: info tools tests
+
+info:
+	@echo "exl2: C++ $(shell $(CXX) -dumpfullversion 2>/dev/null) | native=$(NATIVE) | sanitize=$(SANITIZE) | \
+cuda=$(if $(filter 1,$(CUDA)),yes ($(CUDA_ARCH)),no)$(if $(HIPCC), | hipcc found (make -C backends/hip),)"
+
+tools: $(TOOLS)
+tests: $(BUILD)/test-exl2 $(if $(filter 1,$(CUDA)),$(BUILD)/test-cuda,)
+
+$(LIB): $(LIB_OBJS)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(BUILD)/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(TOOLS): %: $(BUILD)/tools/%.o $(TOOL_COMMON:%.cpp=$(BUILD)/%.o) $(LIB)
+	$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/test-exl2: $(TEST_SRCS:%.cpp=$(BUILD)/%.o) $(LIB)
+	$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/test-cuda: $(CUDA_TEST_SRCS:%.cpp=$(BUILD)/%.o) $(LIB)
+	$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+# doctest comes from Debian's doctest-dev; install it when missing and we are root.
+DOCTEST_H := /usr/include/doctest/doctest.h
+$(DOCTEST_H):
+	@if [ "$$(id -u)" = 0 ]; then (apt-get install -y -qq doctest-dev >/dev/null 2>&1 || \
+	  (apt-get update -qq >/dev/null && apt-get install -y -qq doctest-dev >/dev/null)); \
+	else echo "doctest missing: sudo apt-get install doctest-dev"; exit 1; fi
+
+$(TEST_SRCS:%.cpp=$(BUILD)/%.o) $(CUDA_TEST_SRCS:%.cpp=$(BUILD)/%.o): | $(DOCTEST_H)
+
+run: main
+	./main -m models/kjv-6m -p "In the beginning" -n 64
+
+# Runs the CPU suite; prints doctest's summary and a plain "N passed, N failed" line.
+test: $(BUILD)/test-exl2 tools
+	@set -o pipefail; ./$(BUILD)/test-exl2 $(TEST_ARGS) 2>&1 | tee $(BUILD)/test.log; rc=$$?; \
+	awk -F'|' '/test cases:/ { gsub(/[^0-9]/,"",$$2); gsub(/[^0-9]/,"",$$3); gsub(/[^0-9]/,"",$$4); \
+	  printf "%s passed, %s failed, %s skipped\n", $$2, $$3, $$4 }' $(BUILD)/test.log; exit $$rc
+
+test-cuda: $(BUILD)/test-cuda
+
+clean:
+	rm -rf build build-asan $(TOOLS)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+SHELL := /bin/bash

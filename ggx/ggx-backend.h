@@ -1,0 +1,94 @@
+// ggx backend interface.
+//
+// A backend owns memory (host or device) and executes planned graphs. The interface is a table
+// of function pointers; slots marked "optional" may be NULL. Execution is asynchronous with
+// respect to the host: graph_compute, set and memset are queued on the backend's stream;
+// get and synchronize wait. Data pointers handed to the host are never dereferenced by ggx.
+//
+// Usage:
+//   struct ggx_backend * be = ggx_backend_init("cuda:0", n_threads);   // or "cpu"
+//   size_t need = ggx_graph_plan(g, ggx_backend_alignment(be));
+//   void * buf; be->iface.alloc(be, need, &buf); ggx_graph_bind(g, buf);
+//   ... set inputs with ggx_backend_tensor_set, ggx_backend_graph_compute(be, g) per step ...
+#pragma once
+
+#include "ggx.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GGX_BACKEND_API_VERSION 1
+
+struct ggx_backend;
+
+struct ggx_backend_i {
+    void            (*free)(struct ggx_backend * be);
+    // Device memory. alloc returns GGX_STATUS_ALLOC_FAILED (with ggx_last_error set) when out of memory.
+    enum ggx_status (*alloc)(struct ggx_backend * be, size_t size, void ** out);
+    void            (*dealloc)(struct ggx_backend * be, void * ptr);
+    // Copies between host and backend memory, ordered with graph execution on the backend's stream.
+    // set may return before the copy is done only if `src` stays valid until the next synchronize.
+    enum ggx_status (*set)(struct ggx_backend * be, void * dst, const void * src, size_t n);
+    enum ggx_status (*get)(struct ggx_backend * be, void * dst, const void * src, size_t n);  // waits
+    enum ggx_status (*memset)(struct ggx_backend * be, void * dst, int value, size_t n);
+    // Whether this backend can execute `node` (op and source types). Must not fail.
+    int             (*supports_op)(struct ggx_backend * be, const struct ggx_tensor * node);
+    // Queue the whole planned graph. The same graph object may be computed many times; a backend
+    // may cache per-graph state (e.g. a captured CUDA graph) in ggx_graph_backend_cache.
+    enum ggx_status (*graph_compute)(struct ggx_backend * be, struct ggx_graph * g);
+    enum ggx_status (*synchronize)(struct ggx_backend * be);
+    // optional: called once after a quantized matrix's sub-buffers were uploaded (repacking,
+    // derived tables). May set qmatrix->backend_extra.
+    enum ggx_status (*qmatrix_prepare)(struct ggx_backend * be, struct ggx_tensor * t);
+    // optional: release what qmatrix_prepare made.
+    void            (*qmatrix_release)(struct ggx_backend * be, struct ggx_tensor * t);
+    // optional: free/total device memory in bytes.
+    void            (*memory_info)(struct ggx_backend * be, size_t * free, size_t * total);
+};
+
+struct ggx_backend {
+    int                  api_version;  // GGX_BACKEND_API_VERSION
+    struct ggx_backend_i iface;
+    const char *         name;         // "cpu", "cuda:0", ...
+    char                 description[128];  // e.g. "NVIDIA H200 (cc 9.0, 139 GiB)"
+    int                  is_host;      // memory is ordinary host memory (zero-copy weights allowed)
+    size_t               alignment;    // required alignment of buffers and planned offsets
+    void *               context;      // backend private state
+};
+
+// Creates a backend by name: "cpu", "cuda", "cuda:N" (also "hip:N"). NULL with ggx_last_error()
+// set when the name is unknown, the backend was not compiled in, or the device cannot be used.
+struct ggx_backend * ggx_backend_init(const char * name, int n_threads);
+void                 ggx_backend_free(struct ggx_backend * be);
+// Names of compiled-in backends, comma separated (e.g. "cpu,cuda").
+const char *         ggx_backend_list(void);
+
+struct ggx_backend * ggx_backend_cpu_init(int n_threads);
+void                 ggx_backend_cpu_set_n_threads(struct ggx_backend * be, int n_threads);
+#ifdef GGX_USE_CUDA
+struct ggx_backend * ggx_backend_cuda_init(int device);
+#endif
+
+// Convenience wrappers.
+enum ggx_status ggx_backend_tensor_set(struct ggx_backend * be, struct ggx_tensor * t, const void * src, size_t offset, size_t n);
+enum ggx_status ggx_backend_tensor_get(struct ggx_backend * be, const struct ggx_tensor * t, void * dst, size_t offset, size_t n);
+enum ggx_status ggx_backend_graph_compute(struct ggx_backend * be, struct ggx_graph * g);
+enum ggx_status ggx_backend_synchronize(struct ggx_backend * be);
+
+// ---------------------------------------------------------------------------------------------
+// Planning (ggx-alloc.cpp). Assigns every node (except in-place/views) and every INPUT leaf an
+// offset inside one buffer, reusing memory of tensors whose last use has passed. OUTPUT nodes
+// are kept alive to the end. Returns the buffer size needed.
+size_t ggx_graph_plan(struct ggx_graph * g, size_t alignment);
+// Sets data pointers of planned tensors (and views) to base + offset.
+void   ggx_graph_bind(struct ggx_graph * g, void * base);
+
+// Per-graph cache slot for a backend (e.g. a captured CUDA graph). The destructor is called when
+// graph's context is freed.
+void ** ggx_graph_backend_cache(struct ggx_graph * g);
+void    ggx_graph_set_backend_cache_free(struct ggx_graph * g, void (*fn)(void *));
+
+#ifdef __cplusplus
+}
+#endif
