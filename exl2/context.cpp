@@ -1,0 +1,178 @@
+#include "context.h"
+#include "architecture.h"
+#include "error.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace exl2 {
+
+KvCache::KvCache(ggx_backend * be, const ModelConfig & cfg, int n_ctx, CacheType type) : be_(be), n_ctx_(n_ctx) {
+    ctx_ = ggx_context_new();
+    const ggx_type t = type == CacheType::F16 ? GGX_TYPE_F16 : GGX_TYPE_F32;
+    const int64_t row = (int64_t)cfg.head_dim * cfg.n_head_kv;
+    const size_t align = be->alignment ? be->alignment : 256;
+    const size_t per = ((size_t)row * n_ctx * ggx_type_size(t) + align - 1) / align * align;
+    bytes_ = per * 2 * (size_t)cfg.n_layer;
+    try {
+        buf_ = backend_alloc(be, bytes_, "KV cache");
+    } catch (...) {
+        ggx_context_free(ctx_);
+        throw;
+    }
+    char * p = (char *)buf_;
+    for (int il = 0; il < cfg.n_layer; il++) {
+        for (int kv = 0; kv < 2; kv++) {
+            ggx_tensor * c = ggx_new_tensor_2d(ctx_, t, row, n_ctx);
+            ggx_set_name(c, "%s_cache-%d", kv ? "v" : "k", il);
+            c->data = p;
+            p += per;
+            (kv ? v : k).push_back(c);
+        }
+    }
+    // Unwritten cache rows are never read (attention stops at each query's position), but
+    // clearing keeps a stale NaN from ever mattering.
+    be->iface.memset(be, buf_, 0, bytes_);
+}
+
+KvCache::~KvCache() {
+    if (buf_) be_->iface.dealloc(be_, buf_);
+    ggx_context_free(ctx_);
+}
+
+// ---------------------------------------------------------------------------------------------
+static int resolve_n_ctx(const Model & m, const ContextParams & p) {
+    int n = p.n_ctx > 0 ? p.n_ctx : m.cfg.n_ctx_train;
+    if (n <= 0) fail("invalid context length %d", n);
+    return n;
+}
+
+Context::Context(Model & model, const ContextParams & p)
+    : model_(model), cache_(model.backend, model.cfg, resolve_n_ctx(model, p), p.cache_type) {
+    n_batch_ = std::max(1, std::min(p.n_batch > 0 ? p.n_batch : 512, cache_.n_ctx()));
+    // RoPE tables for this context length.
+    RopeTables rt = rope_tables(model.cfg, cache_.n_ctx());
+    rope_attn_factor_ = rt.attn_factor;
+    rope_pos_scale_ = rt.pos_scale;
+    rope_theta_ = rt.theta;
+    rope_ctx_ = ggx_context_new();
+    if (!rt.freq_div.empty()) {
+        freq_div_ = ggx_new_tensor_1d(rope_ctx_, GGX_TYPE_F32, (int64_t)rt.freq_div.size());
+        ggx_set_name(freq_div_, "rope_freq_div");
+        rope_buf_ = backend_alloc(model.backend, rt.freq_div.size() * 4, "RoPE table");
+        freq_div_->data = rope_buf_;
+        model.backend->iface.set(model.backend, rope_buf_, rt.freq_div.data(), rt.freq_div.size() * 4);
+        model.backend->iface.synchronize(model.backend);
+    }
+    // Reserve the compute buffer for the worst case (a full batch with every row's logits).
+    Graph & worst = graph_for(n_batch_, true);
+    (void)worst;
+}
+
+Context::~Context() {
+    for (auto & kv : graphs_) ggx_context_free(kv.second.ctx);
+    if (compute_buf_) model_.backend->iface.dealloc(model_.backend, compute_buf_);
+    if (rope_buf_) model_.backend->iface.dealloc(model_.backend, rope_buf_);
+    ggx_context_free(rope_ctx_);
+}
+
+Context::Graph Context::build(int T, bool all_logits) {
+    Graph G;
+    G.ctx = ggx_context_new();
+    GraphBuilder gb;
+    gb.ctx = G.ctx;
+    gb.model = &model_;
+    gb.cfg = &model_.cfg;
+    gb.n_tokens = T;
+    gb.all_logits = all_logits;
+    gb.ids = ggx_new_tensor_1d(G.ctx, GGX_TYPE_I32, T);
+    gb.ids->flags = GGX_FLAG_INPUT;
+    ggx_set_name(gb.ids, "ids");
+    gb.pos = ggx_new_tensor_1d(G.ctx, GGX_TYPE_I32, T);
+    gb.pos->flags = GGX_FLAG_INPUT;
+    ggx_set_name(gb.pos, "pos");
+    gb.freq_div = freq_div_;
+    gb.rope_attn_factor = rope_attn_factor_;
+    gb.rope_pos_scale = rope_pos_scale_;
+    gb.rope_theta = rope_theta_;
+    gb.k_cache = cache_.k;
+    gb.v_cache = cache_.v;
+    G.ids = gb.ids;
+    G.pos = gb.pos;
+    G.out = model_.arch->build(gb);
+    G.out->flags |= GGX_FLAG_OUTPUT;
+    G.g = ggx_graph_new(G.ctx);
+    ggx_graph_build(G.g, G.out);
+    ggx_backend * be = model_.backend;
+    for (int i = 0; i < ggx_graph_n_nodes(G.g); i++) {
+        ggx_tensor * n = ggx_graph_node(G.g, i);
+        if (n->op != GGX_OP_NONE && !be->iface.supports_op(be, n))
+            fail("backend %s cannot run op %s (%s, weight type %s)", be->name, ggx_op_name(n->op), n->name,
+                 n->src[0] ? ggx_type_name(n->src[0]->type) : "-");
+    }
+    G.need = ggx_graph_plan(G.g, be->alignment ? be->alignment : 256);
+    return G;
+}
+
+Context::Graph & Context::graph_for(int T, bool all_logits) {
+    if (T == 1) all_logits = false;   // the same graph either way
+    auto key = std::make_pair(T, all_logits);
+    auto it = graphs_.find(key);
+    if (it != graphs_.end()) return it->second;
+    Graph G = build(T, all_logits);
+    if (G.need > compute_size_) {
+        // Only the first (worst-case) graph should get here; if a later one needs more, grow the
+        // buffer and drop the graphs bound to the old one.
+        if (compute_buf_) {
+            for (auto & kv : graphs_) ggx_context_free(kv.second.ctx);
+            graphs_.clear();
+            model_.backend->iface.dealloc(model_.backend, compute_buf_);
+            compute_buf_ = nullptr;
+        }
+        compute_buf_ = backend_alloc(model_.backend, G.need, "compute buffer");
+        compute_size_ = G.need;
+    }
+    ggx_graph_bind(G.g, compute_buf_);
+    return graphs_[key] = G;
+}
+
+void Context::run_chunk(const int32_t * tokens, int n, bool all_logits, float * logits_out) {
+    Graph & G = graph_for(n, all_logits);
+    ggx_backend * be = model_.backend;
+    pos_host_.resize(n);
+    for (int i = 0; i < n; i++) pos_host_[i] = n_past_ + i;
+    if (ggx_backend_tensor_set(be, G.ids, tokens, 0, (size_t)n * 4) != GGX_STATUS_OK ||
+        ggx_backend_tensor_set(be, G.pos, pos_host_.data(), 0, (size_t)n * 4) != GGX_STATUS_OK)
+        fail("decode: input upload failed: %s", ggx_last_error());
+    if (ggx_backend_graph_compute(be, G.g) != GGX_STATUS_OK) fail("decode: %s", ggx_last_error());
+    if (logits_out && ggx_backend_tensor_get(be, G.out, logits_out, 0, ggx_nbytes(G.out)) != GGX_STATUS_OK)
+        fail("decode: reading logits failed: %s", ggx_last_error());
+    n_past_ += n;
+}
+
+bool Context::decode(const int32_t * tokens, int n, bool all_logits) {
+    if (n <= 0) fail("decode: no tokens");
+    if (n_past_ + n > cache_.n_ctx()) return false;
+    const int V = model_.cfg.n_vocab;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V) fail("token id %d at position %d is outside the vocabulary (0..%d)", tokens[i], i, V - 1);
+    n_rows_ = all_logits ? n : 1;
+    logits_.resize((size_t)n_rows_ * V);
+    for (int off = 0; off < n; off += n_batch_) {
+        const int m = std::min(n_batch_, n - off);
+        const bool last = off + m == n;
+        float * out = nullptr;
+        if (all_logits) out = logits_.data() + (size_t)off * V;
+        else if (last) out = logits_.data();
+        run_chunk(tokens + off, m, all_logits, out);
+    }
+    return true;
+}
+
+const float * Context::logits(int i) const {
+    if (i < 0) i += n_rows_;
+    if (i < 0 || i >= n_rows_) return nullptr;
+    return logits_.data() + (size_t)i * model_.cfg.n_vocab;
+}
+
+}  // namespace exl2

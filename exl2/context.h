@@ -1,0 +1,87 @@
+// An inference context: the KV cache of one sequence, the compute buffer reserved once for the
+// worst case, and one planned graph per shape (number of new tokens, logits wanted), reused for
+// every step. Steady-state decoding allocates nothing.
+#pragma once
+
+#include "model.h"
+
+#include <map>
+#include <memory>
+#include <vector>
+
+namespace exl2 {
+
+enum class CacheType { F16, F32 };
+
+struct ContextParams {
+    int n_ctx = 0;        // 0 = model's training context
+    int n_batch = 512;    // most tokens per graph
+    CacheType cache_type = CacheType::F16;
+};
+
+class KvCache {
+public:
+    KvCache(ggx_backend * be, const ModelConfig & cfg, int n_ctx, CacheType type);
+    ~KvCache();
+    int n_ctx() const { return n_ctx_; }
+    std::vector<ggx_tensor *> k, v;   // per layer {hd*Hkv, n_ctx}
+    size_t bytes() const { return bytes_; }
+
+private:
+    ggx_backend * be_;
+    ggx_context * ctx_;
+    void * buf_ = nullptr;
+    size_t bytes_ = 0;
+    int n_ctx_;
+};
+
+class Context {
+public:
+    Context(Model & model, const ContextParams & p);
+    ~Context();
+
+    // Appends n tokens (split into n_batch chunks) and computes logits. Throws Error on failure;
+    // returns false without changing anything when the cache cannot hold the tokens.
+    bool decode(const int32_t * tokens, int n, bool all_logits);
+    // Logits of row i of the last decode (i < 0 from the end), or nullptr.
+    const float * logits(int i) const;
+    int n_logit_rows() const { return n_rows_; }
+
+    int n_past() const { return n_past_; }
+    int n_ctx() const { return cache_.n_ctx(); }
+    int n_batch() const { return n_batch_; }
+    void truncate(int n) { if (n < n_past_) n_past_ = n < 0 ? 0 : n; }
+    Model & model() { return model_; }
+    size_t compute_bytes() const { return compute_size_; }
+    size_t cache_bytes() const { return cache_.bytes(); }
+
+private:
+    struct Graph {
+        ggx_context * ctx = nullptr;
+        ggx_graph * g = nullptr;
+        ggx_tensor * ids = nullptr;
+        ggx_tensor * pos = nullptr;
+        ggx_tensor * out = nullptr;
+        size_t need = 0;
+    };
+    Graph & graph_for(int T, bool all_logits);
+    Graph build(int T, bool all_logits);
+    void run_chunk(const int32_t * tokens, int n, bool all_logits, float * logits_out);
+
+    Model & model_;
+    KvCache cache_;
+    int n_batch_;
+    int n_past_ = 0;
+    ggx_context * rope_ctx_ = nullptr;
+    ggx_tensor * freq_div_ = nullptr;
+    void * rope_buf_ = nullptr;
+    float rope_attn_factor_ = 1.0f, rope_pos_scale_ = 1.0f, rope_theta_ = 10000.0f;
+    std::map<std::pair<int, bool>, Graph> graphs_;
+    void * compute_buf_ = nullptr;
+    size_t compute_size_ = 0;
+    std::vector<float> logits_;
+    std::vector<int32_t> pos_host_;
+    int n_rows_ = 0;
+};
+
+}  // namespace exl2

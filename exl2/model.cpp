@@ -1,0 +1,206 @@
+// Model loading: backend, configuration, architecture, weights (zero-copy from the memory map on
+// host backends, one device buffer otherwise), tokenizer.
+#include "model.h"
+#include "architecture.h"
+#include "error.h"
+#include "quant/qlayer.h"
+#include "tokenizer/tokenizer.h"
+
+#include "ggx/fp16.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+namespace exl2 {
+
+void * backend_alloc(ggx_backend * be, size_t size, const char * what) {
+    void * p = nullptr;
+    if (be->iface.alloc(be, size, &p) != GGX_STATUS_OK || !p)
+        fail("%s: cannot allocate %.1f MiB on %s: %s", what, size / 1048576.0, be->name, ggx_last_error());
+    return p;
+}
+
+Model::Model() { wctx_ = ggx_context_new(); }
+
+Model::~Model() {
+    if (backend) {
+        for (ggx_tensor * t : qtensors_) qlayer_release(backend, t);
+        for (void * b : buffers_) backend->iface.dealloc(backend, b);
+    }
+    arch.reset();
+    ggx_context_free(wctx_);
+    if (backend) ggx_backend_free(backend);
+}
+
+static ggx_type ggx_type_of(StDtype d) {
+    switch (d) {
+        case StDtype::F32: return GGX_TYPE_F32;
+        case StDtype::F16: return GGX_TYPE_F16;
+        case StDtype::BF16: return GGX_TYPE_BF16;
+        default: return GGX_TYPE_COUNT;
+    }
+}
+
+static std::string ne_as_hf_shape(std::initializer_list<int64_t> ne) {
+    std::string s = "[";
+    std::vector<int64_t> v(ne);
+    for (size_t i = v.size(); i-- > 0;) s += std::to_string(v[i]) + (i ? ", " : "");
+    return s + "]";
+}
+
+bool Model::has_tensor(const std::string & name) const { return st_->has(name); }
+
+ggx_tensor * Model::tensor(const std::string & name, std::initializer_list<int64_t> ne, bool required) {
+    const StTensor * s = st_->find(name);
+    if (!s) {
+        if (!required) return nullptr;
+        fail("%s: tensor %s not found", st_->where().c_str(), name.c_str());
+    }
+    const ggx_type type = ggx_type_of(s->dtype);
+    if (type == GGX_TYPE_COUNT)
+        fail("%s: tensor %s has dtype %s, expected F16, BF16 or F32", s->file.c_str(), name.c_str(), st_dtype_name(s->dtype));
+    // HF shapes are outermost first; ggx ne is innermost first.
+    std::vector<int64_t> want(ne);
+    bool ok = s->shape.size() == want.size();
+    for (size_t i = 0; ok && i < want.size(); i++) ok = s->shape[want.size() - 1 - i] == want[i];
+    if (!ok)
+        fail("%s: tensor %s has shape %s, expected %s", s->file.c_str(), name.c_str(), s->shape_str().c_str(), ne_as_hf_shape(ne).c_str());
+    ggx_tensor * t = ggx_new_tensor(wctx_, type, (int)want.size(), want.data());
+    t->flags = GGX_FLAG_WEIGHT;
+    ggx_set_name(t, "%s", name.c_str());
+    pending_.push_back({t, s});
+    n_params += (uint64_t)s->numel();
+    if (name != "model.embed_tokens.weight") weight_bytes += s->nbytes;
+    return t;
+}
+
+// Small vectors added to activations (biases) are kept in f32 so ADD reads one type.
+static ggx_tensor * as_f32_vector(Model & m, ggx_tensor * t, std::vector<std::vector<uint8_t>> & store,
+                                  const StTensor * s) {
+    (void)m;
+    std::vector<uint8_t> bytes((size_t)s->numel() * 4);
+    float * out = (float *)bytes.data();
+    for (int64_t i = 0; i < s->numel(); i++) {
+        if (s->dtype == StDtype::F32) memcpy(&out[i], s->data + 4 * i, 4);
+        else {
+            uint16_t h;
+            memcpy(&h, s->data + 2 * i, 2);
+            out[i] = s->dtype == StDtype::F16 ? ggx_f16_to_f32(h) : ggx_bf16_to_f32(h);
+        }
+    }
+    store.push_back(std::move(bytes));
+    t->type = GGX_TYPE_F32;
+    t->nb[0] = 4;
+    for (int i = 1; i < GGX_MAX_DIMS; i++) t->nb[i] = t->nb[i - 1] * (size_t)t->ne[i - 1];
+    return t;
+}
+
+Linear Model::linear(const std::string & prefix, int64_t K, int64_t N, bool bias, bool required) {
+    Linear l;
+    if (st_->has(prefix + ".q_weight") || st_->has(prefix + ".qweight")) {
+        QLayerHost host = st_->has(prefix + ".q_weight") ? qlayer_load_exl2(*st_, prefix, 1.0f)
+                                                         : qlayer_load_gptq(*st_, prefix, cfg.gptq_v2, 1.0f);
+        if (host.K != K || host.N != N)
+            fail("%s: quantized layer %s is %d x %d (in x out), expected %lld x %lld", st_->where().c_str(), prefix.c_str(),
+                 host.K, host.N, (long long)K, (long long)N);
+        void * buf = nullptr;
+        l.w = qlayer_upload(wctx_, backend, host, &buf);
+        ggx_set_name(l.w, "%s", prefix.c_str());
+        buffers_.push_back(buf);
+        qtensors_.push_back(l.w);
+        n_params += (uint64_t)K * (uint64_t)N;
+        weight_bytes += qlayer_bytes(host);
+        device_bytes += qlayer_bytes(host);
+        n_quantized_++;
+    } else {
+        l.w = tensor(prefix + ".weight", {K, N}, required);
+        if (!l.w) return l;
+    }
+    const std::string bname = prefix + ".bias";
+    if (bias || st_->has(bname)) {
+        ggx_tensor * b = tensor(bname, {N}, true);
+        pending_.back().t = as_f32_vector(*this, b, converted_, pending_.back().src);
+        l.b = b;
+    }
+    return l;
+}
+
+void Model::finish_load() {
+    // Plain tensors: bytes from the map (or converted copies), uploaded unless the backend can
+    // read host memory directly.
+    size_t ci = 0;
+    std::vector<std::pair<const void *, size_t>> srcs;
+    for (const Pending & p : pending_) {
+        if (p.t->type == GGX_TYPE_F32 && p.src->dtype != StDtype::F32) {
+            srcs.push_back({converted_[ci].data(), converted_[ci].size()});
+            ci++;
+        } else {
+            srcs.push_back({p.src->data, p.src->nbytes});
+        }
+    }
+    if (backend->is_host) {
+        for (size_t i = 0; i < pending_.size(); i++) pending_[i].t->data = const_cast<void *>(srcs[i].first);
+        return;
+    }
+    const size_t align = backend->alignment ? backend->alignment : 256;
+    size_t total = 0;
+    for (auto & s : srcs) total += (s.second + align - 1) / align * align;
+    if (total == 0) return;
+    char * buf = (char *)backend_alloc(backend, total, (dir + " weights").c_str());
+    buffers_.push_back(buf);
+    device_bytes += total;
+    size_t off = 0;
+    for (size_t i = 0; i < pending_.size(); i++) {
+        pending_[i].t->data = buf + off;
+        if (backend->iface.set(backend, buf + off, srcs[i].first, srcs[i].second) != GGX_STATUS_OK)
+            fail("%s: upload of %s failed: %s", dir.c_str(), pending_[i].t->name, ggx_last_error());
+        off += (srcs[i].second + align - 1) / align * align;
+    }
+    if (backend->iface.synchronize(backend) != GGX_STATUS_OK) fail("%s: upload failed: %s", dir.c_str(), ggx_last_error());
+    converted_.clear();
+    converted_.shrink_to_fit();
+}
+
+std::unique_ptr<Model> Model::load_tensors(std::unique_ptr<SafeTensors> st, const Json & config, const ModelParams & p,
+                                           const std::string & tokenizer_dir) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::unique_ptr<Model> m(new Model());
+    m->dir = tokenizer_dir.empty() ? st->where() : tokenizer_dir;
+    m->cfg = config_parse(config, m->dir + "/config.json");
+    m->arch = architecture_create(m->cfg);
+    if (!m->arch)
+        fail("%s/config.json: unknown architecture \"%s\" (supported: %s)", m->dir.c_str(), m->cfg.arch.c_str(),
+             architecture_list().c_str());
+    m->backend = ggx_backend_init(p.device.c_str(), p.n_threads);
+    if (!m->backend) fail("%s", ggx_last_error());
+    m->st_ = std::move(st);
+    m->arch->load(*m);
+    m->finish_load();
+    if (!tokenizer_dir.empty()) m->tokenizer = Tokenizer::load(tokenizer_dir);
+    // Logical precision for the description.
+    std::string prec = m->n_quantized_ ? (m->cfg.quant_method.empty() ? "quantized" : m->cfg.quant_method) : "";
+    if (prec.empty()) {
+        const StTensor * e = m->st_->find("model.embed_tokens.weight");
+        prec = e ? st_dtype_name(e->dtype) : "?";
+        for (char & c : prec) c = (char)tolower(c);
+    }
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s %s, %.2fM params, %s, %.1f MiB of weights per token, on %s", m->cfg.arch.c_str(),
+             m->arch->family(), m->n_params / 1e6, prec.c_str(), m->weight_bytes / 1048576.0, m->backend->description);
+    m->desc = buf;
+    if (p.verbose) {
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        fprintf(stderr, "loaded %s in %.2f s\n", m->desc.c_str(), s);
+    }
+    return m;
+}
+
+std::unique_ptr<Model> Model::load(const std::string & dir, const ModelParams & p) {
+    ModelConfig cfg = config_load(dir);   // checks the folder and config.json first
+    auto st = std::make_unique<SafeTensors>();
+    st->open_dir(dir);
+    return load_tensors(std::move(st), cfg.raw, p, dir);
+}
+
+}  // namespace exl2

@@ -1,0 +1,81 @@
+// A loaded model: configuration, weights in backend memory, tokenizer, and the architecture that
+// names its tensors and builds its graph (models/*.cpp).
+#pragma once
+
+#include "config.h"
+#include "safetensors.h"
+
+#include "ggx/ggx-backend.h"
+#include "ggx/ggx.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace exl2 {
+
+class Tokenizer;
+class Architecture;
+
+struct ModelParams {
+    std::string device = "cpu";   // "cpu", "cuda", "cuda:N"
+    int n_threads = 0;            // CPU threads, 0 = all cores
+    bool verbose = false;         // progress on stderr
+};
+
+// A linear layer: weight (f32/f16/bf16 {K, N}, or an EXL2/GPTQ tensor) and optional bias {N}.
+struct Linear {
+    ggx_tensor * w = nullptr;
+    ggx_tensor * b = nullptr;
+};
+
+class Model {
+public:
+    ~Model();
+
+    // Loads a Hugging Face model folder (config.json, *.safetensors, tokenizer files).
+    static std::unique_ptr<Model> load(const std::string & dir, const ModelParams & p);
+    // Loads from tensors already indexed or built in memory (synthetic models). `tokenizer_dir`
+    // may be empty: the model then has no tokenizer.
+    static std::unique_ptr<Model> load_tensors(std::unique_ptr<SafeTensors> st, const Json & config,
+                                               const ModelParams & p, const std::string & tokenizer_dir = "");
+
+    ModelConfig cfg;
+    std::string dir;
+    ggx_backend * backend = nullptr;
+    std::unique_ptr<Tokenizer> tokenizer;
+    std::unique_ptr<Architecture> arch;
+    std::string desc;
+
+    uint64_t n_params = 0;        // logical parameters of all weights
+    uint64_t weight_bytes = 0;    // bytes of weights read per token (everything but the embedding table)
+    uint64_t device_bytes = 0;    // backend memory held for weights
+
+    // Weight creation, used by architectures while loading (throw Error naming the tensor).
+    // `ne` is in ggx order (innermost first): a HF tensor of shape [N, K] is ne = {K, N}.
+    ggx_tensor * tensor(const std::string & name, std::initializer_list<int64_t> ne, bool required = true);
+    // Linear layer `prefix` with K inputs and N outputs: EXL2 (prefix.q_weight), GPTQ
+    // (prefix.qweight) or plain (prefix.weight); bias prefix.bias when `bias` is true (required)
+    // or when present.
+    Linear linear(const std::string & prefix, int64_t K, int64_t N, bool bias = false, bool required = true);
+    bool has_tensor(const std::string & name) const;
+
+private:
+    Model();
+    void finish_load();
+
+    std::unique_ptr<SafeTensors> st_;
+    ggx_context * wctx_ = nullptr;
+    struct Pending { ggx_tensor * t; const StTensor * src; };
+    std::vector<Pending> pending_;        // plain tensors to upload
+    std::vector<void *> buffers_;         // backend buffers we own
+    std::vector<ggx_tensor *> qtensors_;  // quantized tensors (descriptors to free)
+    std::vector<std::vector<uint8_t>> converted_;  // host copies when a dtype had to be converted
+    size_t n_quantized_ = 0;
+};
+
+// Backend memory helper: throws Error with the backend's message on failure.
+void * backend_alloc(ggx_backend * be, size_t size, const char * what);
+
+}  // namespace exl2
