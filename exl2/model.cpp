@@ -25,7 +25,7 @@ Model::Model() { wctx_ = ggx_context_new(); }
 
 Model::~Model() {
     if (backend) {
-        for (ggx_tensor * t : qtensors_) qlayer_release(backend, t);
+        for (auto & q : qlayers_) qlayer_release(backend, q.first, q.second);
         for (void * b : buffers_) backend->iface.dealloc(backend, b);
     }
     arch.reset();
@@ -98,25 +98,36 @@ static ggx_tensor * as_f32_vector(Model & m, ggx_tensor * t, std::vector<std::ve
 
 Linear Model::linear(const std::string & prefix, int64_t K, int64_t N, bool bias, bool required) {
     Linear l;
-    if (st_->has(prefix + ".q_weight") || st_->has(prefix + ".qweight")) {
-        QLayerHost host = st_->has(prefix + ".q_weight") ? qlayer_load_exl2(*st_, prefix, 1.0f)
-                                                         : qlayer_load_gptq(*st_, prefix, cfg.gptq_v2, 1.0f);
+    if (qlayer_detect(*st_, prefix) != QFormat::NONE) {
+        QLoadOptions opt;
+        opt.gptq_v2 = cfg.gptq_v2;
+        opt.N = (int)N;
+        QLayerHost host = qlayer_load(*st_, prefix, opt);
         if (host.K != K || host.N != N)
             fail("%s: quantized layer %s is %d x %d (in x out), expected %lld x %lld", st_->where().c_str(), prefix.c_str(),
                  host.K, host.N, (long long)K, (long long)N);
         void * buf = nullptr;
         l.w = qlayer_upload(wctx_, backend, host, &buf);
         ggx_set_name(l.w, "%s", prefix.c_str());
-        buffers_.push_back(buf);
-        qtensors_.push_back(l.w);
+        qlayers_.push_back({l.w, buf});
         n_params += (uint64_t)K * (uint64_t)N;
-        weight_bytes += qlayer_bytes(host);
-        device_bytes += qlayer_bytes(host);
+        weight_bytes += qlayer_bytes_read(host);
+        device_bytes += qlayer_bytes_read(host);
         n_quantized_++;
-    } else {
-        l.w = tensor(prefix + ".weight", {K, N}, required);
-        if (!l.w) return l;
+        if (!host.bias.empty()) {
+            l.b = ggx_new_tensor_1d(wctx_, GGX_TYPE_F32, N);
+            ggx_set_name(l.b, "%s.bias", prefix.c_str());
+            l.b->flags = GGX_FLAG_WEIGHT;
+            std::vector<uint8_t> bytes(host.bias.size() * 4);
+            memcpy(bytes.data(), host.bias.data(), bytes.size());
+            owned_.push_back({l.b, std::move(bytes)});
+        } else if (bias) {
+            fail("%s: tensor %s.bias not found", st_->where().c_str(), prefix.c_str());
+        }
+        return l;
     }
+    l.w = tensor(prefix + ".weight", {K, N}, required);
+    if (!l.w) return l;
     const std::string bname = prefix + ".bias";
     if (bias || st_->has(bname)) {
         ggx_tensor * b = tensor(bname, {N}, true);
@@ -139,8 +150,14 @@ void Model::finish_load() {
             srcs.push_back({p.src->data, p.src->nbytes});
         }
     }
+    std::vector<ggx_tensor *> dst;
+    for (const Pending & p : pending_) dst.push_back(p.t);
+    for (const auto & o : owned_) {
+        dst.push_back(o.first);
+        srcs.push_back({o.second.data(), o.second.size()});
+    }
     if (backend->is_host) {
-        for (size_t i = 0; i < pending_.size(); i++) pending_[i].t->data = const_cast<void *>(srcs[i].first);
+        for (size_t i = 0; i < dst.size(); i++) dst[i]->data = const_cast<void *>(srcs[i].first);
         return;
     }
     const size_t align = backend->alignment ? backend->alignment : 256;
@@ -151,19 +168,20 @@ void Model::finish_load() {
     buffers_.push_back(buf);
     device_bytes += total;
     size_t off = 0;
-    for (size_t i = 0; i < pending_.size(); i++) {
-        pending_[i].t->data = buf + off;
+    for (size_t i = 0; i < dst.size(); i++) {
+        dst[i]->data = buf + off;
         if (backend->iface.set(backend, buf + off, srcs[i].first, srcs[i].second) != GGX_STATUS_OK)
-            fail("%s: upload of %s failed: %s", dir.c_str(), pending_[i].t->name, ggx_last_error());
+            fail("%s: upload of %s failed: %s", dir.c_str(), dst[i]->name, ggx_last_error());
         off += (srcs[i].second + align - 1) / align * align;
     }
     if (backend->iface.synchronize(backend) != GGX_STATUS_OK) fail("%s: upload failed: %s", dir.c_str(), ggx_last_error());
     converted_.clear();
     converted_.shrink_to_fit();
+    owned_.clear();
 }
 
 std::unique_ptr<Model> Model::load_tensors(std::unique_ptr<SafeTensors> st, const Json & config, const ModelParams & p,
-                                           const std::string & tokenizer_dir) {
+                                           const std::string & tokenizer_dir, bool with_tokenizer) {
     const auto t0 = std::chrono::steady_clock::now();
     std::unique_ptr<Model> m(new Model());
     m->dir = tokenizer_dir.empty() ? st->where() : tokenizer_dir;
@@ -177,7 +195,7 @@ std::unique_ptr<Model> Model::load_tensors(std::unique_ptr<SafeTensors> st, cons
     m->st_ = std::move(st);
     m->arch->load(*m);
     m->finish_load();
-    if (!tokenizer_dir.empty()) m->tokenizer = Tokenizer::load(tokenizer_dir);
+    if (!tokenizer_dir.empty() && with_tokenizer) m->tokenizer = Tokenizer::load(tokenizer_dir);
     // Logical precision for the description.
     std::string prec = m->n_quantized_ ? (m->cfg.quant_method.empty() ? "quantized" : m->cfg.quant_method) : "";
     if (prec.empty()) {
@@ -196,11 +214,11 @@ std::unique_ptr<Model> Model::load_tensors(std::unique_ptr<SafeTensors> st, cons
     return m;
 }
 
-std::unique_ptr<Model> Model::load(const std::string & dir, const ModelParams & p) {
+std::unique_ptr<Model> Model::load(const std::string & dir, const ModelParams & p, bool with_tokenizer) {
     ModelConfig cfg = config_load(dir);   // checks the folder and config.json first
     auto st = std::make_unique<SafeTensors>();
     st->open_dir(dir);
-    return load_tensors(std::move(st), cfg.raw, p, dir);
+    return load_tensors(std::move(st), cfg.raw, p, dir, with_tokenizer);
 }
 
 }  // namespace exl2

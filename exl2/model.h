@@ -35,11 +35,12 @@ public:
     ~Model();
 
     // Loads a Hugging Face model folder (config.json, *.safetensors, tokenizer files).
-    static std::unique_ptr<Model> load(const std::string & dir, const ModelParams & p);
+    static std::unique_ptr<Model> load(const std::string & dir, const ModelParams & p, bool with_tokenizer = true);
     // Loads from tensors already indexed or built in memory (synthetic models). `tokenizer_dir`
     // may be empty: the model then has no tokenizer.
     static std::unique_ptr<Model> load_tensors(std::unique_ptr<SafeTensors> st, const Json & config,
-                                               const ModelParams & p, const std::string & tokenizer_dir = "");
+                                               const ModelParams & p, const std::string & dir = "",
+                                               bool with_tokenizer = true);
 
     ModelConfig cfg;
     std::string dir;
@@ -70,8 +71,9 @@ private:
     struct Pending { ggx_tensor * t; const StTensor * src; };
     std::vector<Pending> pending_;        // plain tensors to upload
     std::vector<void *> buffers_;         // backend buffers we own
-    std::vector<ggx_tensor *> qtensors_;  // quantized tensors (descriptors to free)
+    std::vector<std::pair<ggx_tensor *, void *>> qlayers_;  // quantized tensors and their buffers
     std::vector<std::vector<uint8_t>> converted_;  // host copies when a dtype had to be converted
+    std::vector<std::pair<ggx_tensor *, std::vector<uint8_t>>> owned_;  // tensors made on the host (f32 biases)
     size_t n_quantized_ = 0;
 };
 
