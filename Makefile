@@ -72,7 +72,12 @@ info:
 cuda=$(if $(filter 1,$(CUDA)),yes ($(CUDA_ARCH)),no)$(if $(HIPCC), | hipcc found (make -C backends/hip),)"
 
 tools: $(TOOLS)
-tests: $(BUILD)/test-exl2 $(if $(filter 1,$(CUDA)),$(BUILD)/test-cuda,)
+tests: $(BUILD)/test-exl2 $(BUILD)/c-header-check.o $(if $(filter 1,$(CUDA)),$(BUILD)/test-cuda,)
+
+# The public header compiles as plain C.
+$(BUILD)/c-header-check.o: tests/c-header.c include/exl2.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c99 -Wall -Wextra -pedantic -Werror -Iinclude -c $< -o $@
 
 $(LIB): $(LIB_OBJS)
 	@rm -f $@
