@@ -1,6 +1,7 @@
 // Bad inputs give one-line errors naming what is wrong, never a crash: the library (Model::load)
 // and the tools (./main, ./perplexity run as processes, as a user would).
 #include "fixtures.h"
+#include "run-tool.h"
 
 #include "exl2/error.h"
 #include "exl2/json.h"
@@ -13,11 +14,11 @@
 #include <fstream>
 #include <string>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
 
 using namespace exl2;
+using testfx::contains;
 
 namespace {
 
@@ -78,7 +79,6 @@ std::string load_error(const std::string & dir) {
     return "";
 }
 
-bool contains(const std::string & s, const std::string & sub) { return s.find(sub) != std::string::npos; }
 
 }  // namespace
 
@@ -162,28 +162,12 @@ TEST_CASE("loader: missing tensor is named") {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tools, run as processes from the repository root (where `make test` runs the suite).
-namespace {
-struct Run { int status; std::string out; };
-Run run_cmd(const std::string & cmd) {
-    Run r;
-    FILE * p = popen((cmd + " 2>&1").c_str(), "r");
-    REQUIRE(p);
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-    int st = pclose(p);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return r;
-}
-bool have_tool(const char * t) { return access(t, X_OK) == 0; }
-}  // namespace
+// Tools, run as processes from the repository root.
+using testfx::run_cmd;
+using testfx::Run;
 
 TEST_CASE("main: bad inputs give one-line errors and exit 1") {
-    if (!have_tool("./main")) {
-        MESSAGE("skipped: ./main not built (run from the repository root after make)");
-        return;
-    }
+    REQUIRE_TOOL("./main");
     struct { const char * args; const char * expect; } cases[] = {
         {"-m /nonexistent/model -p hi", "/nonexistent/model"},
         {"-m models/kjv-6m -p ''", "the prompt is empty"},
@@ -209,27 +193,8 @@ TEST_CASE("main: bad inputs give one-line errors and exit 1") {
     CHECK(contains(h.out, "usage: main"));
 }
 
-TEST_CASE("main: greedy output equals the transformers reference") {
-    REQUIRE_FIXTURE(ref_path, "kjv-6m/reference.json");
-    if (!have_tool("./main")) {
-        MESSAGE("skipped: ./main not built");
-        return;
-    }
-    Run r = run_cmd("./main -m models/kjv-6m -p 'In the beginning' -n 64 --temp 0 2>/dev/null");
-    REQUIRE(r.status == 0);
-    // refs[0] is "In the beginning"; its greedy_text is the continuation the tool must print
-    // exactly (tokenizer, model, sampler and streaming detokenizer together).
-    const Json ref = Json::parse_file(ref_path);
-    const Json & r0 = ref.get("refs")[0];
-    REQUIRE(r0.get("prompt").as_string() == "In the beginning");
-    CHECK(r.out == r0.get("greedy_text").as_string());
-}
-
 TEST_CASE("perplexity: bad inputs") {
-    if (!have_tool("./perplexity")) {
-        MESSAGE("skipped: ./perplexity not built");
-        return;
-    }
+    REQUIRE_TOOL("./perplexity");
     Run r = run_cmd("./perplexity -m models/kjv-6m -f /nonexistent.txt");
     CHECK(r.status == 1);
     CHECK(contains(r.out, "/nonexistent.txt"));
