@@ -57,7 +57,7 @@ TEST_CASE("perplexity: per-token losses equal the reference") {
     REQUIRE(mkdtemp(dir));
     const std::string txt = std::string(dir) + "/t.txt", nll = std::string(dir) + "/nll.txt";
     { std::ofstream f(txt, std::ios::binary); f << r.get("prompt").as_string(); }
-    Run run = run_cmd("./perplexity -m models/kjv-6m -f " + txt + " -c 256 --nll-out " + nll);
+    Run run = run_cmd("./perplexity -m models/kjv-6m -f " + txt + " -c 256 --cache f32 --nll-out " + nll);
     CAPTURE(run.out);
     REQUIRE(run.status == 0);
     CHECK(contains(run.out, "PPL = "));

@@ -28,6 +28,7 @@ static void usage() {
         "  -b, --batch-size N   tokens per forward pass (default 512)\n"
         "  -t, --threads N      CPU threads (default: all cores)\n"
         "      --device DEV     cpu, cuda or cuda:N (default cpu)\n"
+        "      --cache TYPE     KV cache type: f16 (default) or f32\n"
         "      --nll-out FILE   write each scored token's id and negative log-likelihood\n"
         "  -h, --help           this help\n");
 }
@@ -42,7 +43,7 @@ static double log_softmax_at(const float * logits, int n, int target) {
 
 int main(int argc, char ** argv) {
     cli::set_tool_name("perplexity");
-    std::string model_dir, file, device = "cpu", nll_out;
+    std::string model_dir, file, device = "cpu", nll_out, cache = "f16";
     int n_ctx = 512, stride = 0, n_batch = 512, n_threads = 0, max_chunks = 0;
     cli::Args a(argc, argv);
     while (a.next()) {
@@ -57,10 +58,12 @@ int main(int argc, char ** argv) {
         else if (f == "-t" || f == "--threads") n_threads = (int)a.value_int(1, 1024);
         else if (f == "--device") device = a.value();
         else if (f == "--nll-out") nll_out = a.value();
+        else if (f == "--cache") cache = a.value();
         else cli::die("unknown argument '%s' (see --help)", f.c_str());
     }
     if (model_dir.empty()) cli::die("no model given (-m DIR; see --help)");
     if (file.empty()) cli::die("no text given (-f FILE; see --help)");
+    if (cache != "f16" && cache != "f32") cli::die("--cache: '%s' is not a cache type (f16, f32)", cache.c_str());
     if (stride > n_ctx / 2) cli::die("--stride %d must be at most half the context (%d)", stride, n_ctx / 2);
     const std::string text = cli::read_file(file);
     if (text.empty()) cli::die("%s: the file is empty", file.c_str());
@@ -86,6 +89,7 @@ int main(int argc, char ** argv) {
     exl2_context_params cp = exl2_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_batch = n_batch;
+    cp.cache_type = cache == "f32" ? EXL2_CACHE_F32 : EXL2_CACHE_F16;
     exl2_context * ctx = exl2_context_new(model, cp);
     if (!ctx) cli::die("%s", exl2_last_error());
 

@@ -13,6 +13,9 @@ extern "C" {
 // columns among them itself.
 void ggx_cpu_qmatmul(const struct ggx_tensor * w, const float * x, int64_t ldx, float * y, int64_t ldy,
                      int64_t T, int ith, int nth);
+// Same contract, always the portable scalar code (tests compare the SIMD path against it).
+void ggx_cpu_qmatmul_scalar(const struct ggx_tensor * w, const float * x, int64_t ldx, float * y, int64_t ldy,
+                            int64_t T, int ith, int nth);
 
 #ifdef __cplusplus
 }
