@@ -45,6 +45,9 @@ struct ggx_backend_i {
     void            (*qmatrix_release)(struct ggx_backend * be, struct ggx_tensor * t);
     // optional: free/total device memory in bytes.
     void            (*memory_info)(struct ggx_backend * be, size_t * free, size_t * total);
+    // optional: copy n bytes between two buffers of this backend, queued on its stream (bench
+    // uses it to measure the copy bandwidth that decode speed is compared with).
+    enum ggx_status (*copy)(struct ggx_backend * be, void * dst, const void * src, size_t n);
 };
 
 struct ggx_backend {

@@ -1,0 +1,12 @@
+// ATTN: causal attention of q {hd, H, T} over the K/V caches {hd, Hkv, C} (f32/f16/bf16), query t
+// seeing keys 0..pos[t] (pos read from device memory, so a captured graph serves every step).
+// GQA: the G = H/Hkv query heads that share a KV head are handled by one block, so each K/V row
+// is read once per block. Split-K over the cache (flash-decoding) with a combine pass when the
+// query count is small; one pass per block otherwise.
+#pragma once
+
+#include "common.cuh"
+
+bool            ggx_cuda_supports_attn(const struct ggx_tensor * dst);
+size_t          ggx_cuda_attn_scratch(const struct ggx_tensor * dst);
+enum ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, struct ggx_tensor * dst);

@@ -1,0 +1,127 @@
+// Shared pieces of the CUDA (and HIP) backend: vendor headers, error checks that return ggx status
+// codes (never exit), the backend context, small device helpers (type loads, reductions).
+#pragma once
+
+#include "ggx/ggx.h"
+#include "ggx/ggx-backend.h"
+#include "ggx/ggx-qmatrix.h"
+
+#if defined(GGX_USE_HIP)
+#include "backends/hip/hip-compat.h"
+#else
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#endif  // GGX_USE_HIP
+
+#include <stddef.h>
+#include <stdint.h>
+#include <vector>
+
+#define GGX_CUDA_WARP 32
+
+// ---- errors -----------------------------------------------------------------------------------
+// Records a readable message in ggx_last_error() and maps the error to a status code.
+enum ggx_status ggx_cuda_fail(cudaError_t err, const char * what, const char * file, int line);
+enum ggx_status ggx_cublas_fail(cublasStatus_t st, const char * what, const char * file, int line);
+
+#define GGX_CUDA_CHECK(expr)                                                            \
+    do {                                                                                \
+        cudaError_t err_ = (expr);                                                      \
+        if (err_ != cudaSuccess) return ggx_cuda_fail(err_, #expr, __FILE__, __LINE__); \
+    } while (0)
+
+#define GGX_CUBLAS_CHECK(expr)                                                                     \
+    do {                                                                                           \
+        cublasStatus_t st_ = (expr);                                                               \
+        if (st_ != CUBLAS_STATUS_SUCCESS) return ggx_cublas_fail(st_, #expr, __FILE__, __LINE__); \
+    } while (0)
+
+// After every kernel launch: catches bad launch configurations immediately.
+#define GGX_CUDA_LAUNCH_CHECK() GGX_CUDA_CHECK(cudaGetLastError())
+
+// Propagates a ggx status from a callee.
+#define GGX_RETURN_IF_ERR(expr)                        \
+    do {                                               \
+        enum ggx_status s_ = (expr);                   \
+        if (s_ != GGX_STATUS_OK) return s_;            \
+    } while (0)
+
+// ---- backend context --------------------------------------------------------------------------
+struct ggx_cuda_ctx {
+    int            device = 0;
+    cudaStream_t   stream = nullptr;
+    cublasHandle_t cublas = nullptr;
+    void *         cublas_ws = nullptr;      // fixed cuBLAS workspace: no allocation during capture
+    size_t         cublas_ws_size = 0;
+    // One scratch buffer shared by all nodes (they run in order on one stream). It only grows;
+    // captured graphs keep pointers into older buffers, so those are kept until the backend dies.
+    void *         scratch = nullptr;
+    size_t         scratch_size = 0;
+    std::vector<void *> retired;
+    int            n_sm = 0;
+    int            cc_major = 0, cc_minor = 0;
+    size_t         smem_optin = 0;           // largest dynamic shared memory per block
+    bool           use_graphs = true;        // GGX_CUDA_NO_GRAPH=1 turns capture off (debugging)
+    char           name[16] = {0};
+};
+
+// ---- device helpers ---------------------------------------------------------------------------
+static __device__ __forceinline__ float ggx_load_f(const float * p, int64_t i) { return p[i]; }
+static __device__ __forceinline__ float ggx_load_f(const half * p, int64_t i) { return __half2float(p[i]); }
+static __device__ __forceinline__ float ggx_load_f(const nv_bfloat16 * p, int64_t i) { return __bfloat162float(p[i]); }
+
+static __device__ __forceinline__ void ggx_store_f(float * p, int64_t i, float v) { p[i] = v; }
+static __device__ __forceinline__ void ggx_store_f(half * p, int64_t i, float v) { p[i] = __float2half_rn(v); }
+static __device__ __forceinline__ void ggx_store_f(nv_bfloat16 * p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+
+static __device__ __forceinline__ float ggx_warp_sum(float v) {
+#pragma unroll
+    for (int o = GGX_CUDA_WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ __forceinline__ float ggx_warp_max(float v) {
+#pragma unroll
+    for (int o = GGX_CUDA_WARP / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over the whole block (blockDim.x a multiple of 32, at most 1024). `sh` holds 32 floats.
+// Every thread gets the result.
+static __device__ __forceinline__ float ggx_block_sum(float v, float * sh) {
+    const int lane = threadIdx.x % GGX_CUDA_WARP, warp = threadIdx.x / GGX_CUDA_WARP;
+    v = ggx_warp_sum(v);
+    __syncthreads();                      // sh may still be read from a previous call
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    const int n_warps = blockDim.x / GGX_CUDA_WARP;
+    v = lane < n_warps ? sh[lane] : 0.0f;
+    return ggx_warp_sum(v);
+}
+static __device__ __forceinline__ float ggx_block_max(float v, float * sh) {
+    const int lane = threadIdx.x % GGX_CUDA_WARP, warp = threadIdx.x / GGX_CUDA_WARP;
+    v = ggx_warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    const int n_warps = blockDim.x / GGX_CUDA_WARP;
+    v = lane < n_warps ? sh[lane] : -INFINITY;
+    return ggx_warp_max(v);
+}
+
+// Calls f with a typed pointer for a float tensor type (f32/f16/bf16). Returns false otherwise.
+template <typename F> static bool ggx_cuda_dispatch_ftype(enum ggx_type t, const void * p, F && f) {
+    switch (t) {
+        case GGX_TYPE_F32:  f((const float *)p); return true;
+        case GGX_TYPE_F16:  f((const half *)p); return true;
+        case GGX_TYPE_BF16: f((const nv_bfloat16 *)p); return true;
+        default: return false;
+    }
+}
+
+static inline bool ggx_cuda_is_ftype(enum ggx_type t) {
+    return t == GGX_TYPE_F32 || t == GGX_TYPE_F16 || t == GGX_TYPE_BF16;
+}
+
+static inline unsigned ggx_cuda_blocks(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }

@@ -1,0 +1,376 @@
+// The CUDA backend: device memory, the op dispatch switch, and graph execution through captured
+// CUDA graphs.
+//
+// graph_compute(g): the first call for a graph sizes the shared scratch buffer (outside any
+// capture), then captures every node's launches on the backend stream into a cudaGraph and
+// instantiates it; the executable graph is cached in ggx_graph_backend_cache(g) together with the
+// data pointers it was captured with. Later calls just launch it (one API call per step). When the
+// pointers change (the graph was re-bound) it is captured again. GGX_CUDA_NO_GRAPH=1 runs the
+// nodes directly (debugging, profiling).
+#include "common.cuh"
+
+#include "attn.cuh"
+#include "elementwise.cuh"
+#include "getrows.cuh"
+#include "mmf.cuh"
+#include "norm.cuh"
+#include "qmatrix.cuh"
+#include "rope.cuh"
+#include "softmax.cuh"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+ggx_status ggx_cuda_fail(cudaError_t err, const char * what, const char * file, int line) {
+    const char * base = strrchr(file, '/');
+    ggx_set_error("cuda: %s: %s (%s at %s:%d)", cudaGetErrorName(err), cudaGetErrorString(err), what,
+                  base ? base + 1 : file, line);
+    cudaGetLastError();   // clear a sticky launch error so the next call reports its own
+    return err == cudaErrorMemoryAllocation ? GGX_STATUS_ALLOC_FAILED : GGX_STATUS_FAILED;
+}
+
+ggx_status ggx_cublas_fail(cublasStatus_t st, const char * what, const char * file, int line) {
+    const char * base = strrchr(file, '/');
+    ggx_set_error("cuda: cuBLAS status %d (%s at %s:%d)", (int)st, what, base ? base + 1 : file, line);
+    return st == CUBLAS_STATUS_ALLOC_FAILED ? GGX_STATUS_ALLOC_FAILED : GGX_STATUS_FAILED;
+}
+
+namespace {
+
+ggx_cuda_ctx * ctx_of(ggx_backend * be) { return (ggx_cuda_ctx *)be->context; }
+
+// ---- op routing ----------------------------------------------------------------------------
+bool is_quantized(const ggx_tensor * t) { return t->type == GGX_TYPE_EXL2 || t->type == GGX_TYPE_GPTQ; }
+
+int supports_op(ggx_backend *, const ggx_tensor * node) {
+    for (int i = 0; i < GGX_MAX_SRC; i++) {
+        const ggx_tensor * s = node->src[i];
+        if (s && !is_quantized(s) && !ggx_is_contiguous(s)) return 0;
+    }
+    switch (node->op) {
+        case GGX_OP_NONE:       return 1;
+        case GGX_OP_GET_ROWS:
+        case GGX_OP_KV_STORE:   return ggx_cuda_supports_rows(node);
+        case GGX_OP_MUL_MAT:    return is_quantized(node->src[0]) ? ggx_cuda_supports_qmatmul(node) : ggx_cuda_supports_mmf(node);
+        case GGX_OP_ADD:
+        case GGX_OP_MUL:
+        case GGX_OP_SCALE:
+        case GGX_OP_SILU:
+        case GGX_OP_GELU:
+        case GGX_OP_GLU:
+        case GGX_OP_SOFTCAP:
+        case GGX_OP_CPY:        return ggx_cuda_supports_elementwise(node);
+        case GGX_OP_RMS_NORM:
+        case GGX_OP_LAYER_NORM: return ggx_cuda_supports_norm(node);
+        case GGX_OP_ROPE:       return ggx_cuda_supports_rope(node);
+        case GGX_OP_SOFTMAX:
+        case GGX_OP_ARGMAX:     return node->src[0]->type == GGX_TYPE_F32;
+        case GGX_OP_ATTN:       return ggx_cuda_supports_attn(node);
+        default:                return 0;
+    }
+}
+
+size_t node_scratch(const ggx_cuda_ctx & ctx, const ggx_tensor * node) {
+    switch (node->op) {
+        case GGX_OP_MUL_MAT: return is_quantized(node->src[0]) ? ggx_cuda_qmatmul_scratch(ctx, node) : ggx_cuda_mmf_scratch(node);
+        case GGX_OP_ATTN:    return ggx_cuda_attn_scratch(node);
+        default:             return 0;
+    }
+}
+
+ggx_status compute_node(ggx_cuda_ctx & ctx, ggx_tensor * node) {
+    switch (node->op) {
+        case GGX_OP_NONE:       return GGX_STATUS_OK;   // views: nothing to run
+        case GGX_OP_GET_ROWS:   return ggx_cuda_op_get_rows(ctx, node);
+        case GGX_OP_KV_STORE:   return ggx_cuda_op_kv_store(ctx, node);
+        case GGX_OP_MUL_MAT:    return is_quantized(node->src[0]) ? ggx_cuda_op_qmatmul(ctx, node) : ggx_cuda_op_mmf(ctx, node);
+        case GGX_OP_ADD:
+        case GGX_OP_MUL:        return ggx_cuda_op_binary(ctx, node);
+        case GGX_OP_SCALE:
+        case GGX_OP_SILU:
+        case GGX_OP_GELU:
+        case GGX_OP_SOFTCAP:    return ggx_cuda_op_unary(ctx, node);
+        case GGX_OP_GLU:        return ggx_cuda_op_glu(ctx, node);
+        case GGX_OP_CPY:        return ggx_cuda_op_cpy(ctx, node);
+        case GGX_OP_RMS_NORM:   return ggx_cuda_op_rms_norm(ctx, node);
+        case GGX_OP_LAYER_NORM: return ggx_cuda_op_layer_norm(ctx, node);
+        case GGX_OP_ROPE:       return ggx_cuda_op_rope(ctx, node);
+        case GGX_OP_SOFTMAX:    return ggx_cuda_op_softmax(ctx, node);
+        case GGX_OP_ARGMAX:     return ggx_cuda_op_argmax(ctx, node);
+        case GGX_OP_ATTN:       return ggx_cuda_op_attn(ctx, node);
+        default:
+            ggx_set_error("cuda: op %s not implemented", ggx_op_name(node->op));
+            return GGX_STATUS_UNSUPPORTED;
+    }
+}
+
+ggx_status ensure_scratch(ggx_cuda_ctx & ctx, size_t need) {
+    if (need <= ctx.scratch_size) return GGX_STATUS_OK;
+    need = (need + (1u << 20) - 1) & ~(size_t)((1u << 20) - 1);
+    void * p = nullptr;
+    cudaError_t err = cudaMalloc(&p, need);
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        ggx_set_error("cuda:%d: out of memory for %zu MiB of scratch (%s)", ctx.device, need >> 20, cudaGetErrorString(err));
+        return GGX_STATUS_ALLOC_FAILED;
+    }
+    if (ctx.scratch) ctx.retired.push_back(ctx.scratch);
+    ctx.scratch = p;
+    ctx.scratch_size = need;
+    return GGX_STATUS_OK;
+}
+
+// ---- graph cache ---------------------------------------------------------------------------
+struct graph_cache {
+    ggx_backend *       be = nullptr;
+    cudaGraphExec_t     exec = nullptr;
+    std::vector<void *> sig;          // data pointers the graph was captured with
+};
+
+void graph_cache_free(void * p) {
+    graph_cache * gc = (graph_cache *)p;
+    if (gc->exec) cudaGraphExecDestroy(gc->exec);
+    delete gc;
+}
+
+std::vector<void *> graph_signature(const ggx_cuda_ctx & ctx, ggx_graph * g) {
+    std::vector<void *> sig;
+    sig.push_back(ctx.scratch);
+    for (int i = 0; i < ggx_graph_n_nodes(g); i++) {
+        const ggx_tensor * n = ggx_graph_node(g, i);
+        sig.push_back(n->data);
+        for (const ggx_tensor * s : n->src) sig.push_back(s ? s->data : nullptr);
+    }
+    return sig;
+}
+
+ggx_status run_nodes(ggx_cuda_ctx & ctx, ggx_graph * g) {
+    for (int i = 0; i < ggx_graph_n_nodes(g); i++) {
+        ggx_tensor * n = ggx_graph_node(g, i);
+        ggx_status st = compute_node(ctx, n);
+        if (st != GGX_STATUS_OK) {
+            std::string msg = ggx_last_error();
+            ggx_set_error("%s (node %d '%s', op %s)", msg.c_str(), i, n->name, ggx_op_name(n->op));
+            return st;
+        }
+    }
+    return GGX_STATUS_OK;
+}
+
+ggx_status graph_compute(ggx_backend * be, ggx_graph * g) {
+    ggx_cuda_ctx & ctx = *ctx_of(be);
+    GGX_CUDA_CHECK(cudaSetDevice(ctx.device));
+    size_t need = 0;
+    for (int i = 0; i < ggx_graph_n_nodes(g); i++) {
+        const ggx_tensor * n = ggx_graph_node(g, i);
+        if (n->op != GGX_OP_NONE && !supports_op(be, n)) {
+            ggx_set_error("cuda: node %d '%s' (op %s, src0 %s) is not supported", i, n->name, ggx_op_name(n->op),
+                          n->src[0] ? ggx_type_name(n->src[0]->type) : "-");
+            return GGX_STATUS_UNSUPPORTED;
+        }
+        need = std::max(need, node_scratch(ctx, n));
+    }
+    GGX_RETURN_IF_ERR(ensure_scratch(ctx, need));
+    if (!ctx.use_graphs) return run_nodes(ctx, g);
+
+    void ** slot = ggx_graph_backend_cache(g);
+    graph_cache * gc = (graph_cache *)*slot;
+    std::vector<void *> sig = graph_signature(ctx, g);
+    if (gc && (gc->be != be || gc->sig != sig)) {
+        if (gc->exec) cudaGraphExecDestroy(gc->exec);
+        gc->exec = nullptr;
+    }
+    if (!gc) {
+        gc = new graph_cache();
+        *slot = gc;
+        ggx_graph_set_backend_cache_free(g, graph_cache_free);
+    }
+    if (!gc->exec) {
+        gc->be = be;
+        gc->sig = sig;
+        cudaGraph_t graph = nullptr;
+        GGX_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
+        ggx_status st = run_nodes(ctx, g);
+        cudaError_t err = cudaStreamEndCapture(ctx.stream, &graph);
+        if (st != GGX_STATUS_OK) {
+            if (graph) cudaGraphDestroy(graph);
+            cudaGetLastError();
+            return st;
+        }
+        if (err != cudaSuccess) return ggx_cuda_fail(err, "cudaStreamEndCapture", __FILE__, __LINE__);
+        err = cudaGraphInstantiate(&gc->exec, graph, 0);
+        cudaGraphDestroy(graph);
+        if (err != cudaSuccess) {
+            gc->exec = nullptr;
+            return ggx_cuda_fail(err, "cudaGraphInstantiate", __FILE__, __LINE__);
+        }
+    }
+    GGX_CUDA_CHECK(cudaGraphLaunch(gc->exec, ctx.stream));
+    return GGX_STATUS_OK;
+}
+
+// ---- memory ----------------------------------------------------------------------------------
+ggx_status be_alloc(ggx_backend * be, size_t size, void ** out) {
+    ggx_cuda_ctx & ctx = *ctx_of(be);
+    *out = nullptr;
+    GGX_CUDA_CHECK(cudaSetDevice(ctx.device));
+    cudaError_t err = cudaMalloc(out, std::max<size_t>(size, 1));
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        ggx_set_error("cuda:%d: out of memory allocating %.1f MiB (%.1f MiB free of %.1f MiB)", ctx.device,
+                      size / 1048576.0, fr / 1048576.0, tot / 1048576.0);
+        *out = nullptr;
+        return GGX_STATUS_ALLOC_FAILED;
+    }
+    return GGX_STATUS_OK;
+}
+
+void be_dealloc(ggx_backend * be, void * p) {
+    if (!p) return;
+    cudaStreamSynchronize(ctx_of(be)->stream);
+    cudaFree(p);
+}
+
+ggx_status be_set(ggx_backend * be, void * dst, const void * src, size_t n) {
+    if (n == 0) return GGX_STATUS_OK;
+    GGX_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, ctx_of(be)->stream));
+    return GGX_STATUS_OK;
+}
+
+ggx_status be_get(ggx_backend * be, void * dst, const void * src, size_t n) {
+    if (n == 0) return GGX_STATUS_OK;
+    GGX_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, ctx_of(be)->stream));
+    GGX_CUDA_CHECK(cudaStreamSynchronize(ctx_of(be)->stream));
+    return GGX_STATUS_OK;
+}
+
+ggx_status be_memset(ggx_backend * be, void * dst, int value, size_t n) {
+    if (n == 0) return GGX_STATUS_OK;
+    GGX_CUDA_CHECK(cudaMemsetAsync(dst, value, n, ctx_of(be)->stream));
+    return GGX_STATUS_OK;
+}
+
+ggx_status be_copy(ggx_backend * be, void * dst, const void * src, size_t n) {
+    if (n == 0) return GGX_STATUS_OK;
+    GGX_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, ctx_of(be)->stream));
+    return GGX_STATUS_OK;
+}
+
+ggx_status be_synchronize(ggx_backend * be) {
+    GGX_CUDA_CHECK(cudaStreamSynchronize(ctx_of(be)->stream));
+    return GGX_STATUS_OK;
+}
+
+ggx_status be_qmatrix_prepare(ggx_backend * be, ggx_tensor * t) { return ggx_cuda_qmatrix_prepare(*ctx_of(be), t); }
+void be_qmatrix_release(ggx_backend * be, ggx_tensor * t) { ggx_cuda_qmatrix_release(*ctx_of(be), t); }
+
+void be_memory_info(ggx_backend * be, size_t * fr, size_t * tot) {
+    cudaSetDevice(ctx_of(be)->device);
+    if (cudaMemGetInfo(fr, tot) != cudaSuccess) {
+        cudaGetLastError();
+        *fr = *tot = 0;
+    }
+}
+
+void be_free(ggx_backend * be) {
+    if (!be) return;
+    ggx_cuda_ctx * ctx = ctx_of(be);
+    if (ctx) {
+        cudaSetDevice(ctx->device);
+        if (ctx->stream) cudaStreamSynchronize(ctx->stream);
+        if (ctx->cublas) cublasDestroy(ctx->cublas);
+        cudaFree(ctx->cublas_ws);
+        cudaFree(ctx->scratch);
+        for (void * p : ctx->retired) cudaFree(p);
+        if (ctx->stream) cudaStreamDestroy(ctx->stream);
+        delete ctx;
+    }
+    delete be;
+}
+
+__global__ void k_probe(int * p) { if (p) *p = 1; }
+
+}  // namespace
+
+extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
+    int n_dev = 0;
+    cudaError_t err = cudaGetDeviceCount(&n_dev);
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        ggx_set_error("cuda: no usable CUDA device (%s: %s)", cudaGetErrorName(err), cudaGetErrorString(err));
+        return nullptr;
+    }
+    if (device < 0 || device >= n_dev) {
+        ggx_set_error("cuda: device %d does not exist (%d device%s found)", device, n_dev, n_dev == 1 ? "" : "s");
+        return nullptr;
+    }
+    cudaDeviceProp prop;
+    if ((err = cudaGetDeviceProperties(&prop, device)) != cudaSuccess || (err = cudaSetDevice(device)) != cudaSuccess) {
+        cudaGetLastError();
+        ggx_set_error("cuda:%d: cannot use device (%s)", device, cudaGetErrorString(err));
+        return nullptr;
+    }
+    // A launch fails with "no kernel image" when this build has no code for the device's arch.
+    k_probe<<<1, 1>>>(nullptr);
+    err = cudaDeviceSynchronize();
+    if (err == cudaSuccess) err = cudaGetLastError();
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        ggx_set_error("cuda:%d: %s (compute capability %d.%d) cannot run this build's kernels: %s", device, prop.name,
+                      prop.major, prop.minor, cudaGetErrorString(err));
+        return nullptr;
+    }
+    ggx_cuda_ctx * ctx = new ggx_cuda_ctx();
+    ggx_backend * be = new ggx_backend();
+    memset(be, 0, sizeof *be);
+    be->context = ctx;
+    ctx->device = device;
+    ctx->n_sm = prop.multiProcessorCount;
+    ctx->cc_major = prop.major;
+    ctx->cc_minor = prop.minor;
+    ctx->smem_optin = prop.sharedMemPerBlockOptin;
+    const char * ng = getenv("GGX_CUDA_NO_GRAPH");
+    ctx->use_graphs = !(ng && *ng && strcmp(ng, "0") != 0);
+    snprintf(ctx->name, sizeof ctx->name, "cuda:%d", device);
+    auto fail_init = [&](const char * what, int code) {
+        ggx_set_error("cuda:%d: %s failed (%d)", device, what, code);
+        be_free(be);
+        return (ggx_backend *)nullptr;
+    };
+    if ((err = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)) != cudaSuccess) return fail_init("stream creation", (int)err);
+    cublasStatus_t bs = cublasCreate(&ctx->cublas);
+    if (bs != CUBLAS_STATUS_SUCCESS) return fail_init("cublasCreate", (int)bs);
+    cublasSetStream(ctx->cublas, ctx->stream);
+    // A fixed workspace lets cuBLAS run inside stream capture without allocating.
+    ctx->cublas_ws_size = 32u << 20;
+    if ((err = cudaMalloc(&ctx->cublas_ws, ctx->cublas_ws_size)) != cudaSuccess) return fail_init("cuBLAS workspace allocation", (int)err);
+    cublasSetWorkspace(ctx->cublas, ctx->cublas_ws, ctx->cublas_ws_size);
+    cublasSetMathMode(ctx->cublas, CUBLAS_DEFAULT_MATH);
+
+    be->api_version = GGX_BACKEND_API_VERSION;
+    be->name = ctx->name;
+    snprintf(be->description, sizeof be->description, "%.80s (cc %d.%d, %.0f GiB)", prop.name, prop.major, prop.minor,
+             prop.totalGlobalMem / 1073741824.0);
+    be->is_host = 0;
+    be->alignment = 256;
+    be->iface.free = be_free;
+    be->iface.alloc = be_alloc;
+    be->iface.dealloc = be_dealloc;
+    be->iface.set = be_set;
+    be->iface.get = be_get;
+    be->iface.memset = be_memset;
+    be->iface.supports_op = supports_op;
+    be->iface.graph_compute = graph_compute;
+    be->iface.synchronize = be_synchronize;
+    be->iface.qmatrix_prepare = be_qmatrix_prepare;
+    be->iface.qmatrix_release = be_qmatrix_release;
+    be->iface.memory_info = be_memory_info;
+    be->iface.copy = be_copy;
+    return be;
+}

@@ -1,0 +1,94 @@
+// Norms: one block per row; the row is read twice (statistics, then output), both passes
+// coalesced. Statistics in fp32; layer norm uses the two-pass (mean, then centred squares)
+// form, which avoids the cancellation of E[x^2] - E[x]^2.
+#include "norm.cuh"
+
+#include <type_traits>
+
+namespace {
+
+constexpr int k_threads = 256;
+
+template <typename TW, typename TB>
+__global__ void k_rms_norm(const float * __restrict__ x,   // [rows][D]
+                           const TW * __restrict__ w,       // [D] or null
+                           float * __restrict__ y, int64_t D, float eps) {
+    __shared__ float sh[32];
+    const float * xr = x + blockIdx.x * D;
+    float * yr = y + blockIdx.x * D;
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) s += xr[i] * xr[i];
+    s = ggx_block_sum(s, sh);
+    const float r = rsqrtf(s / (float)D + eps);
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = xr[i] * r * (w ? ggx_load_f(w, i) : 1.0f);
+}
+
+template <typename TW, typename TB>
+__global__ void k_layer_norm(const float * __restrict__ x, const TW * __restrict__ w, const TB * __restrict__ b,
+                             float * __restrict__ y, int64_t D, float eps) {
+    __shared__ float sh[32];
+    const float * xr = x + blockIdx.x * D;
+    float * yr = y + blockIdx.x * D;
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) s += xr[i];
+    const float mean = ggx_block_sum(s, sh) / (float)D;
+    float v = 0.0f;
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) { const float d = xr[i] - mean; v += d * d; }
+    const float r = rsqrtf(ggx_block_sum(v, sh) / (float)D + eps);
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x)
+        yr[i] = (xr[i] - mean) * r * (w ? ggx_load_f(w, i) : 1.0f) + (b ? ggx_load_f(b, i) : 0.0f);
+}
+
+}  // namespace
+
+bool ggx_cuda_supports_norm(const ggx_tensor * dst) {
+    const ggx_tensor * x = dst->src[0];
+    if (x->type != GGX_TYPE_F32) return false;
+    for (int i = 1; i <= 2; i++) {
+        const ggx_tensor * p = dst->src[i];
+        if (p && (!ggx_cuda_is_ftype(p->type) || ggx_nelements(p) != x->ne[0])) return false;
+    }
+    if (dst->op == GGX_OP_RMS_NORM && dst->src[2]) return false;
+    // layer norm: weight and bias must share a type when both are present (one instantiation)
+    if (dst->src[1] && dst->src[2] && dst->src[1]->type != dst->src[2]->type) return false;
+    return true;
+}
+
+ggx_status ggx_cuda_op_rms_norm(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
+    const ggx_tensor * x = dst->src[0];
+    const ggx_tensor * w = dst->src[1];
+    const int64_t D = x->ne[0], rows = ggx_nrows(x);
+    const float eps = dst->params.norm.eps;
+    if (rows == 0) return GGX_STATUS_OK;
+    if (!w) {
+        k_rms_norm<float, float><<<(unsigned)rows, k_threads, 0, ctx.stream>>>((const float *)x->data, nullptr, (float *)dst->data, D, eps);
+    } else {
+        ggx_cuda_dispatch_ftype(w->type, w->data, [&](auto wp) {
+            using TW = std::remove_const_t<std::remove_pointer_t<decltype(wp)>>;
+            k_rms_norm<TW, float><<<(unsigned)rows, k_threads, 0, ctx.stream>>>((const float *)x->data, wp, (float *)dst->data, D, eps);
+        });
+    }
+    GGX_CUDA_LAUNCH_CHECK();
+    return GGX_STATUS_OK;
+}
+
+ggx_status ggx_cuda_op_layer_norm(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
+    const ggx_tensor * x = dst->src[0];
+    const ggx_tensor * w = dst->src[1];
+    const ggx_tensor * b = dst->src[2];
+    const int64_t D = x->ne[0], rows = ggx_nrows(x);
+    const float eps = dst->params.norm.eps;
+    if (rows == 0) return GGX_STATUS_OK;
+    const ggx_tensor * typed = w ? w : b;
+    if (!typed) {
+        k_layer_norm<float, float><<<(unsigned)rows, k_threads, 0, ctx.stream>>>((const float *)x->data, nullptr, nullptr, (float *)dst->data, D, eps);
+    } else {
+        ggx_cuda_dispatch_ftype(typed->type, typed->data, [&](auto p) {
+            using TW = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
+            k_layer_norm<TW, TW><<<(unsigned)rows, k_threads, 0, ctx.stream>>>((const float *)x->data,
+                (const TW *)(w ? w->data : nullptr), (const TW *)(b ? b->data : nullptr), (float *)dst->data, D, eps);
+        });
+    }
+    GGX_CUDA_LAUNCH_CHECK();
+    return GGX_STATUS_OK;
+}

@@ -1,0 +1,8 @@
+// RMS_NORM and LAYER_NORM over rows of ne0 elements, optional weight/bias (f32/f16/bf16).
+#pragma once
+
+#include "common.cuh"
+
+enum ggx_status ggx_cuda_op_rms_norm(ggx_cuda_ctx & ctx, struct ggx_tensor * dst);
+enum ggx_status ggx_cuda_op_layer_norm(ggx_cuda_ctx & ctx, struct ggx_tensor * dst);
+bool            ggx_cuda_supports_norm(const struct ggx_tensor * dst);

@@ -1,0 +1,487 @@
+// EXL2 / GPTQ matrix multiply (see qmatrix.cuh for the two paths).
+//
+// Packed layout used as is (docs/exl2-format.md section 3): q_weight[QR][Np] u32, each column an
+// independent little-endian bit string per group. A thread owns 4 adjacent columns and reads one
+// uint4 per packed row (one 512-byte coalesced segment per warp). A "chunk" is the smallest row
+// run that fills whole words:
+//
+//   bits   8   6   5   4   3   2
+//   rows   4  16  32   8  32  16
+//   words  1   3   5   1   3   1
+//
+// Work split: the quantized rows are cut into slices of R rows (R a multiple of 32, chosen per
+// matrix so that the grid fills the GPU); a block handles one slice for 4*blockDim columns. The
+// host precomputes each slice's "pieces" (slice ∩ group) as int4 {k0, qrow0, group<<4 | bits,
+// rows}. Any multiple of 32 rows is a chunk boundary for every width, because only 2-bit groups
+// may have 16-row sizes and they come last.
+#include "qmatrix.cuh"
+
+#include <algorithm>
+#include <vector>
+
+namespace {
+
+constexpr int k_gemv_threads = 128;              // 4 warps; 512 columns per block
+constexpr int k_cols_per_block = 4 * k_gemv_threads;
+constexpr int k_max_slice = 256;
+constexpr size_t k_prefill_scratch_cap = 192u << 20;   // fp16 weight slices + fp16 activations
+
+struct qextra {
+    int     slice_rows = 0;   // R
+    int     n_slices = 0;
+    int4 *  pieces = nullptr;        // device, all slices' pieces back to back
+    int *   slice_first = nullptr;   // device, [n_slices + 1] index into pieces
+    int4 *  groups = nullptr;        // device, per group {k0, qrow0, bits, rows} (EXL2)
+    int     n_groups = 0;
+};
+
+// ---- bit extraction --------------------------------------------------------------------------
+// Value j (0-based, compile-time) of width B from the words w[] of one column's chunk.
+template <int B, int J>
+__device__ __forceinline__ uint32_t extract(const uint32_t * w) {
+    constexpr int bit = J * B, wi = bit / 32, s = bit % 32;
+    if constexpr (s + B <= 32) {
+        return (w[wi] >> s) & ((1u << B) - 1);
+    } else {
+        return __funnelshift_r(w[wi], w[wi + 1], s) & ((1u << B) - 1);
+    }
+}
+
+// (float)v for 0 <= v < 2^23 via the exponent trick: two ALU ops instead of a conversion.
+__device__ __forceinline__ float u2f(uint32_t v) { return __int_as_float(0x4B000000u | v) - 8388608.0f; }
+
+template <int B> struct chunk_shape;
+template <> struct chunk_shape<8> { static constexpr int rows = 4, words = 1; };
+template <> struct chunk_shape<6> { static constexpr int rows = 16, words = 3; };
+template <> struct chunk_shape<5> { static constexpr int rows = 32, words = 5; };
+template <> struct chunk_shape<4> { static constexpr int rows = 8, words = 1; };
+template <> struct chunk_shape<3> { static constexpr int rows = 32, words = 3; };
+template <> struct chunk_shape<2> { static constexpr int rows = 16, words = 1; };
+
+template <int B, int T, int J>
+struct chunk_dot {
+    // acc[t][c] += sum_j (v_j - z) * xs[t][j]  for the 4 columns c held in w[c][]
+    static __device__ __forceinline__ void run(const uint32_t (&w)[4][chunk_shape<B>::words], const float * xs, int ld,
+                                               float (&acc)[T][4]) {
+        constexpr float zf = (float)(1 << (B - 1));
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const float v = u2f(extract<B, J>(w[c])) - zf;
+#pragma unroll
+            for (int t = 0; t < T; t++) acc[t][c] = fmaf(v, xs[t * ld + J], acc[t][c]);
+        }
+        chunk_dot<B, T, J + 1>::run(w, xs, ld, acc);
+    }
+};
+template <int B, int T>
+struct chunk_dot<B, T, chunk_shape<B>::rows> {
+    static __device__ __forceinline__ void run(const uint32_t (&)[4][chunk_shape<B>::words], const float *, int, float (&)[T][4]) {}
+};
+
+// One piece (rows of one group inside the block's slice) for 4 columns starting at n.
+template <int B, int T>
+__device__ __forceinline__ void exl2_piece(const uint32_t * __restrict__ qw, int Np, int n, int qrow, int rows,
+                                           const float * xs, int ld, float (&acc)[T][4]) {
+    constexpr int CR = chunk_shape<B>::rows, CW = chunk_shape<B>::words;
+    for (int r = 0; r < rows; r += CR, qrow += CW) {
+        uint32_t w[4][CW];
+#pragma unroll
+        for (int i = 0; i < CW; i++) {
+            const uint4 u = __ldg((const uint4 *)(qw + (size_t)(qrow + i) * Np + n));
+            w[0][i] = u.x; w[1][i] = u.y; w[2][i] = u.z; w[3][i] = u.w;
+        }
+        chunk_dot<B, T, 0>::run(w, xs + r, ld, acc);
+    }
+}
+
+template <int T>
+__global__ void __launch_bounds__(k_gemv_threads)
+k_exl2_gemv(const uint32_t * __restrict__ q_weight,   // [QR][Np]
+            const uint32_t * __restrict__ q_scale,    // [G][Np/8]
+            const half * __restrict__ q_scale_max,    // [G]  M'_g
+            const int32_t * __restrict__ q_perm,      // [K] or null
+            const int4 * __restrict__ pieces, const int * __restrict__ slice_first,
+            const float * __restrict__ x,             // [T][K]
+            float * __restrict__ y,                   // [T][N], zeroed
+            int K, int N, int Np, int R) {
+    __shared__ float xs[T * k_max_slice];
+    const int slice = blockIdx.y;
+    const int k_begin = slice * R;
+    const int k_n = min(R, K - k_begin);
+    for (int i = threadIdx.x; i < k_n; i += blockDim.x) {
+        const int k = k_begin + i;
+        const int src = q_perm ? q_perm[k] : k;
+#pragma unroll
+        for (int t = 0; t < T; t++) xs[t * R + i] = x[(size_t)t * K + src];
+    }
+    __syncthreads();
+
+    const int n = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (n >= Np) return;
+    float total[T][4];
+#pragma unroll
+    for (int t = 0; t < T; t++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) total[t][c] = 0.0f;
+
+    for (int p = slice_first[slice]; p < slice_first[slice + 1]; p++) {
+        const int4 pc = pieces[p];
+        const int bits = pc.z & 15, g = pc.z >> 4;
+        float acc[T][4];
+#pragma unroll
+        for (int t = 0; t < T; t++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[t][c] = 0.0f;
+        const float * xp = xs + (pc.x - k_begin);
+        switch (bits) {
+            case 8: exl2_piece<8, T>(q_weight, Np, n, pc.y, pc.w, xp, R, acc); break;
+            case 6: exl2_piece<6, T>(q_weight, Np, n, pc.y, pc.w, xp, R, acc); break;
+            case 5: exl2_piece<5, T>(q_weight, Np, n, pc.y, pc.w, xp, R, acc); break;
+            case 4: exl2_piece<4, T>(q_weight, Np, n, pc.y, pc.w, xp, R, acc); break;
+            case 3: exl2_piece<3, T>(q_weight, Np, n, pc.y, pc.w, xp, R, acc); break;
+            default: exl2_piece<2, T>(q_weight, Np, n, pc.y, pc.w, xp, R, acc); break;
+        }
+        // scale = h(h((c+1)^2) * M'_g); (c+1)^2 is exact in fp16
+        const uint32_t sw = q_scale[(size_t)g * (Np / 8) + n / 8] >> (4 * (n % 8));
+        const float m = __half2float(q_scale_max[g]);
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const float code = (float)(((sw >> (4 * c)) & 15) + 1);
+            const float sc = __half2float(__float2half_rn(code * code * m));
+#pragma unroll
+            for (int t = 0; t < T; t++) total[t][c] = fmaf(acc[t][c], sc, total[t][c]);
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < 4; c++)
+        if (n + c < N)
+#pragma unroll
+            for (int t = 0; t < T; t++) atomicAdd(&y[(size_t)t * N + n + c], total[t][c]);
+}
+
+// GPTQ: 4-bit rows, per (group, column) zero and scale. Pieces here are plain: {k0, k0/8, g, rows}.
+template <int T>
+__global__ void __launch_bounds__(k_gemv_threads)
+k_gptq_gemv(const uint32_t * __restrict__ q_weight,   // [K/8][N]
+            const uint32_t * __restrict__ qzeros,     // [G][N/8]
+            const half * __restrict__ scales,         // [G][N]
+            const int32_t * __restrict__ q_perm,      // [K] or null
+            const float * __restrict__ x, float * __restrict__ y, int K, int N, int R, int gs) {
+    __shared__ float xs[T * k_max_slice];
+    const int k_begin = blockIdx.y * R;
+    const int k_n = min(R, K - k_begin);
+    for (int i = threadIdx.x; i < k_n; i += blockDim.x) {
+        const int k = k_begin + i;
+        const int src = q_perm ? q_perm[k] : k;
+#pragma unroll
+        for (int t = 0; t < T; t++) xs[t * R + i] = x[(size_t)t * K + src];
+    }
+    __syncthreads();
+    const int n = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (n >= N) return;
+    float total[T][4];
+#pragma unroll
+    for (int t = 0; t < T; t++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) total[t][c] = 0.0f;
+    const int piece = min(gs, R);
+    for (int k0 = 0; k0 < k_n; k0 += piece) {
+        const int g = (k_begin + k0) / gs;
+        float acc[T][4];
+#pragma unroll
+        for (int t = 0; t < T; t++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[t][c] = 0.0f;
+        const int rows = min(piece, k_n - k0);
+        exl2_piece<4, T>(q_weight, N, n, (k_begin + k0) / 8, rows, xs + k0, R, acc);
+        // the piece used zero 8; GPTQ's zero is z+1: subtract (z + 1 - 8) * sum(x)
+        const uint32_t zw = qzeros[(size_t)g * (N / 8) + n / 8] >> (4 * (n % 8));
+        float sx[T];
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            sx[t] = 0.0f;
+            for (int j = 0; j < rows; j++) sx[t] += xs[t * R + k0 + j];
+        }
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const float dz = (float)((int)((zw >> (4 * c)) & 15) + 1 - 8);
+            const float sc = __half2float(scales[(size_t)g * N + n + c]);
+#pragma unroll
+            for (int t = 0; t < T; t++) total[t][c] = fmaf(acc[t][c] - dz * sx[t], sc, total[t][c]);
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < 4; c++)
+#pragma unroll
+        for (int t = 0; t < T; t++) atomicAdd(&y[(size_t)t * N + n + c], total[t][c]);
+}
+
+// ---- prefill: dequantize to fp16 -------------------------------------------------------------
+// One thread per column of the slice [n0, n0 + nc), one block row per group; exact formula of
+// docs/exl2-format.md 4.3 (each product rounded once to fp16). Rows stay in quantized order:
+// the activations are gathered instead.
+__global__ void k_exl2_dequant(const uint32_t * __restrict__ q_weight, const uint32_t * __restrict__ q_scale,
+                               const half * __restrict__ q_scale_max, const int4 * __restrict__ groups,
+                               half * __restrict__ out,   // [K][nc]
+                               int Np, int n0, int nc) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= nc) return;
+    const int n = n0 + j;
+    const int4 gr = groups[blockIdx.y];
+    const int bits = gr.z, g = blockIdx.y;
+    const uint32_t code = (q_scale[(size_t)g * (Np / 8) + n / 8] >> (4 * (n % 8))) & 15;
+    const float sc = __half2float(__float2half_rn((float)((code + 1) * (code + 1)) * __half2float(q_scale_max[g])));
+    const int z = 1 << (bits - 1);
+    const uint32_t mask = (1u << bits) - 1;
+    for (int r = 0; r < gr.w; r++) {
+        const int bit = r * bits, wi = bit >> 5, s = bit & 31;
+        const uint32_t * col = q_weight + (size_t)(gr.y + wi) * Np + n;
+        uint32_t v = col[0] >> s;
+        if (s + bits > 32) v |= col[Np] << (32 - s);
+        v &= mask;
+        out[(size_t)(gr.x + r) * nc + j] = __float2half_rn((float)((int)v - z) * sc);
+    }
+}
+
+__global__ void k_gptq_dequant(const uint32_t * __restrict__ q_weight, const uint32_t * __restrict__ qzeros,
+                               const half * __restrict__ scales, half * __restrict__ out, int K, int N, int gs,
+                               int n0, int nc) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= nc) return;
+    const int n = n0 + j;
+    const int k8 = blockIdx.y;   // 8 rows per block row
+    const int g = (k8 * 8) / gs;
+    const int z = (int)((qzeros[(size_t)g * (N / 8) + n / 8] >> (4 * (n % 8))) & 15) + 1;
+    const float sc = __half2float(scales[(size_t)g * N + n]);
+    const uint32_t w = q_weight[(size_t)k8 * N + n];
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int q = (int)((w >> (4 * i)) & 15);
+        out[(size_t)(k8 * 8 + i) * nc + j] = __float2half_rn((float)(q - z) * sc);
+    }
+}
+
+// x16[t][k] = x[t][perm[k]]
+__global__ void k_gather_f16(const float * __restrict__ x, const int32_t * __restrict__ perm, half * __restrict__ out,
+                             int K, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / K;
+        const int k = (int)(i % K);
+        out[i] = __float2half_rn(x[t * K + (perm ? perm[k] : k)]);
+    }
+}
+
+qextra * get_extra(const ggx_tensor * t) { return (qextra *)((ggx_qmatrix *)t->extra)->backend_extra; }
+
+// Slice size: the largest R in {256, 128, 64, 32} that still gives >= 4 blocks per SM.
+int pick_slice_rows(int K, int Np, int n_sm) {
+    const int col_blocks = (Np + k_cols_per_block - 1) / k_cols_per_block;
+    for (int R = k_max_slice; R > 32; R /= 2)
+        if ((int64_t)((K + R - 1) / R) * col_blocks >= 4 * n_sm) return R;
+    return 32;
+}
+
+size_t prefill_cols(const ggx_qmatrix * q, int64_t T, size_t cap, int N) {
+    const size_t xbytes = (size_t)T * q->K * 2;
+    size_t avail = cap > xbytes ? cap - xbytes : 0;
+    size_t nc = avail / ((size_t)q->K * 2) / 256 * 256;
+    if (nc < 256) nc = 256;
+    return std::min(nc, (size_t)N);
+}
+
+}  // namespace
+
+bool ggx_cuda_supports_qmatmul(const ggx_tensor * dst) {
+    const ggx_tensor * w = dst->src[0];
+    const ggx_tensor * x = dst->src[1];
+    if (x->type != GGX_TYPE_F32 || !w->extra) return false;
+    const ggx_qmatrix * q = (const ggx_qmatrix *)w->extra;
+    if (x->ne[0] != q->K) return false;
+    if (w->type == GGX_TYPE_EXL2) return q->Np % 32 == 0 && q->K % 16 == 0;
+    if (w->type == GGX_TYPE_GPTQ)
+        return q->N % 32 == 0 && q->K % 8 == 0 && q->group_size >= 8 && (q->group_size & (q->group_size - 1)) == 0;
+    return false;
+}
+
+ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
+    ggx_qmatrix * q = (ggx_qmatrix *)t->extra;
+    if (!q) { ggx_set_error("cuda: tensor %s has no qmatrix descriptor", t->name); return GGX_STATUS_FAILED; }
+    if (((uintptr_t)q->q_weight & 15) != 0) {
+        ggx_set_error("cuda: %s: q_weight not 16-byte aligned", t->name);
+        return GGX_STATUS_UNSUPPORTED;
+    }
+    qextra * e = new qextra();
+    auto bail = [&](ggx_status s) { ggx_cuda_qmatrix_release(ctx, t); return s; };
+    q->backend_extra = e;
+    if (t->type == GGX_TYPE_GPTQ) {
+        if (q->N % 32 || q->K % 8 || q->group_size < 8 || (q->group_size & (q->group_size - 1))) {
+            ggx_set_error("cuda: %s: GPTQ shape K=%d N=%d group %d unsupported (need N%%32==0, K%%8==0, power-of-two group >= 8)",
+                          t->name, q->K, q->N, q->group_size);
+            return bail(GGX_STATUS_UNSUPPORTED);
+        }
+        e->slice_rows = pick_slice_rows(q->K, q->N, ctx.n_sm);
+        // keep slices group-aligned: both are powers of two, so the smaller divides the larger
+        e->n_slices = (q->K + e->slice_rows - 1) / e->slice_rows;
+        return GGX_STATUS_OK;
+    }
+    if (t->type != GGX_TYPE_EXL2) { ggx_set_error("cuda: %s: not a quantized type", t->name); return bail(GGX_STATUS_UNSUPPORTED); }
+
+    // EXL2: walk the groups on the host (q_groups host copy, or download it).
+    std::vector<uint16_t> groups(2 * (size_t)q->n_groups);
+    if (q->groups_host) {
+        std::copy(q->groups_host, q->groups_host + groups.size(), groups.begin());
+    } else {
+        GGX_CUDA_CHECK(cudaMemcpyAsync(groups.data(), q->q_groups, groups.size() * 2, cudaMemcpyDeviceToHost, ctx.stream));
+        GGX_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    }
+    std::vector<int4> gtab(q->n_groups);
+    int k = 0, prev_bits = 8;
+    for (int g = 0; g < q->n_groups; g++) {
+        const int bits = groups[2 * g], r0 = groups[2 * g + 1];
+        const int r1 = g + 1 < q->n_groups ? groups[2 * g + 3] : q->qrows;
+        const bool width_ok = bits == 8 || bits == 6 || bits == 5 || bits == 4 || bits == 3 || bits == 2;
+        if (!width_ok || bits > prev_bits || r1 <= r0 || ((r1 - r0) * 32) % bits) {
+            ggx_set_error("cuda: %s: bad EXL2 group %d (bits %d, rows %d..%d)", t->name, g, bits, r0, r1);
+            return bail(GGX_STATUS_FAILED);
+        }
+        const int rows = (r1 - r0) * 32 / bits;
+        if (rows % (bits == 2 ? 16 : 32)) {
+            ggx_set_error("cuda: %s: EXL2 group %d has %d rows (not a multiple of %d)", t->name, g, rows, bits == 2 ? 16 : 32);
+            return bail(GGX_STATUS_FAILED);
+        }
+        gtab[g] = make_int4(k, r0, bits, rows);
+        k += rows;
+        prev_bits = bits;
+    }
+    if (k != q->K) {
+        ggx_set_error("cuda: %s: EXL2 groups cover %d rows, K is %d", t->name, k, q->K);
+        return bail(GGX_STATUS_FAILED);
+    }
+    const int R = pick_slice_rows(q->K, q->Np, ctx.n_sm);
+    const int n_slices = (q->K + R - 1) / R;
+    std::vector<int4> pieces;
+    std::vector<int> first(n_slices + 1);
+    int g = 0;
+    for (int s = 0; s < n_slices; s++) {
+        first[s] = (int)pieces.size();
+        const int s0 = s * R, s1 = std::min(q->K, s0 + R);
+        while (g < q->n_groups && gtab[g].x + gtab[g].w <= s0) g++;
+        for (int gg = g; gg < q->n_groups && gtab[gg].x < s1; gg++) {
+            const int a = std::max(s0, gtab[gg].x), b = std::min(s1, gtab[gg].x + gtab[gg].w);
+            const int qrow = gtab[gg].y + (a - gtab[gg].x) * gtab[gg].z / 32;
+            pieces.push_back(make_int4(a, qrow, (gg << 4) | gtab[gg].z, b - a));
+        }
+    }
+    first[n_slices] = (int)pieces.size();
+    e->slice_rows = R;
+    e->n_slices = n_slices;
+    e->n_groups = q->n_groups;
+    GGX_CUDA_CHECK(cudaMalloc(&e->pieces, std::max<size_t>(1, pieces.size()) * sizeof(int4)));
+    GGX_CUDA_CHECK(cudaMalloc(&e->slice_first, first.size() * sizeof(int)));
+    GGX_CUDA_CHECK(cudaMalloc(&e->groups, gtab.size() * sizeof(int4)));
+    GGX_CUDA_CHECK(cudaMemcpyAsync(e->pieces, pieces.data(), pieces.size() * sizeof(int4), cudaMemcpyHostToDevice, ctx.stream));
+    GGX_CUDA_CHECK(cudaMemcpyAsync(e->slice_first, first.data(), first.size() * sizeof(int), cudaMemcpyHostToDevice, ctx.stream));
+    GGX_CUDA_CHECK(cudaMemcpyAsync(e->groups, gtab.data(), gtab.size() * sizeof(int4), cudaMemcpyHostToDevice, ctx.stream));
+    GGX_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));   // host vectors die here
+    return GGX_STATUS_OK;
+}
+
+void ggx_cuda_qmatrix_release(ggx_cuda_ctx & ctx, ggx_tensor * t) {
+    ggx_qmatrix * q = (ggx_qmatrix *)t->extra;
+    if (!q || !q->backend_extra) return;
+    qextra * e = (qextra *)q->backend_extra;
+    cudaStreamSynchronize(ctx.stream);
+    cudaFree(e->pieces);
+    cudaFree(e->slice_first);
+    cudaFree(e->groups);
+    delete e;
+    q->backend_extra = nullptr;
+}
+
+size_t ggx_cuda_qmatmul_scratch(const ggx_cuda_ctx & ctx, const ggx_tensor * dst) {
+    const ggx_qmatrix * q = (const ggx_qmatrix *)dst->src[0]->extra;
+    const int64_t T = ggx_nrows(dst->src[1]);
+    if (T <= GGX_CUDA_QGEMV_MAX_T) return 0;
+    const size_t nc = prefill_cols(q, T, k_prefill_scratch_cap, q->N);
+    return (size_t)T * q->K * 2 + 256 + nc * q->K * 2;
+}
+
+template <template <int> class K, typename... Args>
+static void launch_t(int T, dim3 grid, cudaStream_t s, Args... args) {
+    switch (T) {
+        case 1: K<1>::launch(grid, s, args...); break;
+        case 2: K<2>::launch(grid, s, args...); break;
+        case 3: K<3>::launch(grid, s, args...); break;
+        case 4: K<4>::launch(grid, s, args...); break;
+        case 5: K<5>::launch(grid, s, args...); break;
+        case 6: K<6>::launch(grid, s, args...); break;
+        case 7: K<7>::launch(grid, s, args...); break;
+        default: K<8>::launch(grid, s, args...); break;
+    }
+}
+template <int T> struct exl2_gemv_l {
+    template <typename... A> static void launch(dim3 g, cudaStream_t s, A... a) { k_exl2_gemv<T><<<g, k_gemv_threads, 0, s>>>(a...); }
+};
+template <int T> struct gptq_gemv_l {
+    template <typename... A> static void launch(dim3 g, cudaStream_t s, A... a) { k_gptq_gemv<T><<<g, k_gemv_threads, 0, s>>>(a...); }
+};
+
+ggx_status ggx_cuda_op_qmatmul(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
+    const ggx_tensor * w = dst->src[0];
+    const ggx_tensor * xt = dst->src[1];
+    const ggx_qmatrix * q = (const ggx_qmatrix *)w->extra;
+    qextra * e = get_extra(w);
+    if (!e) { ggx_set_error("cuda: %s: quantized matrix not prepared for this backend", w->name); return GGX_STATUS_FAILED; }
+    const int64_t T = ggx_nrows(xt);
+    const int K = q->K, N = q->N;
+    const float * x = (const float *)xt->data;
+    float * y = (float *)dst->data;
+    if (T == 0) return GGX_STATUS_OK;
+    const bool exl2 = w->type == GGX_TYPE_EXL2;
+
+    if (T <= GGX_CUDA_QGEMV_MAX_T) {
+        GGX_CUDA_CHECK(cudaMemsetAsync(y, 0, (size_t)T * N * sizeof(float), ctx.stream));
+        const int Ncols = exl2 ? q->Np : N;
+        dim3 grid((Ncols + k_cols_per_block - 1) / k_cols_per_block, e->n_slices);
+        if (exl2) {
+            launch_t<exl2_gemv_l>((int)T, grid, ctx.stream, (const uint32_t *)q->q_weight, (const uint32_t *)q->q_scale,
+                                  (const half *)q->q_scale_max, (const int32_t *)q->q_perm, (const int4 *)e->pieces,
+                                  (const int *)e->slice_first, x, y, K, N, q->Np, e->slice_rows);
+        } else {
+            launch_t<gptq_gemv_l>((int)T, grid, ctx.stream, (const uint32_t *)q->q_weight, (const uint32_t *)q->qzeros,
+                                  (const half *)q->scales, (const int32_t *)q->q_perm, x, y, K, N, e->slice_rows, q->group_size);
+        }
+        GGX_CUDA_LAUNCH_CHECK();
+        return GGX_STATUS_OK;
+    }
+
+    // prefill: x16 = gather(x) once, then per column slice: dequantize, GEMM into y[:, n0:n0+nc]
+    const size_t need = ggx_cuda_qmatmul_scratch(ctx, dst);
+    if (ctx.scratch_size < need) {
+        ggx_set_error("cuda: scratch too small for %s (%zu < %zu)", w->name, ctx.scratch_size, need);
+        return GGX_STATUS_FAILED;
+    }
+    half * x16 = (half *)ctx.scratch;
+    half * w16 = (half *)((char *)ctx.scratch + (((size_t)T * K * 2 + 255) & ~(size_t)255));
+    const int64_t nx = T * K;
+    k_gather_f16<<<(unsigned)std::min<int64_t>((nx + 255) / 256, 65535), 256, 0, ctx.stream>>>(x, q->q_perm, x16, K, nx);
+    GGX_CUDA_LAUNCH_CHECK();
+    const int nc_max = (int)prefill_cols(q, T, k_prefill_scratch_cap, N);
+    const float alpha = 1.0f, beta = 0.0f;
+    for (int n0 = 0; n0 < N; n0 += nc_max) {
+        const int nc = std::min(nc_max, N - n0);
+        if (exl2) {
+            k_exl2_dequant<<<dim3((nc + 127) / 128, q->n_groups), 128, 0, ctx.stream>>>(
+                q->q_weight, q->q_scale, (const half *)q->q_scale_max, e->groups, w16, q->Np, n0, nc);
+        } else {
+            k_gptq_dequant<<<dim3((nc + 127) / 128, K / 8), 128, 0, ctx.stream>>>(
+                q->q_weight, q->qzeros, (const half *)q->scales, w16, K, N, q->group_size, n0, nc);
+        }
+        GGX_CUDA_LAUNCH_CHECK();
+        // column-major view: y[n0.., t] (nc x T, ld N) = W16 (nc x K, ld nc) * x16 (K x T, ld K)
+        GGX_CUBLAS_CHECK(cublasGemmEx(ctx.cublas, CUBLAS_OP_N, CUBLAS_OP_N, nc, (int)T, K, &alpha, w16, CUDA_R_16F, nc,
+                                      x16, CUDA_R_16F, K, &beta, y + n0, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                                      CUBLAS_GEMM_DEFAULT));
+    }
+    return GGX_STATUS_OK;
+}
