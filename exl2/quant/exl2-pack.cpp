@@ -3,6 +3,7 @@
 #include "exl2/error.h"
 
 #include <cstring>
+#include <numeric>
 
 namespace exl2 {
 
@@ -12,9 +13,7 @@ bool exl2_bits_valid(int bits) {
 
 int exl2_rows_per_chunk(int bits) {
     if (!exl2_bits_valid(bits)) fail("EXL2 packing: bit width %d is not one of 8, 6, 5, 4, 3, 2", bits);
-    int g = bits;               // 32 / gcd(bits, 32)
-    while (32 % g) g--;
-    return 32 / g;
+    return 32 / std::gcd(bits, 32);
 }
 
 static void check_group(const char * what, int R, int N, int bits) {

@@ -174,14 +174,13 @@ static void load_gptq(const SafeTensors & st, const std::string & P, const QLoad
     if (qz.shape[0] < 1 || qz.shape[0] > L.K) bad(qz, strfmt("%lld groups for %d input features", (long long)qz.shape[0], L.K));
     L.G = (int)qz.shape[0];
     want_shape(qz, {L.G, L.N / 8}, "groups x output features / 8");
-    want_dtype(sc, StDtype::F16, StDtype::F32);
-    want_shape(sc, {L.G, L.N}, "groups x output features");
-
     const int gs = gptq_group_size(L.K, L.G);
     if (gs % 8 || (int64_t)(L.G - 1) * gs >= L.K)
         bad(qz, strfmt("%d groups for %d input features give group size %d, which is not usable (multiple of 8, every group non-empty)",
                        L.G, L.K, gs));
     L.group_size = gs;
+    want_dtype(sc, StDtype::F16, StDtype::F32);
+    want_shape(sc, {L.G, L.N}, "groups x output features");
 
     // g_idx: trivial (absent, all zero, or row k in group k/gs) or act-order, which is only
     // representable when sorting rows by group puts sorted row s in group s/gs.
