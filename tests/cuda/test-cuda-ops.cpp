@@ -1,0 +1,227 @@
+// Every non-matmul op on CUDA against the CPU backend, on random inputs and awkward sizes.
+// Tolerances: pure data movement (get_rows, kv_store, cpy) is exact. Element-wise maths differ
+// only by the device's expf/tanhf (a few ulp): atol 1e-6, rtol 1e-5. Row reductions (norms,
+// softmax) sum in a different order: rtol 1e-5 plus atol 1e-6. RoPE angles are formed in double
+// on both sides, the rotation in f32: rtol 1e-5, atol 1e-5. Attention accumulates up to C terms
+// in another order with online rescaling: atol 2e-5, rtol 2e-4 (outputs are O(1) averages).
+#include "cuda-harness.h"
+
+using namespace cudatest;
+
+TEST_CASE("cuda: get_rows f32/f16/bf16 tables, exact") {
+    REQUIRE_CUDA();
+    for (ggx_type tt : {GGX_TYPE_F32, GGX_TYPE_F16, GGX_TYPE_BF16}) {
+        auto o = run_both([&](GraphRun & r) {
+            ggx_tensor * tab = r.input_rand(tt, {100, 37});
+            ggx_tensor * ids = r.input_i32({9}, {0, 36, 5, 5, 17, 1, 30, 2, 36});
+            return ggx_get_rows(r.ctx, tab, ids);
+        });
+        check_close(o.cuda.f, o.cpu.f, 0, 0, std::string("get_rows ") + ggx_type_name(tt));
+    }
+}
+
+TEST_CASE("cuda: add/mul with full and broadcast operands") {
+    REQUIRE_CUDA();
+    for (ggx_op op : {GGX_OP_ADD, GGX_OP_MUL})
+        for (ggx_type bt : {GGX_TYPE_F32, GGX_TYPE_F16, GGX_TYPE_BF16})
+            for (bool bcast : {false, true}) {
+                auto o = run_both([&](GraphRun & r) {
+                    ggx_tensor * a = r.input_f32({131, 7});
+                    ggx_tensor * b = r.input_rand(bt, bcast ? std::vector<int64_t>{131} : std::vector<int64_t>{131, 7});
+                    return op == GGX_OP_ADD ? ggx_add(r.ctx, a, b) : ggx_mul(r.ctx, a, b);
+                });
+                check_close(o.cuda.f, o.cpu.f, 0, 0, std::string(ggx_op_name(op)) + " " + ggx_type_name(bt) + (bcast ? " bcast" : ""));
+            }
+}
+
+TEST_CASE("cuda: unary ops and glu") {
+    REQUIRE_CUDA();
+    for (int which = 0; which < 6; which++) {
+        auto o = run_both([&](GraphRun & r) {
+            ggx_tensor * a = r.input_f32({1000, 3}, 6.0f);
+            switch (which) {
+                case 0: return ggx_scale(r.ctx, a, 0.37f);
+                case 1: return ggx_silu(r.ctx, a);
+                case 2: return ggx_gelu(r.ctx, a);
+                case 3: return ggx_softcap(r.ctx, a, 5.0f);
+                case 4: return ggx_glu(r.ctx, a, r.input_f32({1000, 3}), GGX_ACT_SILU);
+                default: return ggx_glu(r.ctx, a, r.input_f32({1000, 3}), GGX_ACT_GELU);
+            }
+        });
+        check_close(o.cuda.f, o.cpu.f, 1e-6f, 1e-5f, "unary #" + std::to_string(which));
+    }
+}
+
+TEST_CASE("cuda: cpy between float types, exact (round to nearest even)") {
+    REQUIRE_CUDA();
+    for (ggx_type from : {GGX_TYPE_F32, GGX_TYPE_F16, GGX_TYPE_BF16})
+        for (ggx_type to : {GGX_TYPE_F32, GGX_TYPE_F16, GGX_TYPE_BF16}) {
+            auto o = run_both([&](GraphRun & r) { return ggx_cpy(r.ctx, r.input_rand(from, {77, 5}, 3.0f), to); });
+            CHECK(o.cuda.bytes == o.cpu.bytes);
+            check_close(o.cuda.f, o.cpu.f, 0, 0, std::string("cpy ") + ggx_type_name(from) + "->" + ggx_type_name(to));
+        }
+}
+
+TEST_CASE("cuda: rms_norm and layer_norm") {
+    REQUIRE_CUDA();
+    for (int64_t D : {1, 17, 256, 4096})
+        for (int variant = 0; variant < 5; variant++) {
+            auto o = run_both([&](GraphRun & r) {
+                ggx_tensor * x = r.input_f32({D, 5}, 2.0f);
+                switch (variant) {
+                    case 0: return ggx_rms_norm(r.ctx, x, nullptr, 1e-5f);
+                    case 1: return ggx_rms_norm(r.ctx, x, r.input_rand(GGX_TYPE_F32, {D}), 1e-6f);
+                    case 2: return ggx_rms_norm(r.ctx, x, r.input_rand(GGX_TYPE_F16, {D}), 1e-6f);
+                    case 3: return ggx_layer_norm(r.ctx, x, nullptr, nullptr, 1e-5f);
+                    default: return ggx_layer_norm(r.ctx, x, r.input_rand(GGX_TYPE_F16, {D}), r.input_rand(GGX_TYPE_F16, {D}), 1e-5f);
+                }
+            });
+            check_close(o.cuda.f, o.cpu.f, 1e-5f, 1e-5f, "norm D=" + std::to_string(D) + " variant " + std::to_string(variant));
+        }
+}
+
+TEST_CASE("cuda: rope neox/interleave, partial rotation, divisors, yarn") {
+    REQUIRE_CUDA();
+    for (int mode : {GGX_ROPE_NEOX, GGX_ROPE_INTERLEAVE})
+        for (int variant = 0; variant < 3; variant++) {
+            const int64_t hd = 64, H = 3, T = 6;
+            const int n_rot = variant == 1 ? 32 : 64;
+            auto o = run_both([&](GraphRun & r) {
+                ggx_tensor * x = r.input_f32({hd, H, T});
+                ggx_tensor * pos = r.input_i32({T}, {0, 1, 7, 100, 4095, 70000});
+                ggx_tensor * div = nullptr;
+                ggx_params_rope p = {};
+                p.n_rot = n_rot;
+                p.mode = mode;
+                p.theta = 500000.0f;
+                p.pos_scale = 1.0f;
+                p.attn_factor = 1.0f;
+                if (variant == 2) {
+                    div = r.input_rand(GGX_TYPE_F32, {n_rot / 2}, 1.0f);
+                    p.ext_factor = 1.0f;
+                    p.pos_scale = 0.25f;
+                    p.attn_factor = 1.1f;
+                    p.beta_fast = 32.0f;
+                    p.beta_slow = 1.0f;
+                    p.n_ctx_orig = 4096;
+                }
+                if (div) {   // divisors in [0.5, 2]
+                    auto & bytes = r.inputs.back().second;
+                    for (size_t i = 0; i < bytes.size(); i += 4) {
+                        float f;
+                        memcpy(&f, &bytes[i], 4);
+                        f = 1.25f + 0.75f * f;
+                        memcpy(&bytes[i], &f, 4);
+                    }
+                }
+                return ggx_rope(r.ctx, x, pos, div, p);
+            });
+            check_close(o.cuda.f, o.cpu.f, 1e-5f, 1e-5f, "rope mode " + std::to_string(mode) + " variant " + std::to_string(variant));
+        }
+}
+
+TEST_CASE("cuda: softmax and argmax (ties to the lowest index)") {
+    REQUIRE_CUDA();
+    auto o = run_both([&](GraphRun & r) { return ggx_softmax(r.ctx, r.input_f32({1001, 4}, 10.0f), 0.7f); });
+    check_close(o.cuda.f, o.cpu.f, 1e-7f, 1e-5f, "softmax");
+    auto a = run_both([&](GraphRun & r) {
+        std::vector<uint8_t> b(300 * 3 * 4);
+        std::vector<float> v(300 * 3);
+        for (size_t i = 0; i < v.size(); i++) v[i] = (float)((i * 7919) % 97);   // max 96 repeats in each row
+        memcpy(b.data(), v.data(), b.size());
+        return ggx_argmax(r.ctx, r.input(GGX_TYPE_F32, {300, 3}, b));
+    });
+    check_close(a.cuda.f, a.cpu.f, 0, 0, "argmax");
+    auto a2 = run_both([&](GraphRun & r) { return ggx_argmax(r.ctx, r.input_f32({128256, 2})); });
+    check_close(a2.cuda.f, a2.cpu.f, 0, 0, "argmax vocab-sized");
+}
+
+TEST_CASE("cuda: kv_store into f32/f16/bf16 caches, exact") {
+    REQUIRE_CUDA();
+    for (ggx_type ct : {GGX_TYPE_F32, GGX_TYPE_F16, GGX_TYPE_BF16}) {
+        auto o = run_both([&](GraphRun & r) {
+            ggx_tensor * cur = r.input_f32({64 * 2, 3});
+            ggx_tensor * cache = r.input_rand(ct, {64 * 2, 20});
+            ggx_tensor * pos = r.input_i32({3}, {4, 5, 19});
+            return ggx_kv_store(r.ctx, cur, cache, pos);
+        });
+        CHECK(o.cuda.bytes == o.cpu.bytes);
+    }
+}
+
+namespace {
+struct AttnCase { int64_t hd, H, Hkv, C, T; ggx_type ct; float softcap; int window; };
+}
+
+TEST_CASE("cuda: attention decode (split-K) and prefill paths, GQA, softcap, window") {
+    REQUIRE_CUDA();
+    const AttnCase cases[] = {
+        {64, 4, 4, 40, 1, GGX_TYPE_F16, 0, 0},     {128, 8, 2, 700, 1, GGX_TYPE_F16, 0, 0},
+        {128, 32, 8, 4096, 1, GGX_TYPE_F16, 0, 0}, {80, 6, 3, 300, 3, GGX_TYPE_F32, 0, 0},
+        {128, 16, 2, 1000, 8, GGX_TYPE_BF16, 0, 0}, {64, 8, 1, 513, 4, GGX_TYPE_F16, 30.0f, 0},
+        {64, 4, 2, 600, 2, GGX_TYPE_F16, 0, 100},  {64, 4, 2, 200, 17, GGX_TYPE_F16, 0, 0},
+        {128, 8, 2, 300, 64, GGX_TYPE_F32, 0, 0},  {256, 4, 1, 150, 33, GGX_TYPE_F16, 20.0f, 40},
+        {8, 4, 2, 64, 12, GGX_TYPE_F32, 0, 0},
+    };
+    for (const AttnCase & c : cases) {
+        auto o = run_both([&](GraphRun & r) {
+            ggx_tensor * q = r.input_f32({c.hd, c.H, c.T});
+            ggx_tensor * k = r.input_rand(c.ct, {c.hd, c.Hkv, c.C});
+            ggx_tensor * v = r.input_rand(c.ct, {c.hd, c.Hkv, c.C});
+            std::vector<int32_t> pos(c.T);
+            // a prompt chunk at the end of the filled part of the cache, or scattered decodes
+            for (int64_t t = 0; t < c.T; t++) pos[t] = (int32_t)(c.C - c.T + t - (c.T == 1 ? c.C / 3 : 0));
+            ggx_tensor * p = r.input_i32({c.T}, pos);
+            ggx_params_attn ap = {};
+            ap.scale = 1.0f / std::sqrt((float)c.hd);
+            ap.softcap = c.softcap;
+            ap.window = c.window;
+            return ggx_attn(r.ctx, q, k, v, p, ap);
+        });
+        check_close(o.cuda.f, o.cpu.f, 2e-5f, 2e-4f,
+                    "attn hd " + std::to_string(c.hd) + " H " + std::to_string(c.H) + "/" + std::to_string(c.Hkv) + " C " +
+                        std::to_string(c.C) + " T " + std::to_string(c.T));
+    }
+}
+
+TEST_CASE("cuda: a captured graph replays with new inputs") {
+    REQUIRE_CUDA();
+    // Same graph object computed twice; the second set of inputs must be honoured by the replay.
+    ggx_backend * be = cuda_backend();
+    ggx_context * ctx = ggx_context_new();
+    ggx_tensor * x = ggx_new_tensor_2d(ctx, GGX_TYPE_F32, 256, 2);
+    x->flags |= GGX_FLAG_INPUT;
+    ggx_tensor * y = ggx_scale(ctx, ggx_rms_norm(ctx, x, nullptr, 1e-6f), 2.0f);
+    y->flags |= GGX_FLAG_OUTPUT;
+    ggx_graph * g = ggx_graph_new(ctx);
+    ggx_graph_build(g, y);
+    void * buf = nullptr;
+    REQUIRE(be->iface.alloc(be, ggx_graph_plan(g, be->alignment), &buf) == GGX_STATUS_OK);
+    ggx_graph_bind(g, buf);
+    std::vector<float> in(512), out(512);
+    for (int step = 0; step < 3; step++) {
+        for (int i = 0; i < 512; i++) in[i] = (float)((i * (step + 3)) % 11) - 5.0f + 0.5f * step;
+        REQUIRE(ggx_backend_tensor_set(be, x, in.data(), 0, 2048) == GGX_STATUS_OK);
+        REQUIRE(ggx_backend_graph_compute(be, g) == GGX_STATUS_OK);
+        REQUIRE(ggx_backend_tensor_get(be, y, out.data(), 0, 2048) == GGX_STATUS_OK);
+        for (int row = 0; row < 2; row++) {
+            double ss = 0;
+            for (int i = 0; i < 256; i++) ss += (double)in[row * 256 + i] * in[row * 256 + i];
+            const double rr = 1.0 / std::sqrt(ss / 256 + 1e-6);
+            for (int i = 0; i < 256; i++) CHECK(std::fabs(out[row * 256 + i] - 2.0 * in[row * 256 + i] * rr) < 1e-5);
+        }
+    }
+    be->iface.dealloc(be, buf);
+    ggx_context_free(ctx);
+}
+
+TEST_CASE("cuda: out-of-memory and bad device give a message, not a crash") {
+    REQUIRE_CUDA();
+    ggx_backend * be = cuda_backend();
+    void * p = nullptr;
+    CHECK(be->iface.alloc(be, (size_t)1 << 50, &p) == GGX_STATUS_ALLOC_FAILED);
+    CHECK(p == nullptr);
+    CHECK(std::string(ggx_last_error()).find("out of memory") != std::string::npos);
+    CHECK(ggx_backend_init("cuda:999", 0) == nullptr);
+    CHECK(std::string(ggx_last_error()).find("does not exist") != std::string::npos);
+}

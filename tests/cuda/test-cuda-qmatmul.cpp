@@ -1,0 +1,176 @@
+// EXL2 and GPTQ MUL_MAT on CUDA: both paths (GEMV for T <= 8, dequantize + cuBLAS above) against
+// (1) an independent double-precision product with the reference dequantizer's fp16 weights
+// (exl2/quant/dequant.h, bit-exact with ExLlamaV2), and (2) the CPU backend.
+//
+// Error model: the GEMV path applies each group's scale after summing (v - z) * x in fp32, so a
+// weight is used unrounded (relative difference <= 2^-11 from its fp16 value); the prefill path
+// rounds x to fp16 (2^-11) and accumulates in fp32. With fp32 accumulation over K <= 14336 terms
+// the total stays below 2^-10 * sum_k |w_k x_k| (+1e-6 for outputs near zero); against the CPU
+// backend, which has its own rounding, twice that.
+#include "cuda-harness.h"
+
+#include "exl2/quant/dequant.h"
+#include "exl2/quant/qlayer.h"
+#include "exl2/quant/synthetic.h"
+#include "exl2/safetensors.h"
+
+#include <memory>
+
+using namespace cudatest;
+
+namespace {
+
+struct QCase {
+    std::unique_ptr<exl2::SafeTensors> st;
+    exl2::QLayerHost L;
+    std::vector<uint16_t> w16;   // dequantized reference [K][N] (original row order)
+};
+
+QCase make_exl2(int K, int N, const std::string & layout, bool act_order, uint64_t seed) {
+    QCase c;
+    c.st.reset(new exl2::SafeTensors());
+    exl2::SynthExl2Options opt;
+    opt.act_order = act_order;
+    opt.seed = seed;
+    exl2::synth_add(*c.st, exl2::synth_exl2_layer("w", K, N, exl2::exl2_layout_parse(layout), opt));
+    exl2::QLoadOptions lo;
+    lo.N = N;
+    c.L = exl2::qlayer_load(*c.st, "w", lo);
+    exl2::Exl2Raw raw;
+    raw.K = K;
+    raw.N = N;
+    raw.Np = c.L.Np;
+    raw.G = c.L.G;
+    raw.QR = c.L.QR;
+    raw.q_weight = (const uint32_t *)c.st->get("w.q_weight").data;
+    raw.q_scale = (const uint32_t *)c.st->get("w.q_scale").data;
+    raw.q_scale_max = (const uint16_t *)c.st->get("w.q_scale_max").data;
+    raw.q_groups = (const uint16_t *)c.st->get("w.q_groups").data;
+    raw.q_invperm = (const int32_t *)c.st->get("w.q_invperm").data;
+    c.w16.resize((size_t)K * N);
+    exl2::exl2_dequant_ref(raw, 1.0f, c.w16.data());
+    return c;
+}
+
+QCase make_gptq(int K, int N, int gs, bool act_order, uint64_t seed) {
+    QCase c;
+    c.st.reset(new exl2::SafeTensors());
+    exl2::SynthGptqOptions opt;
+    opt.group_size = gs;
+    opt.act_order = act_order;
+    opt.seed = seed;
+    exl2::synth_add(*c.st, exl2::synth_gptq_layer("w", K, N, opt));
+    c.L = exl2::qlayer_load(*c.st, "w", {});
+    exl2::GptqRaw raw;
+    raw.K = K;
+    raw.N = N;
+    raw.G = (int)c.st->get("w.scales").shape[0];
+    raw.qweight = (const uint32_t *)c.st->get("w.qweight").data;
+    raw.qzeros = (const uint32_t *)c.st->get("w.qzeros").data;
+    raw.scales = (const uint16_t *)c.st->get("w.scales").data;
+    raw.g_idx = c.st->has("w.g_idx") ? (const int32_t *)c.st->get("w.g_idx").data : nullptr;
+    c.w16.resize((size_t)K * N);
+    exl2::gptq_dequant_ref(raw, false, 1.0f, c.w16.data());
+    return c;
+}
+
+// Runs y = x W on CUDA (and on the CPU when `with_cpu`), checks both bounds.
+void check_qmatmul(const QCase & c, int T, bool with_cpu, const std::string & what) {
+    const int K = c.L.K, N = c.L.N;
+    std::vector<float> x((size_t)T * K);
+    std::mt19937_64 rng(K * 31 + N * 7 + T);
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    for (float & v : x) v = d(rng);
+    std::vector<uint8_t> xb(x.size() * 4);
+    memcpy(xb.data(), x.data(), xb.size());
+    Builder build = [&](GraphRun & r) {
+        ggx_tensor * w = r.qweight(c.L);
+        ggx_tensor * xt = r.input(GGX_TYPE_F32, {K, T}, xb);
+        return ggx_mul_mat(r.ctx, w, xt);
+    };
+    Output gpu = run_graph(cuda_backend(), build);
+    std::vector<double> ref((size_t)T * N), bound((size_t)T * N), bound2((size_t)T * N);
+    std::vector<double> wd((size_t)K * N);
+    for (size_t i = 0; i < wd.size(); i++) wd[i] = ggx_f16_to_f32(c.w16[i]);
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) {
+            double s = 0, a = 0;
+            for (int k = 0; k < K; k++) {
+                const double p = wd[(size_t)k * N + n] * x[(size_t)t * K + k];
+                s += p;
+                a += std::fabs(p);
+            }
+            ref[(size_t)t * N + n] = s;
+            bound[(size_t)t * N + n] = a / 1024.0 + 1e-6;
+            bound2[(size_t)t * N + n] = a / 512.0 + 2e-6;
+        }
+    check_bound(gpu.f, ref, bound, what + " vs double reference");
+    if (with_cpu) {
+        Output cpu = run_graph(cpu_backend(), build);
+        std::vector<double> cpud(cpu.f.begin(), cpu.f.end());
+        check_bound(gpu.f, cpud, bound2, what + " vs cpu backend");
+    }
+}
+
+}  // namespace
+
+TEST_CASE("cuda: EXL2 matmul, every width alone and mixed, GEMV and prefill paths") {
+    REQUIRE_CUDA();
+    const char * layouts[] = {"8 g32", "6 g32", "5 g32", "4 g128", "3/2 g64 .05/.95", "6/3/2 g32,64,64 .05/.2/.75",
+                              "8/6/5 g32 .05/.1/.85", "8/4/3 g32,128,128 .05/.1/.85", "4/3 g32 .25/.75"};
+    uint64_t seed = 1;
+    for (const char * lay : layouts)
+        for (bool act : {false, true}) {
+            QCase c = make_exl2(512, 200, lay, act, seed++);   // N=200: padded to 224 on disk
+            for (int T : {1, 3, 8, 9, 40})
+                check_qmatmul(c, T, T == 1 || T == 9, std::string("exl2 '") + lay + "' act " + std::to_string(act) + " T " + std::to_string(T));
+        }
+}
+
+TEST_CASE("cuda: EXL2 matmul, every converter layout option (T=1 and T=12)") {
+    REQUIRE_CUDA();
+    uint64_t seed = 100;
+    for (const std::string & lay : exl2::exl2_layout_options()) {
+        QCase c = make_exl2(384, 96, lay, true, seed++);
+        check_qmatmul(c, 1, false, "exl2 '" + lay + "' T 1");
+        check_qmatmul(c, 12, false, "exl2 '" + lay + "' T 12");
+    }
+}
+
+TEST_CASE("cuda: EXL2 matmul at real shapes (4096 x 1024, 14336 x 4096)") {
+    REQUIRE_CUDA();
+    QCase a = make_exl2(4096, 1024, "4/3 g128 .1/.9", true, 7);
+    for (int T : {1, 4, 64}) check_qmatmul(a, T, T != 64, "exl2 4096x1024 T " + std::to_string(T));
+    QCase b = make_exl2(14336, 4096, "4 g128", true, 8);
+    for (int T : {1, 2}) check_qmatmul(b, T, false, "exl2 14336x4096 T " + std::to_string(T));
+}
+
+TEST_CASE("cuda: GPTQ matmul with and without act-order, GEMV and prefill") {
+    REQUIRE_CUDA();
+    uint64_t seed = 50;
+    for (int gs : {32, 128})
+        for (bool act : {false, true}) {
+            QCase c = make_gptq(512, 192, gs, act, seed++);
+            for (int T : {1, 5, 8, 20})
+                check_qmatmul(c, T, T == 1 || T == 20, "gptq g" + std::to_string(gs) + " act " + std::to_string(act) + " T " + std::to_string(T));
+        }
+}
+
+TEST_CASE("cuda: matmul with f32/f16/bf16 weights, GEMV and cuBLAS paths") {
+    REQUIRE_CUDA();
+    // cuBLAS path converts x to the weight type (rel 2^-8 for bf16, 2^-11 for f16); tolerance
+    // relative to sqrt(K) * typical |w x| ~ 1.
+    for (ggx_type wt : {GGX_TYPE_F32, GGX_TYPE_F16, GGX_TYPE_BF16})
+        for (int64_t K : {96, 100, 1024})
+            for (int64_t T : {1, 3, 8, 9, 64}) {
+                auto o = run_both([&](GraphRun & r) {
+                    ggx_tensor * w = r.input_rand(wt, {K, 33});
+                    ggx_tensor * x = r.input_f32({K, T});
+                    return ggx_mul_mat(r.ctx, w, x);
+                });
+                const float tol = (T > 8 ? (wt == GGX_TYPE_BF16 ? 1e-2f : wt == GGX_TYPE_F16 ? 2e-3f : 1e-4f) : 1e-5f) *
+                                  std::sqrt((float)K);
+                check_close(o.cuda.f, o.cpu.f, tol, 0, std::string("mul_mat ") + ggx_type_name(wt) + " K " +
+                                                           std::to_string(K) + " T " + std::to_string(T));
+            }
+}
