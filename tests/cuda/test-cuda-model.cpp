@@ -4,7 +4,7 @@
 // Tolerance: the prefill path rounds activations to fp16 before the tensor-core GEMMs (2^-11
 // relative per input) and the attention sums in another order; through a few layers this stays
 // well below 1e-2 of the largest logit (max-norm), while a wrong kernel moves logits by O(1).
-#include "fixtures.h"
+#include "tests/fixtures.h"
 
 #include "cuda-harness.h"
 
