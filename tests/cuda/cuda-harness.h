@@ -75,6 +75,6 @@ bool check_bound(const std::vector<float> & a, const std::vector<double> & ref, 
 
 #define REQUIRE_CUDA()                                                        \
     if (!cudatest::cuda_backend()) {                                          \
-        MESSAGE("skipped: no usable CUDA device: " << ggx_last_error());      \
+        MESSAGE("skipped: no usable CUDA device: " << std::string(ggx_last_error()));      \
         return;                                                               \
     }

@@ -72,7 +72,7 @@ TEST_CASE("cuda: kjv-6m logits match the CPU backend") {
 
 TEST_CASE("cuda: ExLlamaV2-made EXL2 models (2.7/4.0/8.0 bpw) match the CPU backend") {
     REQUIRE_CUDA();
-    for (const char * m : {"exl2/4.0bpw", "exl2/2.7bpw", "exl2/8.0bpw"}) {
+    for (const std::string m : {"exl2/4.0bpw", "exl2/2.7bpw", "exl2/8.0bpw"}) {
         REQUIRE_FIXTURE(dir, m);
         compare_model(dir);
     }
