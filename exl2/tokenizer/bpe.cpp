@@ -8,6 +8,12 @@
 namespace exl2 {
 namespace tok {
 
+namespace {
+constexpr size_t kChunkMin = 48;        // words longer than this are cut where that is safe
+constexpr size_t kCacheMaxWord = 256;   // longer chunks are not cached
+constexpr size_t kCacheMaxEntries = 1 << 18;
+}  // namespace
+
 void MergeMap::reserve(size_t n) {
     size_t cap = 16;
     while (cap < n * 2) cap *= 2;
@@ -39,71 +45,127 @@ void MergeMap::insert(int32_t a, int32_t b, int32_t rank, int32_t merged) {
     }
 }
 
-BpeModel::BpeModel(std::unordered_map<std::string, int32_t> vocab,
+BpeModel::BpeModel(const std::unordered_map<std::string, int32_t> & vocab,
                    const std::vector<std::pair<std::string, std::string>> & merges, BpeOptions opt,
                    const Where & where)
-    : vocab_(std::move(vocab)), opt_(std::move(opt)) {
+    : opt_(std::move(opt)) {
     const size_t prefix_len = opt_.continuing_subword_prefix.size();
     merges_.reserve(merges.size());
     for (size_t r = 0; r < merges.size(); r++) {
         const auto & m = merges[r];
-        auto ia = vocab_.find(m.first);
-        auto ib = vocab_.find(m.second);
-        if (ia == vocab_.end() || ib == vocab_.end())
+        auto ia = vocab.find(m.first);
+        auto ib = vocab.find(m.second);
+        if (ia == vocab.end() || ib == vocab.end())
             fail_at(where.at(r), "merge \"" + m.first + " " + m.second + "\" names token \"" +
-                                     (ia == vocab_.end() ? m.first : m.second) + "\" absent from the vocab");
+                                     (ia == vocab.end() ? m.first : m.second) + "\" absent from the vocab");
         // With a continuing-subword prefix the right part loses it in the merged token.
         std::string merged = m.first;
         if (prefix_len && m.second.compare(0, prefix_len, opt_.continuing_subword_prefix) == 0)
             merged.append(m.second, prefix_len, std::string::npos);
         else
             merged += m.second;
-        auto im = vocab_.find(merged);
-        if (im == vocab_.end())
-            fail_at(where.at(r), "merged token \"" + merged + "\" absent from the vocab");
+        auto im = vocab.find(merged);
+        if (im == vocab.end()) fail_at(where.at(r), "merged token \"" + merged + "\" absent from the vocab");
         merges_.insert(ia->second, ib->second, (int32_t)r, im->second);
     }
-    init();
+    init(vocab);
 }
 
-BpeModel::BpeModel(std::unordered_map<std::string, int32_t> vocab, MergeMap merges, BpeOptions opt)
-    : vocab_(std::move(vocab)), merges_(std::move(merges)), opt_(std::move(opt)) {
-    init();
+BpeModel::BpeModel(const std::unordered_map<std::string, int32_t> & vocab, MergeMap merges, BpeOptions opt)
+    : merges_(std::move(merges)), opt_(std::move(opt)) {
+    init(vocab);
 }
 
-void BpeModel::init() {
+void BpeModel::init(const std::unordered_map<std::string, int32_t> & vocab) {
     int32_t max_id = -1;
-    for (auto & kv : vocab_) max_id = std::max(max_id, kv.second);
+    for (auto & kv : vocab) max_id = std::max(max_id, kv.second);
     id_to_tok_.assign((size_t)(max_id + 1), std::string());
     has_id_.assign((size_t)(max_id + 1), false);
-    for (auto & kv : vocab_) {
+    for (auto & kv : vocab) {
         if (kv.second < 0) continue;
         id_to_tok_[(size_t)kv.second] = kv.first;
         has_id_[(size_t)kv.second] = true;
     }
+    // Insert in id order so that a duplicated text keeps its lowest id deterministically.
+    for (size_t id = 0; id < id_to_tok_.size(); id++)
+        if (has_id_[id]) vocab_.insert(id_to_tok_[id], (int32_t)id);
     for (int b = 0; b < 256; b++) {
         char name[8];
         snprintf(name, sizeof(name), "<0x%02X>", b);
-        auto it = vocab_.find(name);
-        byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
+        byte_ids_[b] = vocab_.find(name);
     }
     for (int32_t & v : small_char_ids_) v = -1;
-    for (auto & kv : vocab_) {
+    for (size_t id = 0; id < id_to_tok_.size(); id++) {
+        const std::string & t = id_to_tok_[id];
+        if (!has_id_[id] || t.empty()) continue;
         size_t i = 0;
-        uint32_t cp = uni::utf8_next(kv.first.data(), kv.first.size(), i);
-        if (i != kv.first.size() || kv.first.empty()) continue;
-        if (cp < 512) small_char_ids_[cp] = kv.second;
-        else char_ids_[cp] = kv.second;
+        uint32_t cp = uni::utf8_next(t.data(), t.size(), i);
+        if (i != t.size()) continue;
+        if (cp < 512) {
+            if (small_char_ids_[cp] < 0) small_char_ids_[cp] = (int32_t)id;
+        } else {
+            char_ids_.emplace(cp, (int32_t)id);
+        }
     }
-    if (!opt_.unk_token.empty()) {
-        auto it = vocab_.find(opt_.unk_token);
-        unk_id_ = it == vocab_.end() ? -1 : it->second;
+    if (!opt_.unk_token.empty()) unk_id_ = vocab_.find(opt_.unk_token);
+    build_inner_pairs();
+}
+
+void BpeModel::build_inner_pairs() {
+    inner_pairs_ = MergeMap();
+    if (!opt_.continuing_subword_prefix.empty() || !opt_.end_of_word_suffix.empty()) return;
+    for (size_t id = 0; id < id_to_tok_.size(); id++) {
+        if (!has_id_[id]) continue;
+        const std::string & t = id_to_tok_[id];
+        if (byte_input_) {
+            std::string raw;
+            bool ok = true;
+            for (size_t i = 0; i < t.size() && ok;) {
+                int b = char_to_byte(uni::utf8_next(t.data(), t.size(), i));
+                if (b < 0) ok = false;
+                else raw += (char)b;
+            }
+            if (!ok) continue;
+            for (size_t i = 1; i < raw.size(); i++) inner_pairs_.insert((uint8_t)raw[i - 1], (uint8_t)raw[i], 0, 0);
+        } else {
+            size_t i = 0;
+            uint32_t prev = t.empty() ? 0 : uni::utf8_next(t.data(), t.size(), i);
+            while (i < t.size()) {
+                uint32_t cp = uni::utf8_next(t.data(), t.size(), i);
+                inner_pairs_.insert((int32_t)prev, (int32_t)cp, 0, 0);
+                prev = cp;
+            }
+        }
     }
 }
 
-int32_t BpeModel::token_to_id(const std::string & token) const {
-    auto it = vocab_.find(token);
-    return it == vocab_.end() ? -1 : it->second;
+bool BpeModel::set_byte_input() {
+    if (!opt_.continuing_subword_prefix.empty() || !opt_.end_of_word_suffix.empty() || unk_id_ >= 0 ||
+        opt_.byte_fallback)
+        return false;
+    // Tokens made only of byte characters, by their raw bytes. Other tokens (added tokens with
+    // other characters) can never come out of byte-level input anyway.
+    raw_vocab_.clear();
+    for (size_t id = 0; id < id_to_tok_.size(); id++) {
+        if (!has_id_[id]) continue;
+        const std::string & t = id_to_tok_[id];
+        std::string raw;
+        bool ok = !t.empty();
+        for (size_t i = 0; i < t.size() && ok;) {
+            int b = char_to_byte(uni::utf8_next(t.data(), t.size(), i));
+            if (b < 0) ok = false;
+            else raw += (char)b;
+        }
+        if (ok) raw_vocab_.insert(raw, (int32_t)id);
+    }
+    for (int b = 0; b < 256; b++) {
+        size_t i = 0;
+        const std::string & c = byte_to_char((uint8_t)b);
+        byte_syms_[b] = symbol_id(uni::utf8_next(c.data(), c.size(), i));
+    }
+    byte_input_ = true;
+    build_inner_pairs();
+    return true;
 }
 
 const std::string * BpeModel::id_to_token(int32_t id) const {
@@ -111,33 +173,71 @@ const std::string * BpeModel::id_to_token(int32_t id) const {
     return &id_to_tok_[(size_t)id];
 }
 
+int32_t BpeModel::symbol_id(uint32_t cp) const {
+    if (cp < 512) return small_char_ids_[cp];
+    if (cp >= uni::kInvalidBase) return -1;
+    auto it = char_ids_.find(cp);
+    return it == char_ids_.end() ? -1 : it->second;
+}
+
 void BpeModel::encode(const std::string & piece, std::vector<int32_t> & out) const {
     if (piece.empty()) return;
+    const StrMap & whole = byte_input_ ? raw_vocab_ : vocab_;
     if (opt_.ignore_merges) {
-        auto it = vocab_.find(piece);
-        if (it != vocab_.end()) {
-            out.push_back(it->second);
+        int32_t id = whole.find(piece);
+        if (id >= 0) {
+            out.push_back(id);
             return;
         }
     }
-    {
+    const char * p = piece.data();
+    const size_t n = piece.size();
+    if (n <= kChunkMin || inner_pairs_.size() == 0) {
+        encode_chunk(p, n, out);
+        return;
+    }
+    // Cut between characters a|b where both are single-character tokens and no token contains
+    // "ab": no merge can ever join the two sides, so each side merges on its own.
+    size_t start = 0, i = 0;
+    uint32_t prev = 0;
+    bool prev_ok = false;
+    while (i < n) {
+        size_t b = i;
+        uint32_t cp = byte_input_ ? (uint8_t)p[i++] : uni::utf8_next(p, n, i);
+        bool ok = (byte_input_ ? byte_syms_[cp] : symbol_id(cp)) >= 0;
+        if (prev_ok && ok && b > start && !inner_pairs_.contains((int32_t)prev, (int32_t)cp)) {
+            encode_chunk(p + start, b - start, out);
+            start = b;
+        }
+        prev = cp;
+        prev_ok = ok;
+    }
+    encode_chunk(p + start, n - start, out);
+}
+
+void BpeModel::encode_chunk(const char * p, size_t n, std::vector<int32_t> & out) const {
+    if (n < kCacheMaxWord) {
         std::lock_guard<std::mutex> lock(cache_mu_);
-        auto it = cache_.find(piece);
-        if (it != cache_.end()) {
-            out.insert(out.end(), it->second.begin(), it->second.end());
+        int32_t k = cache_.find(p, n);
+        if (k >= 0) {
+            auto span = cache_spans_[(size_t)k];
+            out.insert(out.end(), cache_ids_.begin() + span.first, cache_ids_.begin() + span.first + span.second);
             return;
         }
     }
     size_t start = out.size();
-    merge_word(piece, out);
-    if (piece.size() < 256) {
+    merge_word(p, n, out);
+    if (n < kCacheMaxWord) {
         std::lock_guard<std::mutex> lock(cache_mu_);
-        if (cache_.size() < 200000)
-            cache_.emplace(piece, std::vector<int32_t>(out.begin() + (long)start, out.end()));
+        if (cache_.size() < kCacheMaxEntries && cache_.find(p, n) < 0) {
+            cache_spans_.push_back({(uint32_t)cache_ids_.size(), (uint32_t)(out.size() - start)});
+            cache_ids_.insert(cache_ids_.end(), out.begin() + (long)start, out.end());
+            cache_.insert(p, n, (int32_t)cache_spans_.size() - 1);
+        }
     }
 }
 
-void BpeModel::merge_word(const std::string & w, std::vector<int32_t> & out) const {
+void BpeModel::merge_word(const char * w, size_t n, std::vector<int32_t> & out) const {
     struct Sym {
         int32_t id;
         int32_t prev, next;
@@ -147,62 +247,64 @@ void BpeModel::merge_word(const std::string & w, std::vector<int32_t> & out) con
         int32_t rank;
         int32_t pos;
         int32_t merged;
-        // std heap is a max-heap: "greater" means lower priority.
+        // std heap is a max-heap: "less" means lower priority (higher rank, then further right).
         bool operator<(const Cand & o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
     };
     thread_local std::vector<Sym> syms;
     thread_local std::vector<Cand> heap;
+    thread_local std::string buf;
     syms.clear();
     heap.clear();
-
-    const bool affixes = !opt_.continuing_subword_prefix.empty() || !opt_.end_of_word_suffix.empty();
-    int32_t unk_pending = -1;  // fused unknown run waiting to be added
     auto add = [&](int32_t id) {
         syms.push_back({id, (int32_t)syms.size() - 1, (int32_t)syms.size() + 1, true});
     };
-    std::string buf;
-    for (size_t i = 0; i < w.size();) {
-        size_t b = i;
-        uint32_t cp = uni::utf8_next(w.data(), w.size(), i);
-        int32_t id = -1;
-        if (!affixes) {
-            if (cp < 512) id = small_char_ids_[cp];
-            else if (cp < uni::kInvalidBase) {
-                auto it = char_ids_.find(cp);
-                if (it != char_ids_.end()) id = it->second;
-            }
-        } else {
-            buf.clear();
-            if (b != 0) buf += opt_.continuing_subword_prefix;
-            buf.append(w, b, i - b);
-            if (i == w.size()) buf += opt_.end_of_word_suffix;
-            auto it = vocab_.find(buf);
-            if (it != vocab_.end()) id = it->second;
+
+    if (byte_input_) {
+        for (size_t i = 0; i < n; i++) {
+            int32_t id = byte_syms_[(uint8_t)w[i]];
+            if (id >= 0) add(id);  // a byte without a token is dropped, as with no unk token
         }
-        if (id >= 0) {
-            if (unk_pending >= 0) {
-                add(unk_pending);
-                unk_pending = -1;
+    } else {
+        const bool affixes = !opt_.continuing_subword_prefix.empty() || !opt_.end_of_word_suffix.empty();
+        int32_t unk_pending = -1;  // fused unknown run waiting to be added
+        for (size_t i = 0; i < n;) {
+            size_t b = i;
+            uint32_t cp = uni::utf8_next(w, n, i);
+            int32_t id;
+            if (!affixes) {
+                id = symbol_id(cp);
+            } else {
+                buf.clear();
+                if (b != 0) buf += opt_.continuing_subword_prefix;
+                buf.append(w + b, i - b);
+                if (i == n) buf += opt_.end_of_word_suffix;
+                id = vocab_.find(buf);
             }
-            add(id);
-            continue;
-        }
-        if (opt_.byte_fallback) {
-            bool all = true;
-            for (size_t k = b; k < i; k++)
-                if (byte_ids_[(unsigned char)w[k]] < 0) all = false;
-            if (all) {
-                // As tokenizers: a pending fused unknown is not flushed before byte tokens.
-                for (size_t k = b; k < i; k++) add(byte_ids_[(unsigned char)w[k]]);
+            if (id >= 0) {
+                if (unk_pending >= 0) {
+                    add(unk_pending);
+                    unk_pending = -1;
+                }
+                add(id);
                 continue;
             }
+            if (opt_.byte_fallback) {
+                bool all = true;
+                for (size_t k = b; k < i; k++)
+                    if (byte_ids_[(uint8_t)w[k]] < 0) all = false;
+                if (all) {
+                    // As tokenizers: a pending fused unknown is not flushed before byte tokens.
+                    for (size_t k = b; k < i; k++) add(byte_ids_[(uint8_t)w[k]]);
+                    continue;
+                }
+            }
+            if (unk_id_ >= 0) {
+                if (unk_pending >= 0 && !opt_.fuse_unk) add(unk_pending);
+                unk_pending = unk_id_;
+            }
         }
-        if (unk_id_ >= 0) {
-            if (unk_pending >= 0 && !opt_.fuse_unk) add(unk_pending);
-            unk_pending = unk_id_;
-        }
+        if (unk_pending >= 0) add(unk_pending);
     }
-    if (unk_pending >= 0) add(unk_pending);
     if (syms.empty()) return;
     syms.back().next = -1;
 

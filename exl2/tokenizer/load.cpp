@@ -19,6 +19,8 @@
 #include "exl2/json.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdlib>
 
 namespace exl2 {
 
@@ -153,6 +155,10 @@ const char * const kSpecialKeys[] = {"bos_token", "eos_token", "unk_token", "sep
 // named special tokens and extra special tokens that are not added tokens yet.
 void apply_config_tokens(Tokenizer::Impl & im, const Config & cfg, const Json * json_added, const Where & jw) {
     const Json & c = cfg.j;
+    if (!c.is_object()) {
+        if (json_added) add_json_added_tokens(im, *json_added, jw);
+        return;
+    }
     Where cw{cfg.path, ""};
     const Json & decoder = c.get("added_tokens_decoder");
     if (decoder.is_object()) {
@@ -180,7 +186,6 @@ void apply_config_tokens(Tokenizer::Impl & im, const Config & cfg, const Json * 
         t.special = true;
         im.add_token(t);
     };
-    if (!c.is_object()) return;
     for (const char * k : kSpecialKeys) add_special(c.get(k), cw.at(k));
     for (const char * k : {"additional_special_tokens", "extra_special_tokens"}) {
         const Json & a = c.get(k);
@@ -240,8 +245,66 @@ std::string class_name(const Config & cfg) {
     return c;
 }
 
-std::unique_ptr<Model> bpe_model(BpeParts & p, const Where & w) {
-    return std::make_unique<BpeModel>(std::move(p.vocab), p.merges, p.opt, w);
+enum class Kind { JsonLiteral, Llama, Gpt2, Qwen2, Tiktoken };
+
+// LlamaTokenizer (transformers 5): Metaspace without split, Llama decoder.
+void llama_pipeline(Tokenizer::Impl & im, const Config & cfg) {
+    const Json & aps = cfg.j.get("add_prefix_space");
+    bool add_prefix_space = aps.is_bool() ? aps.as_bool() : true;
+    bool legacy = cfg.j.get("legacy").is_bool() && cfg.j.get("legacy").as_bool();
+    PrependScheme scheme = !add_prefix_space ? PrependScheme::Never
+                           : legacy          ? PrependScheme::Always
+                                             : PrependScheme::First;
+    im.pre = make_metaspace_pre(0x2581, scheme, false);
+    im.decoder = make_sp_decoder(add_prefix_space);
+}
+
+// The model of a SentencePiece file as transformers converts it: every piece in the vocabulary,
+// merges generated from the vocabulary, control pieces as special added tokens.
+void load_sentencepiece(Tokenizer::Impl & im, const std::string & data, const std::string & path) {
+    SpModel sp = read_sentencepiece(data, path);
+    if (sp.model_type != 2)
+        fail("%s: trainer_spec.model_type: %d is not supported (BPE = 2 only)", path.c_str(), sp.model_type);
+    std::unordered_map<std::string, int32_t> vocab;
+    vocab.reserve(sp.pieces.size());
+    for (size_t i = 0; i < sp.pieces.size(); i++) vocab.emplace(sp.pieces[i], (int32_t)i);
+    MergeMap merges = merges_from_vocab(vocab);
+    BpeOptions bo;
+    bo.fuse_unk = true;
+    bo.byte_fallback = true;
+    im.model = std::make_unique<BpeModel>(std::move(vocab), std::move(merges), bo);
+    for (size_t i = 0; i < sp.pieces.size(); i++) {
+        if (sp.types[i] != SpModel::CONTROL && sp.types[i] != SpModel::USER_DEFINED) continue;
+        AddedToken t;
+        t.content = sp.pieces[i];
+        t.id = (int32_t)i;
+        t.special = sp.types[i] == SpModel::CONTROL;
+        t.normalized = false;
+        im.add_token(t);
+    }
+}
+
+// transformers' TikTokenConverter: byte-level vocabulary from the ranks, Llama 3 split regex.
+void load_tiktoken(Tokenizer::Impl & im, const std::string & data, const std::string & path) {
+    auto ranks = read_tiktoken(data, path);
+    std::unordered_map<std::string, int32_t> bytes_vocab, vocab;
+    bytes_vocab.reserve(ranks.size());
+    vocab.reserve(ranks.size());
+    for (auto & r : ranks) {
+        bytes_vocab[r.first] = r.second;
+        std::string mapped;
+        for (unsigned char c : r.first) mapped += byte_to_char(c);
+        vocab[mapped] = r.second;
+    }
+    MergeMap merges = merges_from_ranks(bytes_vocab);
+    BpeOptions bo;
+    bo.ignore_merges = true;
+    im.model = std::make_unique<BpeModel>(std::move(vocab), std::move(merges), bo);
+    std::vector<std::unique_ptr<PreTokenizer>> seq;
+    seq.push_back(make_split_regex(kLlama3Pattern, SplitBehavior::Isolated, false));
+    seq.push_back(make_byte_level_pre(false, false));
+    im.pre = make_pre_sequence(std::move(seq));
+    im.decoder = make_byte_level_decoder();
 }
 
 }  // namespace
@@ -258,176 +321,142 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string & dir, const Tokeni
         cfg.j = Json::parse_file(cfg.path);
         if (!cfg.j.is_object()) fail("%s: expected a JSON object", cfg.path.c_str());
     }
-    const std::string cls = class_name(cfg);
     const bool has_json = file_exists(json_path);
     const bool has_model = file_exists(model_path);
     const bool has_vocab = file_exists(vocab_path) && file_exists(merges_path);
     if (!has_json && !has_model && !has_vocab)
         fail("%s: no tokenizer.json, tokenizer.model or vocab.json + merges.txt", dir.c_str());
 
-    Json tj;  // tokenizer.json when used
-    Where jw{json_path, ""};
-    const Json * json_added = nullptr;
+    // Which pipeline: see the comment at the top of this file.
+    std::string cls;
+    try {
+        cls = class_name(cfg);
+    } catch (const Error & e) {
+        fail("%s: tokenizer_class: %s", cfg.path.c_str(), e.what());
+    }
+    std::string model_data;
+    Kind kind;
+    if (has_json && opt.literal_json) kind = Kind::JsonLiteral;
+    else if (cls == "LlamaTokenizer" && (has_json || has_model)) kind = Kind::Llama;
+    else if (cls == "GPT2Tokenizer" && (has_json || has_vocab)) kind = Kind::Gpt2;
+    else if (cls == "Qwen2Tokenizer" && (has_json || has_vocab)) kind = Kind::Qwen2;
+    else if (has_json) kind = Kind::JsonLiteral;
+    else if (has_model) {
+        model_data = read_file(model_path);
+        kind = looks_like_tiktoken(model_data) ? Kind::Tiktoken : Kind::Llama;
+    } else kind = Kind::Gpt2;
+
+    Json tj;  // tokenizer.json when read
+    const Where jw{json_path, ""};
     bool have_post = false;
-
-    const bool llama = cls == "LlamaTokenizer" || cls == "LlamaTokenizer" || cls == "CodeLlamaTokenizer";
-    const bool gpt2 = cls == "GPT2Tokenizer";
-    const bool qwen2 = cls == "Qwen2Tokenizer";
-    const bool rebuild = !opt.literal_json && (llama || gpt2 || qwen2);
-
-    if (has_json && (opt.literal_json || !rebuild)) {
-        // ---- tokenizer.json as written ----
+    if (has_json && kind != Kind::Tiktoken) {
         tj = Json::parse_file(json_path);
         if (!tj.is_object()) fail_at(jw, "expected a JSON object");
+        if (kind != Kind::JsonLiteral || !opt.literal_json) {
+            // transformers keeps tokenizer.json's post-processor for the rebuilt classes too
+            im->post = template_from_json(tj.get("post_processor"), jw.at("post_processor"));
+            have_post = !tj.get("post_processor").is_null();
+        }
+    }
+    auto json_bpe = [&](BpeOptions * override_opt) {
         const Json & m = tj.get("model");
         check_model_type(m, jw.at("model"));
         BpeParts p = bpe_parts_from_json(m, jw.at("model"));
-        im->model = bpe_model(p, jw.at("model").at("merges"));
+        if (override_opt) p.opt = *override_opt;
+        return std::make_unique<BpeModel>(std::move(p.vocab), p.merges, p.opt, jw.at("model").at("merges"));
+    };
+
+    switch (kind) {
+    case Kind::JsonLiteral:
+        im->model = json_bpe(nullptr);
         im->normalizer = normalizer_from_json(tj.get("normalizer"), jw.at("normalizer"));
         im->pre = pre_tokenizer_from_json(tj.get("pre_tokenizer"), jw.at("pre_tokenizer"));
         im->decoder = decoder_from_json(tj.get("decoder"), jw.at("decoder"));
         im->post = template_from_json(tj.get("post_processor"), jw.at("post_processor"));
         have_post = !tj.get("post_processor").is_null();
-        if (opt.literal_json) add_json_added_tokens(*im, tj.get("added_tokens"), jw.at("added_tokens"));
-        json_added = tj.find("added_tokens");
-        im->desc = "tokenizer.json (as written)";
-    } else if (rebuild && (llama || (!gpt2 && !qwen2 && has_model && !has_json))) {
-        // handled below with the SentencePiece / Llama rebuild
-    }
-
-    if (!im->model) {
-        bool add_prefix_space = cfg.j.get("add_prefix_space").is_bool() ? cfg.j.get_bool("add_prefix_space", false)
-                                                                         : llama || (!gpt2 && !qwen2);
-        if (has_json && rebuild) {
-            tj = Json::parse_file(json_path);
-            if (!tj.is_object()) fail_at(jw, "expected a JSON object");
-            json_added = tj.find("added_tokens");
-            const Json & pp = tj.get("post_processor");
-            im->post = template_from_json(pp, jw.at("post_processor"));
-            have_post = !pp.is_null();
-        }
-        if (gpt2 || qwen2 || (!has_json && !has_model && has_vocab)) {
-            BpeParts p;
-            std::string what;
-            if (has_json && rebuild) {
-                check_model_type(tj.get("model"), jw.at("model"));
-                p = bpe_parts_from_json(tj.get("model"), jw.at("model"));
-                what = "tokenizer.json vocab/merges";
-            } else {
-                if (!has_vocab) fail("%s: %s needs vocab.json and merges.txt", dir.c_str(), cls.c_str());
-                p.vocab = read_vocab_json(vocab_path);
-                p.merges = read_merges_txt(merges_path);
-                what = "vocab.json + merges.txt";
-            }
-            p.opt = BpeOptions();
-            im->model = std::make_unique<BpeModel>(std::move(p.vocab), p.merges, p.opt, Where{merges_path, "merges"});
-            if (qwen2) {
-                im->normalizer = make_nfc_normalizer();
-                std::vector<std::unique_ptr<PreTokenizer>> seq;
-                seq.push_back(make_split_regex(kQwen2Pattern, SplitBehavior::Isolated, false));
-                seq.push_back(make_byte_level_pre(add_prefix_space, false));
-                im->pre = make_pre_sequence(std::move(seq));
-                im->desc = what + ", Qwen2Tokenizer pipeline";
-            } else {
-                im->pre = make_byte_level_pre(add_prefix_space, true);
-                im->desc = what + ", GPT2Tokenizer pipeline";
-            }
-            im->decoder = make_byte_level_decoder();
-        } else if (has_json && rebuild) {
-            // LlamaTokenizer from tokenizer.json's vocabulary and merges
-            check_model_type(tj.get("model"), jw.at("model"));
-            BpeParts p = bpe_parts_from_json(tj.get("model"), jw.at("model"));
-            p.opt = BpeOptions();
-            p.opt.fuse_unk = true;
-            p.opt.byte_fallback = true;
-            im->model = bpe_model(p, jw.at("model").at("merges"));
-            im->desc = "tokenizer.json vocab/merges, LlamaTokenizer pipeline";
-        } else if (has_model) {
-            std::string data = read_file(model_path);
-            if (looks_like_tiktoken(data)) {
-                auto ranks = read_tiktoken(data, model_path);
-                std::unordered_map<std::string, int32_t> bytes_vocab, vocab;
-                bytes_vocab.reserve(ranks.size());
-                vocab.reserve(ranks.size());
-                for (auto & r : ranks) {
-                    bytes_vocab[r.first] = r.second;
-                    std::string mapped;
-                    for (unsigned char c : r.first) mapped += byte_to_char(c);
-                    vocab[mapped] = r.second;
-                }
-                MergeMap merges = merges_from_ranks(bytes_vocab);
-                BpeOptions bo;
-                bo.ignore_merges = true;
-                im->model = std::make_unique<BpeModel>(std::move(vocab), std::move(merges), bo);
-                std::vector<std::unique_ptr<PreTokenizer>> seq;
-                seq.push_back(make_split_regex(kLlama3Pattern, SplitBehavior::Isolated, false));
-                seq.push_back(make_byte_level_pre(false, false));
-                im->pre = make_pre_sequence(std::move(seq));
-                im->decoder = make_byte_level_decoder();
-                im->desc = "tiktoken tokenizer.model, Llama 3 pipeline";
-                add_prefix_space = false;
-                goto tokens;  // no Metaspace pipeline for tiktoken files
-            }
-            SpModel sp = read_sentencepiece(data, model_path);
-            if (sp.model_type != 2)
-                fail("%s: SentencePiece model type %d is not supported (BPE only)", model_path.c_str(), sp.model_type);
-            std::unordered_map<std::string, int32_t> vocab;
-            vocab.reserve(sp.pieces.size());
-            for (size_t i = 0; i < sp.pieces.size(); i++) vocab.emplace(sp.pieces[i], (int32_t)i);
-            MergeMap merges = merges_from_vocab(vocab);
+        add_json_added_tokens(*im, tj.get("added_tokens"), jw.at("added_tokens"));
+        im->desc = "tokenizer.json as written";
+        break;
+    case Kind::Llama:
+        if (has_json) {
             BpeOptions bo;
             bo.fuse_unk = true;
             bo.byte_fallback = true;
-            im->model = std::make_unique<BpeModel>(std::move(vocab), std::move(merges), bo);
-            // control pieces are special added tokens, user-defined ones plain added tokens
-            for (size_t i = 0; i < sp.pieces.size(); i++) {
-                if (sp.types[i] != SpModel::CONTROL && sp.types[i] != SpModel::USER_DEFINED) continue;
-                AddedToken t;
-                t.content = sp.pieces[i];
-                t.id = (int32_t)i;
-                t.special = sp.types[i] == SpModel::CONTROL;
-                t.normalized = false;
-                im->add_token(t);
-            }
+            im->model = json_bpe(&bo);
+            im->desc = "tokenizer.json vocabulary and merges, LlamaTokenizer pipeline";
+        } else {
+            if (model_data.empty()) model_data = read_file(model_path);
+            load_sentencepiece(*im, model_data, model_path);
             im->desc = "SentencePiece tokenizer.model, LlamaTokenizer pipeline";
         }
-        {
-            // LlamaTokenizer pipeline (transformers 5)
-            bool legacy = cfg.j.get("legacy").is_bool() && cfg.j.get("legacy").as_bool();
-            PrependScheme scheme = !add_prefix_space ? PrependScheme::Never
-                                   : legacy          ? PrependScheme::Always
-                                                     : PrependScheme::First;
-            im->pre = make_metaspace_pre(0x2581, scheme, false);
-            im->decoder = make_sp_decoder(add_prefix_space);
+        llama_pipeline(*im, cfg);
+        break;
+    case Kind::Gpt2:
+    case Kind::Qwen2: {
+        BpeOptions bo;
+        if (has_json) {
+            im->model = json_bpe(&bo);
+            im->desc = "tokenizer.json vocabulary and merges";
+        } else {
+            im->model = std::make_unique<BpeModel>(read_vocab_json(vocab_path), read_merges_txt(merges_path), bo,
+                                                   Where{merges_path, "merges"});
+            im->desc = "vocab.json + merges.txt";
         }
+        bool aps = cfg.j.get("add_prefix_space").is_bool() && cfg.j.get("add_prefix_space").as_bool();
+        if (kind == Kind::Qwen2) {
+            im->normalizer = make_nfc_normalizer();
+            std::vector<std::unique_ptr<PreTokenizer>> seq;
+            seq.push_back(make_split_regex(kQwen2Pattern, SplitBehavior::Isolated, false));
+            seq.push_back(make_byte_level_pre(aps, false));
+            im->pre = make_pre_sequence(std::move(seq));
+            im->desc += ", Qwen2Tokenizer pipeline";
+        } else {
+            im->pre = make_byte_level_pre(aps, true);
+            im->desc += ", GPT2Tokenizer pipeline";
+        }
+        im->decoder = make_byte_level_decoder();
+        break;
     }
-tokens:
-    if (!opt.literal_json) {
-        apply_config_tokens(*im, cfg, json_added, jw.at("added_tokens"));
-        im->clean_up_spaces = cfg.j.get_bool("clean_up_tokenization_spaces", false);
+    case Kind::Tiktoken:
+        load_tiktoken(*im, model_data, model_path);
+        im->desc = "tiktoken tokenizer.model, Llama 3 pipeline";
+        break;
     }
-    // named special tokens
-    auto id_of = [&](const char * key) {
-        std::string text = special_text(cfg.j.get(key));
-        return text.empty() ? -1 : im->find_id(text);
-    };
-    im->bos = id_of("bos_token");
-    im->eos = id_of("eos_token");
-    im->pad = id_of("pad_token");
-    im->unk = id_of("unk_token");
-    if (im->bos < 0) {
-        auto v = config_ids(dir, "bos_token_id");
-        if (!v.empty()) im->bos = v[0];
+
+    try {
+        if (!opt.literal_json) {
+            // Added tokens: the config's list, or tokenizer.json's for the rebuilt classes.
+            const Json * json_added = (has_json && kind != Kind::JsonLiteral) ? tj.find("added_tokens") : nullptr;
+            apply_config_tokens(*im, cfg, json_added, jw.at("added_tokens"));
+        }
+        auto id_of = [&](const char * key) {
+            std::string text = special_text(cfg.j.get(key));
+            return text.empty() ? -1 : im->find_id(text);
+        };
+        im->bos = id_of("bos_token");
+        im->eos = id_of("eos_token");
+        im->pad = id_of("pad_token");
+        im->unk = id_of("unk_token");
+        if (im->bos < 0) {
+            auto v = config_ids(dir, "bos_token_id");
+            if (!v.empty()) im->bos = v[0];
+        }
+        std::vector<int32_t> eos_cfg = config_ids(dir, "eos_token_id");
+        if (im->eos < 0 && !eos_cfg.empty()) im->eos = eos_cfg[0];
+        im->extra_eos = eos_cfg;
+        if (!opt.literal_json) {
+            const bool explicit_flags = cfg.j.has("add_bos_token") || cfg.j.has("add_eos_token");
+            if (explicit_flags || !have_post)
+                rebuild_template(*im, cfg.j.get_bool("add_bos_token", false), cfg.j.get_bool("add_eos_token", false));
+        }
+        im->chat_template = read_chat_template(dir, cfg);
+    } catch (const Error & e) {
+        std::string msg = e.what();
+        if (msg.find(dir) != std::string::npos) throw;
+        fail("%s: %s", cfg.path.c_str(), msg.c_str());
     }
-    std::vector<int32_t> eos_cfg = config_ids(dir, "eos_token_id");
-    if (im->eos < 0 && !eos_cfg.empty()) im->eos = eos_cfg[0];
-    im->extra_eos = eos_cfg;
-    if (!opt.literal_json) {
-        const bool explicit_flags = cfg.j.has("add_bos_token") || cfg.j.has("add_eos_token");
-        if (explicit_flags || !have_post)
-            rebuild_template(*im, cfg.j.get_bool("add_bos_token", false), cfg.j.get_bool("add_eos_token", false));
-    }
-    im->chat_template = read_chat_template(dir, cfg);
+    // Byte-level pipelines: hand raw bytes to the model (same ids, less work).
+    if (im->pre && im->pre->ends_with_byte_level() && im->model->set_byte_input()) im->pre->skip_final_byte_mapping();
     im->finish();
     return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(im)));
 }

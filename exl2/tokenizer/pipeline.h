@@ -55,6 +55,10 @@ public:
     virtual ~PreTokenizer() = default;
     // Replaces `pieces` by their split; empty pieces are dropped.
     virtual void apply(std::vector<Piece> & pieces) const = 0;
+    // The last stage maps bytes to GPT-2's byte characters (ByteLevel). A byte-level BPE model
+    // can take raw bytes instead: then the loader calls skip_final_byte_mapping().
+    virtual bool ends_with_byte_level() const { return false; }
+    virtual void skip_final_byte_mapping() {}
 };
 std::unique_ptr<PreTokenizer> pre_tokenizer_from_json(const Json & j, const Where & w);
 // Shared JSON readers: a one-character string; Metaspace's prepend_scheme / add_prefix_space.
@@ -84,7 +88,7 @@ public:
     // the end of the sequence), so a streaming decoder can emit text early.
     virtual bool prefix_stable() const { return true; }
 };
-// transformers' clean_up_tokenization: " ." -> "." and the like (decode option).
+// " ." -> ".", " n't" -> "n't" and the like (WordPiece decoder's cleanup).
 std::string clean_up_tokenization(const std::string & s);
 std::unique_ptr<Decoder> decoder_from_json(const Json & j, const Where & w);
 std::unique_ptr<Decoder> make_byte_level_decoder();
@@ -101,6 +105,8 @@ public:
     virtual int32_t token_to_id(const std::string & token) const = 0;  // -1 when absent
     virtual const std::string * id_to_token(int32_t id) const = 0;     // nullptr when absent
     virtual int32_t vocab_size() const = 0;  // number of ids the model knows (max id + 1)
+    // Switch to raw-byte input (see PreTokenizer::skip_final_byte_mapping); false if unsupported.
+    virtual bool set_byte_input() { return false; }
 };
 
 // ---- post-processor ---------------------------------------------------------------------------

@@ -199,6 +199,7 @@ public:
         if (re_)
             split_all(pieces, SplitBehavior::Isolated, false,
                       [&](const std::string & s, std::vector<Seg> & segs) { regex_segments(*re_, s, segs); });
+        if (!map_) return;
         for (Piece & p : pieces) {
             std::string m;
             m.reserve(p.text.size() * 2);
@@ -206,9 +207,12 @@ public:
             p.text.swap(m);
         }
     }
+    bool ends_with_byte_level() const override { return true; }
+    void skip_final_byte_mapping() override { map_ = false; }
 
 private:
     bool prefix_;
+    bool map_ = true;
     std::unique_ptr<Regex> re_;
 };
 
@@ -247,6 +251,10 @@ public:
     explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> v) : v_(std::move(v)) {}
     void apply(std::vector<Piece> & pieces) const override {
         for (auto & p : v_) p->apply(pieces);
+    }
+    bool ends_with_byte_level() const override { return !v_.empty() && v_.back()->ends_with_byte_level(); }
+    void skip_final_byte_mapping() override {
+        if (!v_.empty()) v_.back()->skip_final_byte_mapping();
     }
 
 private:

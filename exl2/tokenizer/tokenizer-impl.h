@@ -31,7 +31,6 @@ struct Tokenizer::Impl {
     std::unordered_map<std::string, int32_t> added_ids;
     std::unordered_set<std::string> special_contents;
 
-    bool clean_up_spaces = false;
     int32_t bos = -1, eos = -1, pad = -1, unk = -1;
     std::vector<int32_t> extra_eos;
     std::string chat_template;
@@ -44,7 +43,9 @@ struct Tokenizer::Impl {
     void finish();  // builds the matchers; call after the last add_token
 
     std::vector<int32_t> encode(const std::string & text, bool add_special, bool parse_special) const;
-    // Decoder chain output; raw: invalid byte runs left as raw bytes, no clean-up.
+    // Decoder chain output. raw: invalid byte runs stay raw bytes (no U+FFFD).
+    // transformers 5.17 does not apply clean_up_tokenization_spaces here (golden.json: Llama 3's
+    // "3 != z" decodes unchanged although its config turns the option on), so neither do we.
     std::string decode(const std::vector<int32_t> & ids, bool skip_special, bool raw) const;
     bool is_special(int32_t id) const;
     int32_t n_vocab() const;

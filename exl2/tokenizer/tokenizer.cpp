@@ -211,10 +211,7 @@ std::string Tokenizer::Impl::decode(const std::vector<int32_t> & ids, bool skip_
             out += tokens[k];
         }
     }
-    if (raw) return out;
-    out = uni::utf8_lossy(out);
-    if (clean_up_spaces) out = tok::clean_up_tokenization(out);
-    return out;
+    return raw ? out : uni::utf8_lossy(out);
 }
 
 // ---- public wrapper ---------------------------------------------------------------------------

@@ -92,8 +92,7 @@ private:
     bool skip_special_;
     std::vector<int32_t> ids_;      // ids since `base_` (a window, trimmed as text is emitted)
     std::string emitted_raw_;       // raw bytes already accounted for, of decode(window)
-    std::string pending_;           // raw bytes not yet emitted (incomplete character, clean-up)
-    bool first_ = true;
+    std::string pending_;           // raw bytes not yet emitted (an incomplete character)
 };
 
 }  // namespace exl2
