@@ -53,6 +53,7 @@ struct Group {
 struct Scratch {
     std::vector<float> xq;     // [CHUNK/TILE][K][tt]
     std::vector<float> xsum;   // [CHUNK/TILE][G][tt]
+    std::vector<float> yb;     // [tokens of the chunk][this thread's columns]
     std::vector<Group> groups;
 };
 // Grown on first use to the largest K*tokens seen, then reused: no allocation in steady state.
@@ -156,6 +157,8 @@ void tile_scalar(const Job & J, int n0, int n1, const float * xq, const float * 
 // ---- AVX2 path --------------------------------------------------------------------------------
 
 #define QMM_INLINE inline __attribute__((always_inline))
+// Loops over the tile (tokens x blocks) must be unrolled so that the accumulators stay in registers.
+#define QMM_UNROLL _Pragma("GCC unroll 32")
 
 // Codes of value J of a width-B chunk for 8 columns; `q` points at the chunk's first word of the
 // 8-column block, `ld` is the packed row stride.
@@ -176,9 +179,12 @@ QMM_INLINE __m256i unpack8(const uint32_t * q, int64_t ld) {
 template <int B, int TT, int NB, int J>
 QMM_INLINE void row_fma(const uint32_t * q, int64_t ld, const float * xr, __m256 * acc) {
     __m256 f[NB];
+    QMM_UNROLL
     for (int b = 0; b < NB; b++) f[b] = _mm256_cvtepi32_ps(unpack8<B, J>(q + 8 * b, ld));
+    QMM_UNROLL
     for (int t = 0; t < TT; t++) {
         const __m256 xv = _mm256_broadcast_ss(xr + J * TT + t);
+        QMM_UNROLL
         for (int b = 0; b < NB; b++) acc[t * NB + b] = _mm256_fmadd_ps(f[b], xv, acc[t * NB + b]);
     }
 }
@@ -198,87 +204,79 @@ QMM_INLINE void group_fma(const uint32_t * q, int64_t ld, int rows, const float 
         chunk_fma<B, TT, NB>(q, ld, xr, acc, std::make_integer_sequence<int, CH>{});
 }
 
-// NB blocks of 8 columns starting at column n0, one tile of TT tokens.
+// Group g for NB blocks of 8 columns starting at column n0 and one tile of TT tokens:
+// yb[t*ldb + 8b + i] += scale * (acc - zero * xsum).
 template <int TT, int NB>
-void tile_avx2(const Job & J, int n0, const float * xq, const float * xsum, float * y, int64_t ldy) {
+void group_tile_avx2(const Job & J, int g, int n0, const float * xq, const float * xsum, float * yb, int64_t ldb) {
     const ggx_qmatrix & q = *J.q;
-    __m256 yt[TT * NB];
-    for (int i = 0; i < TT * NB; i++) yt[i] = _mm256_setzero_ps();
+    const Group & gr = J.groups[g];
+    const uint32_t * qw = q.q_weight + (size_t)gr.qrow * J.ld + n0;
+    const float * xr = xq + (size_t)gr.row0 * TT;
+    __m256 acc[TT * NB];
+    QMM_UNROLL
+    for (int i = 0; i < TT * NB; i++) acc[i] = _mm256_setzero_ps();
+    switch (gr.bits) {
+        case 8: group_fma<8, TT, NB>(qw, J.ld, gr.rows, xr, acc); break;
+        case 6: group_fma<6, TT, NB>(qw, J.ld, gr.rows, xr, acc); break;
+        case 5: group_fma<5, TT, NB>(qw, J.ld, gr.rows, xr, acc); break;
+        case 4: group_fma<4, TT, NB>(qw, J.ld, gr.rows, xr, acc); break;
+        case 3: group_fma<3, TT, NB>(qw, J.ld, gr.rows, xr, acc); break;
+        default: group_fma<2, TT, NB>(qw, J.ld, gr.rows, xr, acc); break;
+    }
     const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
     const __m256i nib = _mm256_set1_epi32(15), one = _mm256_set1_epi32(1);
-    for (int g = 0; g < J.G; g++) {
-        const Group & gr = J.groups[g];
-        const uint32_t * qw = q.q_weight + (size_t)gr.qrow * J.ld + n0;
-        const float * xr = xq + (size_t)gr.row0 * TT;
-        __m256 acc[TT * NB];
-        for (int i = 0; i < TT * NB; i++) acc[i] = _mm256_setzero_ps();
-        switch (gr.bits) {
-            case 8: group_fma<8, TT, NB>(qw, J.ld, gr.rows, xr, acc); break;
-            case 6: group_fma<6, TT, NB>(qw, J.ld, gr.rows, xr, acc); break;
-            case 5: group_fma<5, TT, NB>(qw, J.ld, gr.rows, xr, acc); break;
-            case 4: group_fma<4, TT, NB>(qw, J.ld, gr.rows, xr, acc); break;
-            case 3: group_fma<3, TT, NB>(qw, J.ld, gr.rows, xr, acc); break;
-            default: group_fma<2, TT, NB>(qw, J.ld, gr.rows, xr, acc); break;
-        }
-        __m256 scale[NB], zero[NB];
-        for (int b = 0; b < NB; b++) {
-            const int c = n0 + 8 * b;
-            if (J.exl2) {
-                // 8 scale codes of this block = one q_scale word; scale = h((code+1)^2 * M')
-                const __m256i code = _mm256_and_si256(
-                    _mm256_srlv_epi32(_mm256_set1_epi32((int)q.q_scale[(size_t)g * (J.ld / 8) + c / 8]), shifts), nib);
-                const __m256i c1 = _mm256_add_epi32(code, one);
-                const __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_mullo_epi32(c1, c1)),
-                                               _mm256_set1_ps(ggx_f16_to_f32(q.q_scale_max[g])));
-                scale[b] = _mm256_cvtph_ps(_mm256_cvtps_ph(s, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-                zero[b] = _mm256_set1_ps((float)(1 << (gr.bits - 1)));
-            } else {
-                scale[b] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(q.scales + (size_t)g * J.N + c)));
-                const __m256i z = _mm256_and_si256(
-                    _mm256_srlv_epi32(_mm256_set1_epi32((int)q.qzeros[(size_t)g * (J.N / 8) + c / 8]), shifts), nib);
-                zero[b] = _mm256_cvtepi32_ps(_mm256_add_epi32(z, one));
-            }
-        }
-        const float * xs = xsum + (size_t)g * TT;
-        for (int t = 0; t < TT; t++) {
-            const __m256 s = _mm256_broadcast_ss(xs + t);
-            for (int b = 0; b < NB; b++)
-                yt[t * NB + b] = _mm256_fmadd_ps(scale[b], _mm256_fnmadd_ps(zero[b], s, acc[t * NB + b]), yt[t * NB + b]);
+    __m256 scale[NB], zero[NB];
+    QMM_UNROLL
+    for (int b = 0; b < NB; b++) {
+        const int c = n0 + 8 * b;
+        if (J.exl2) {
+            // The 8 scale codes of this block are one q_scale word; scale = h((code+1)^2 * M').
+            const __m256i code = _mm256_and_si256(
+                _mm256_srlv_epi32(_mm256_set1_epi32((int)q.q_scale[(size_t)g * (J.ld / 8) + c / 8]), shifts), nib);
+            const __m256i c1 = _mm256_add_epi32(code, one);
+            const __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_mullo_epi32(c1, c1)),
+                                           _mm256_set1_ps(ggx_f16_to_f32(q.q_scale_max[g])));
+            scale[b] = _mm256_cvtph_ps(_mm256_cvtps_ph(s, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            zero[b] = _mm256_set1_ps((float)(1 << (gr.bits - 1)));
+        } else {
+            scale[b] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(q.scales + (size_t)g * J.N + c)));
+            const __m256i z = _mm256_and_si256(
+                _mm256_srlv_epi32(_mm256_set1_epi32((int)q.qzeros[(size_t)g * (J.N / 8) + c / 8]), shifts), nib);
+            zero[b] = _mm256_cvtepi32_ps(_mm256_add_epi32(z, one));
         }
     }
-    for (int t = 0; t < TT; t++)
+    const float * xs = xsum + (size_t)g * TT;
+    QMM_UNROLL
+    for (int t = 0; t < TT; t++) {
+        const __m256 s = _mm256_broadcast_ss(xs + t);
+        QMM_UNROLL
         for (int b = 0; b < NB; b++) {
-            const int c = n0 + 8 * b;
-            float * dst = y + t * ldy + c;
-            if (c + 8 <= J.N) {
-                _mm256_storeu_ps(dst, yt[t * NB + b]);
-            } else if (c < J.N) {
-                float tmp[8];
-                _mm256_storeu_ps(tmp, yt[t * NB + b]);
-                memcpy(dst, tmp, sizeof(float) * (size_t)(J.N - c));
-            }
+            float * dst = yb + t * ldb + 8 * b;
+            _mm256_storeu_ps(dst, _mm256_fmadd_ps(scale[b], _mm256_fnmadd_ps(zero[b], s, acc[t * NB + b]), _mm256_loadu_ps(dst)));
         }
+    }
 }
 
-// Blocks [b0, b1) of 8 columns for one tile: as many blocks per pass as the register budget allows.
+// Group g over blocks [b0, b1) of 8 columns for one tile, as many blocks per pass as the
+// register budget allows. yb points at column 8*b0.
 template <int TT>
-void blocks_avx2(const Job & J, int b0, int b1, const float * xq, const float * xsum, float * y, int64_t ldy) {
+void group_blocks_avx2(const Job & J, int g, int b0, int b1, const float * xq, const float * xsum, float * yb, int64_t ldb) {
     constexpr int NB = TT <= 2 ? 4 : TT <= 4 ? 2 : 1;
     int b = b0;
-    for (; b + NB <= b1; b += NB) tile_avx2<TT, NB>(J, 8 * b, xq, xsum, y, ldy);
-    for (; b < b1; b++) tile_avx2<TT, 1>(J, 8 * b, xq, xsum, y, ldy);
+    for (; b + NB <= b1; b += NB) group_tile_avx2<TT, NB>(J, g, 8 * b, xq, xsum, yb + 8 * (b - b0), ldb);
+    for (; b < b1; b++) group_tile_avx2<TT, 1>(J, g, 8 * b, xq, xsum, yb + 8 * (b - b0), ldb);
 }
 
-void tile_blocks_avx2(const Job & J, int tt, int b0, int b1, const float * xq, const float * xsum, float * y, int64_t ldy) {
+void group_avx2(const Job & J, int g, int tt, int b0, int b1, const float * xq, const float * xsum, float * yb, int64_t ldb) {
     switch (tt) {
-        case 1: blocks_avx2<1>(J, b0, b1, xq, xsum, y, ldy); break;
-        case 2: blocks_avx2<2>(J, b0, b1, xq, xsum, y, ldy); break;
-        case 3: blocks_avx2<3>(J, b0, b1, xq, xsum, y, ldy); break;
-        case 4: blocks_avx2<4>(J, b0, b1, xq, xsum, y, ldy); break;
-        case 5: blocks_avx2<5>(J, b0, b1, xq, xsum, y, ldy); break;
-        case 6: blocks_avx2<6>(J, b0, b1, xq, xsum, y, ldy); break;
-        case 7: blocks_avx2<7>(J, b0, b1, xq, xsum, y, ldy); break;
-        default: blocks_avx2<8>(J, b0, b1, xq, xsum, y, ldy); break;
+        case 1: group_blocks_avx2<1>(J, g, b0, b1, xq, xsum, yb, ldb); break;
+        case 2: group_blocks_avx2<2>(J, g, b0, b1, xq, xsum, yb, ldb); break;
+        case 3: group_blocks_avx2<3>(J, g, b0, b1, xq, xsum, yb, ldb); break;
+        case 4: group_blocks_avx2<4>(J, g, b0, b1, xq, xsum, yb, ldb); break;
+        case 5: group_blocks_avx2<5>(J, g, b0, b1, xq, xsum, yb, ldb); break;
+        case 6: group_blocks_avx2<6>(J, g, b0, b1, xq, xsum, yb, ldb); break;
+        case 7: group_blocks_avx2<7>(J, g, b0, b1, xq, xsum, yb, ldb); break;
+        default: group_blocks_avx2<8>(J, g, b0, b1, xq, xsum, yb, ldb); break;
     }
 }
 #endif  // QMM_AVX2
@@ -302,27 +300,39 @@ void qmatmul(const ggx_tensor * w, const float * x, int64_t ldx, float * y, int6
     if (S.xq.size() < tiles * TILE * q.K) S.xq.resize(tiles * TILE * q.K);
     if (S.xsum.size() < tiles * TILE * q.n_groups) S.xsum.resize(tiles * TILE * q.n_groups);
 
+    const int ncols = 8 * (b1 - b0);
+    if (S.yb.size() < (size_t)tmax * ncols) S.yb.resize((size_t)tmax * ncols);
     for (int64_t t0 = 0; t0 < T; t0 += CHUNK) {
         const int tc = (int)std::min<int64_t>(CHUNK, T - t0);
         gather(J, x, ldx, t0, tc, S.xq.data(), S.xsum.data());
-        // Panel-major: a panel's packed words stay in cache while every tile of the chunk uses them.
-        for (int p = b0; p < b1; p += PANEL) {
-            const int p1 = std::min(b1, p + PANEL);
-            for (int tile = 0; tile * TILE < tc; tile++) {
-                const int tt = std::min(TILE, tc - tile * TILE);
-                const float * xq = S.xq.data() + (size_t)tile * TILE * q.K;
-                const float * xs = S.xsum.data() + (size_t)tile * TILE * q.n_groups;
-                float * yt = y + (t0 + tile * TILE) * ldy;
 #ifdef QMM_AVX2
-                if (simd) {
-                    tile_blocks_avx2(J, tt, p, p1, xq, xs, yt, ldy);
-                    continue;
-                }
-#endif
-                (void)simd;
-                tile_scalar(J, 8 * p, std::min(q.N, 8 * p1), xq, xs, tt, yt, ldy);
-            }
+        if (simd) {
+            // Group-major: one group's band of packed rows is streamed across all of this thread's
+            // columns (a few sequential streams, prefetcher friendly) and, for several tiles, reused
+            // from cache; partial sums live in yb [tc][ncols].
+            std::fill(S.yb.begin(), S.yb.begin() + (size_t)tc * ncols, 0.0f);
+            // Column slices whose partial sums (tc x slice floats) stay within ~64 KiB of cache.
+            const int slice = std::max(PANEL, (16384 / tc) / (8 * PANEL) * PANEL);
+            for (int s0 = b0; s0 < b1; s0 += slice)
+                for (int g = 0; g < J.G; g++)
+                    for (int p = s0; p < std::min(b1, s0 + slice); p += PANEL) {
+                        const int p1 = std::min(b1, p + PANEL);
+                        for (int tile = 0; tile * TILE < tc; tile++)
+                            group_avx2(J, g, std::min(TILE, tc - tile * TILE), p, p1, S.xq.data() + (size_t)tile * TILE * q.K,
+                                       S.xsum.data() + (size_t)tile * TILE * q.n_groups,
+                                       S.yb.data() + (size_t)tile * TILE * ncols + 8 * (p - b0), ncols);
+                    }
+            const int c1 = std::min(q.N, 8 * b1);
+            for (int t = 0; t < tc; t++)
+                memcpy(y + (t0 + t) * ldy + 8 * b0, S.yb.data() + (size_t)t * ncols, sizeof(float) * (size_t)(c1 - 8 * b0));
+            continue;
         }
+#endif
+        (void)simd;
+        for (int tile = 0; tile * TILE < tc; tile++)
+            tile_scalar(J, 8 * b0, std::min(q.N, 8 * b1), S.xq.data() + (size_t)tile * TILE * q.K,
+                        S.xsum.data() + (size_t)tile * TILE * q.n_groups, std::min(TILE, tc - tile * TILE),
+                        y + (t0 + tile * TILE) * ldy, ldy);
     }
 }
 

@@ -49,8 +49,10 @@ BitLayout exl2_layout_parse(const std::string & s) {
         double bits, gs, prop;
         if (!to_number(b[i], bits) || !exl2_bits_valid((int)bits) || bits != (int)bits)
             fail("bit layout \"%s\": width \"%s\" is not one of 8, 6, 5, 4, 3, 2", s.c_str(), b[i].c_str());
-        if (!to_number(g[g.size() == 1 ? 0 : i], gs) || gs < 16 || gs != (int)gs || (int)gs % 16)
-            fail("bit layout \"%s\": group size \"%s\" is not a multiple of 16", s.c_str(), g[g.size() == 1 ? 0 : i].c_str());
+        // Groups must fill whole words and the kernels' 32-row steps (16 allowed at 2 bits).
+        const int gran = bits == 2 ? 16 : 32;
+        if (!to_number(g[g.size() == 1 ? 0 : i], gs) || gs < gran || gs != (int)gs || (int)gs % gran)
+            fail("bit layout \"%s\": group size \"%s\" is not a multiple of %d", s.c_str(), g[g.size() == 1 ? 0 : i].c_str(), gran);
         if (!to_number(p[i], prop) || !(prop > 0 && prop <= 1))
             fail("bit layout \"%s\": proportion \"%s\" is not in (0, 1]", s.c_str(), p[i].c_str());
         if (i > 0 && bits > L.parts.back().bits) fail("bit layout \"%s\": widths must not increase", s.c_str());
