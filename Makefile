@@ -120,6 +120,12 @@ test: $(BUILD)/test-exl2 tools
 
 test-cuda: $(BUILD)/test-cuda
 
+# CPU packed-weight matmul benchmark (bench/qmatmul-cpu.cpp): make bench-qmatmul-cpu
+.PHONY: bench-qmatmul-cpu
+bench-qmatmul-cpu: $(BUILD)/bench-qmatmul-cpu
+$(BUILD)/bench-qmatmul-cpu: $(BUILD)/bench/qmatmul-cpu.o $(LIB)
+	$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
 clean:
 	rm -rf build build-asan $(TOOLS)
 
