@@ -169,6 +169,28 @@ int32_t        exl2_sampler_sample_logits(exl2_sampler * smp, const float * logi
 /* Tells the sampler about prompt tokens (for repetition penalties). */
 void           exl2_sampler_accept(exl2_sampler * smp, int32_t id);
 
+/* ---------------------------------------------------------------------------------------- */
+/* Synthetic models and device facts (benchmarks)                                            */
+
+/* Known synthetic architectures, comma separated: "llama3-8b, llama2-7b, llama3.2-1b, ...". */
+const char * exl2_synthetic_names(void);
+/* A random but valid EXL2 model with the real shapes of `name`, built in memory (no files, no
+ * tokenizer: exl2_model_tokenizer returns NULL). bpw: target bits per weight of the decoder
+ * layers, 2..8; n_layers: 0 = all layers, else the first n (a slice of a large model). The same
+ * (name, bpw, n_layers, seed) always gives the same weights. NULL on error. */
+exl2_model * exl2_model_load_synthetic(const char * name, float bpw, int32_t n_layers, uint64_t seed,
+                                       struct exl2_model_params params);
+/* Writes the same model as an EXL2 folder (config.json, output.safetensors, a minimal byte-level
+ * tokenizer.json) that other engines can load. Creates `dir`; never overwrites. 0 or negative. */
+int          exl2_synthetic_save(const char * name, float bpw, int32_t n_layers, uint64_t seed, const char * dir);
+
+/* Free and total memory of a device ("cpu", "cuda:0", ...) in bytes. 0 or a negative code. */
+int          exl2_device_memory(const char * device, uint64_t * free_bytes, uint64_t * total_bytes);
+/* Measured device-to-device copy bandwidth in bytes per second, counting bytes read plus bytes
+ * written, with buffers of `bytes` each (0 = 1 GiB). Negative on error (no such device, no
+ * copy support, out of memory). */
+double       exl2_device_copy_bandwidth(const char * device, uint64_t bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,259 @@
+// bench: prefill and decode speed of a model, llama-bench style.
+//
+//   bench -m DIR                                   an EXL2/GPTQ/fp16 model folder
+//   bench --synthetic llama3-8b --bpw 4.0          a random EXL2 model with real shapes
+//   bench --synthetic llama3-70b --bpw 4 --layers 8 --save out/   write it as an EXL2 folder
+//
+// Reports pp<N> (prompt tokens/s for one N-token batch) and tg<n>@<d> (generated tokens/s for n
+// single-token steps after d cached tokens), plus what bounds decode: weight bytes read per
+// token, the bandwidth that implies, and its fraction of the device's measured copy bandwidth.
+// Uses only the C API.
+#include "exl2.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Options {
+    std::string model_dir, synthetic, device, save_dir, output = "md";
+    float bpw = 4.0f;
+    int layers = 0, n_gen = 128, reps = 3, threads = 0;
+    uint64_t seed = 1;
+    std::vector<int> pp = {512, 2048};
+    std::vector<int> depths = {16, 4096};
+};
+
+void usage() {
+    printf(
+        "usage: bench (-m DIR | --synthetic NAME [--bpw B] [--layers N] [--seed S]) [options]\n"
+        "  -m, --model DIR      model folder (config.json, *.safetensors)\n"
+        "  --synthetic NAME     random EXL2 model with real shapes: %s\n"
+        "  --bpw B              bits per weight of a synthetic model's layers (2..8, default 4.0)\n"
+        "  --layers N           first N layers only (0 = all, default)\n"
+        "  --seed S             synthetic weights seed (default 1)\n"
+        "  --save DIR           write the synthetic model as an EXL2 folder and exit\n"
+        "  --device D           cpu | cuda | cuda:N (default cuda:0 when compiled in, else cpu)\n"
+        "  -p LIST              prompt sizes, comma separated (default 512,2048; 0 = none)\n"
+        "  -n N                 tokens generated per decode test (default 128; 0 = none)\n"
+        "  --ctx LIST           cache depths for decode tests (default 16,4096)\n"
+        "  -r N                 repetitions, the median is reported (default 3)\n"
+        "  -t N                 CPU threads (default all)\n"
+        "  -o md|json           output format (default md)\n"
+        "  -h, --help           this text\n",
+        exl2_synthetic_names());
+}
+
+[[noreturn]] void die(const std::string & msg) {
+    fprintf(stderr, "bench: %s\n", msg.c_str());
+    exit(1);
+}
+
+bool parse_int(const char * s, long lo, long hi, long * out) {
+    char * end = nullptr;
+    const long v = strtol(s, &end, 10);
+    if (end == s || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+std::vector<int> parse_list(const std::string & flag, const char * s, int lo, int hi) {
+    std::vector<int> v;
+    std::string cur;
+    for (const char * p = s;; p++) {
+        if (*p == ',' || *p == 0) {
+            long x;
+            if (!parse_int(cur.c_str(), lo, hi, &x)) die("bad value '" + cur + "' in " + flag + " (integers " + std::to_string(lo) + ".." + std::to_string(hi) + ")");
+            if (x > 0) v.push_back((int)x);
+            cur.clear();
+            if (!*p) break;
+        } else cur += *p;
+    }
+    return v;
+}
+
+Options parse(int argc, char ** argv) {
+    Options o;
+    for (int i = 1; i < argc; i++) {
+        const std::string a = argv[i];
+        auto val = [&]() -> const char * {
+            if (i + 1 >= argc) die("flag " + a + " needs a value (see --help)");
+            return argv[++i];
+        };
+        long x;
+        if (a == "-h" || a == "--help") { usage(); exit(0); }
+        else if (a == "-m" || a == "--model") o.model_dir = val();
+        else if (a == "--synthetic") o.synthetic = val();
+        else if (a == "--bpw") {
+            const char * s = val();
+            char * end = nullptr;
+            o.bpw = strtof(s, &end);
+            if (end == s || *end || !(o.bpw >= 2.0f && o.bpw <= 8.0f)) die(std::string("bad --bpw '") + s + "' (2..8)");
+        }
+        else if (a == "--layers") { if (!parse_int(val(), 0, 1000, &x)) die("bad --layers (0..1000)"); o.layers = (int)x; }
+        else if (a == "--seed") { if (!parse_int(val(), 0, 1L << 62, &x)) die("bad --seed"); o.seed = (uint64_t)x; }
+        else if (a == "--save") o.save_dir = val();
+        else if (a == "--device") o.device = val();
+        else if (a == "-p") o.pp = parse_list(a, val(), 0, 1 << 20);
+        else if (a == "-n") { if (!parse_int(val(), 0, 1 << 20, &x)) die("bad -n (0..1048576)"); o.n_gen = (int)x; }
+        else if (a == "--ctx") o.depths = parse_list(a, val(), 0, 1 << 22);
+        else if (a == "-r") { if (!parse_int(val(), 1, 1000, &x)) die("bad -r (1..1000)"); o.reps = (int)x; }
+        else if (a == "-t") { if (!parse_int(val(), 0, 1024, &x)) die("bad -t (0..1024)"); o.threads = (int)x; }
+        else if (a == "-o") { o.output = val(); if (o.output != "md" && o.output != "json") die("bad -o '" + o.output + "' (md or json)"); }
+        else die("unknown flag '" + a + "' (see --help)");
+    }
+    if (o.model_dir.empty() == o.synthetic.empty()) die("give exactly one of -m DIR or --synthetic NAME (see --help)");
+    if (!o.save_dir.empty() && o.synthetic.empty()) die("--save needs --synthetic");
+    if (o.device.empty()) o.device = strstr(exl2_backends(), "cuda") ? "cuda:0" : "cpu";
+    return o;
+}
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+struct Result {
+    std::string test;
+    int n_tokens;
+    double seconds;     // median per repetition
+    double tps;
+    double bytes_per_token;   // decode only (weights), 0 for prefill
+};
+
+std::string json_escape(const std::string & s) {
+    std::string r;
+    for (char c : s) {
+        if (c == '"' || c == '\\') { r += '\\'; r += c; }
+        else if ((unsigned char)c < 0x20) { char b[8]; snprintf(b, sizeof b, "\\u%04x", c); r += b; }
+        else r += c;
+    }
+    return r;
+}
+
+}  // namespace
+
+int main(int argc, char ** argv) {
+    Options o = parse(argc, argv);
+
+    if (!o.save_dir.empty()) {
+        if (exl2_synthetic_save(o.synthetic.c_str(), o.bpw, o.layers, o.seed, o.save_dir.c_str()) != EXL2_OK)
+            die(exl2_last_error());
+        fprintf(stderr, "bench: wrote %s (%s, %.2f bpw, %s layers, seed %llu)\n", o.save_dir.c_str(), o.synthetic.c_str(),
+                o.bpw, o.layers ? std::to_string(o.layers).c_str() : "all", (unsigned long long)o.seed);
+        return 0;
+    }
+
+    uint64_t free0 = 0, total = 0;
+    const bool have_mem = exl2_device_memory(o.device.c_str(), &free0, &total) == EXL2_OK;
+    if (!have_mem && o.device != "cpu") die(exl2_last_error());
+
+    struct exl2_model_params mp = exl2_model_default_params();
+    mp.device = o.device.c_str();
+    mp.n_threads = o.threads;
+    const double t_load0 = now_s();
+    exl2_model * model = o.synthetic.empty() ? exl2_model_load(o.model_dir.c_str(), mp)
+                                             : exl2_model_load_synthetic(o.synthetic.c_str(), o.bpw, o.layers, o.seed, mp);
+    if (!model) die(exl2_last_error());
+    const double t_load = now_s() - t_load0;
+    const int V = exl2_model_n_vocab(model);
+    const uint64_t wbytes = exl2_model_weight_bytes(model);
+
+    int max_pp = 0, max_depth = 0;
+    for (int p : o.pp) max_pp = std::max(max_pp, p);
+    for (int d : o.depths) max_depth = std::max(max_depth, d);
+    struct exl2_context_params cp = exl2_context_default_params();
+    cp.n_batch = std::max(512, max_pp);
+    cp.n_ctx = std::max(max_pp, max_depth + o.n_gen) + 16;
+    exl2_context * ctx = exl2_context_new(model, cp);
+    if (!ctx) die(exl2_last_error());
+
+    uint64_t free1 = 0;
+    const bool have_mem1 = have_mem && exl2_device_memory(o.device.c_str(), &free1, &total) == EXL2_OK;
+    const double copy_bw = exl2_device_copy_bandwidth(o.device.c_str(), 0);   // negative: not available
+
+    std::mt19937 rng(1234);
+    std::vector<int32_t> toks(std::max(max_pp, max_depth) + 1);
+    for (int32_t & t : toks) t = 3 + (int32_t)(rng() % (uint32_t)std::max(1, V - 3));
+
+    std::vector<Result> results;
+    for (int n : o.pp) {
+        std::vector<double> ts;
+        for (int r = -1; r < o.reps; r++) {   // r = -1: warm-up (graph planning and capture)
+            exl2_context_truncate(ctx, 0);
+            const double t0 = now_s();
+            if (exl2_decode(ctx, toks.data(), n, 0) != EXL2_OK) die(exl2_last_error());
+            if (r >= 0) ts.push_back(now_s() - t0);
+        }
+        const double s = median(ts);
+        results.push_back({"pp" + std::to_string(n), n, s, n / s, 0});
+    }
+    for (int d : (o.n_gen > 0 ? o.depths : std::vector<int>{})) {
+        exl2_context_truncate(ctx, 0);
+        if (exl2_decode(ctx, toks.data(), d, 0) != EXL2_OK) die(exl2_last_error());
+        std::vector<double> ts;
+        for (int r = -1; r < o.reps; r++) {
+            exl2_context_truncate(ctx, d);
+            int32_t next = toks[d % toks.size()];
+            const double t0 = now_s();
+            for (int i = 0; i < o.n_gen; i++) {
+                if (exl2_decode(ctx, &next, 1, 0) != EXL2_OK) die(exl2_last_error());
+                next = 3 + (next * 7919 + i) % std::max(1, V - 3);
+            }
+            if (r >= 0) ts.push_back(now_s() - t0);
+        }
+        const double s = median(ts);
+        results.push_back({"tg" + std::to_string(o.n_gen) + "@" + std::to_string(d), o.n_gen, s, o.n_gen / s, (double)wbytes});
+    }
+
+    const double vram = have_mem1 ? (double)(free0 - free1) : 0;
+    const std::string name = o.synthetic.empty() ? o.model_dir : o.synthetic + " (synthetic)";
+    if (o.output == "json") {
+        printf("{\n  \"model\": \"%s\",\n  \"desc\": \"%s\",\n  \"device\": \"%s\",\n", json_escape(name).c_str(),
+               json_escape(exl2_model_desc(model)).c_str(), json_escape(o.device).c_str());
+        if (!o.synthetic.empty()) printf("  \"bpw\": %.3f,\n  \"layers\": %d,\n", o.bpw, exl2_model_n_layer(model));
+        printf("  \"load_s\": %.3f,\n  \"weight_bytes_per_token\": %llu,\n  \"vram_used_bytes\": %.0f,\n  \"copy_bandwidth_bytes_per_s\": %.0f,\n  \"results\": [\n",
+               t_load, (unsigned long long)wbytes, vram, copy_bw > 0 ? copy_bw : 0.0);
+        for (size_t i = 0; i < results.size(); i++) {
+            const Result & r = results[i];
+            printf("    {\"test\": \"%s\", \"tokens\": %d, \"seconds\": %.6f, \"tokens_per_s\": %.2f", r.test.c_str(), r.n_tokens,
+                   r.seconds, r.tps);
+            if (r.bytes_per_token > 0) {
+                const double bw = r.bytes_per_token * r.tps;
+                printf(", \"weight_bandwidth_bytes_per_s\": %.0f", bw);
+                if (copy_bw > 0) printf(", \"fraction_of_copy_bandwidth\": %.4f", bw / copy_bw);
+            }
+            printf("}%s\n", i + 1 < results.size() ? "," : "");
+        }
+        printf("  ]\n}\n");
+    } else {
+        printf("model:   %s\n", exl2_model_desc(model));
+        printf("device:  %s   load %.1f s\n", o.device.c_str(), t_load);
+        printf("weights: %.1f MiB read per token", wbytes / 1048576.0);
+        if (have_mem1) printf("   VRAM used (model + context): %.1f MiB of %.1f GiB", vram / 1048576.0, total / 1073741824.0);
+        printf("\n");
+        if (copy_bw > 0) printf("copy bandwidth (read + write): %.0f GB/s -> decode limit %.1f tok/s from weights alone\n",
+                                copy_bw / 1e9, copy_bw / (double)wbytes);
+        printf("\n| test | tokens/s | ms/token | weight GB/s | of copy bw |\n|---|---:|---:|---:|---:|\n");
+        for (const Result & r : results) {
+            if (r.bytes_per_token > 0) {
+                const double bw = r.bytes_per_token * r.tps;
+                printf("| %s | %.1f | %.3f | %.0f | %s |\n", r.test.c_str(), r.tps, 1000.0 / r.tps, bw / 1e9,
+                       copy_bw > 0 ? (std::to_string((int)(100 * bw / copy_bw + 0.5)) + "%").c_str() : "-");
+            } else {
+                printf("| %s | %.1f | %.4f | - | - |\n", r.test.c_str(), r.tps, 1000.0 / r.tps);
+            }
+        }
+    }
+    exl2_context_free(ctx);
+    exl2_model_free(model);
+    return 0;
+}
