@@ -1,27 +1,36 @@
 // y = x · W over packed EXL2 / GPTQ weights, without a dequantized copy of W.
 //
 // Work split: output columns, in panels of 32 (4 blocks of 8 adjacent columns = 8 adjacent u32
-// words of a packed row, one AVX2 register). Each thread owns a contiguous range of panels and
-// walks all K rows for them, so threads never share output cache lines.
+// words of a packed row, one AVX2 register). Thread ith owns a contiguous range of panels, so
+// threads never share output cache lines and need no synchronisation.
 //
 // Per thread, tokens are taken 32 at a time ("chunk"): their activations are gathered once into
-// quantized-row order (xq, the act-order permutation applied) as tiles of up to 8 tokens, layout
-// [tile][k][tt], and the per-group sums of xq are precomputed (xsum). Then for each panel and
-// tile, each group is a run of rows with one width, one scale per column and one zero point:
+// quantized-row order (xq: the act-order permutation applied), as tiles of up to 8 tokens with
+// layout [tile][k][tt], and the per-group sums of xq are precomputed (xsum). Each group is a run
+// of rows with one width, one scale per column and one zero point, so
 //
 //   acc[t][n]  = sum_{rows k of group} v[k][n] * xq[k][t]        (raw codes, f32 FMA)
 //   y[t][n]   += scale[g][n] * (acc[t][n] - zero[g][n] * xsum[g][t])
 //
-// which is sum_k (v - zero) * scale * x in exact arithmetic: the zero point costs one FMA per
-// group instead of one subtraction per weight. Codes are unpacked 8 columns at a time with
-// shift/mask at compile-time bit offsets (one template instance per width), converted to float
-// and reused for every token of the tile (tile of TT tokens x NB blocks of accumulators in
-// registers: NB = 4, 4, 2, 2, 1... so that TT*NB <= 8).
+// equals sum_k (v - zero) * scale * x in exact arithmetic: the zero point costs one FMA per group
+// instead of one subtraction per weight.
+//
+// Loop order (SIMD path): column slice -> group -> panel -> tile. One group's band of packed rows
+// is streamed across the slice's columns (a few sequential streams, prefetcher friendly; walking
+// a panel down all K rows instead strides by a whole packed row per step and ran 3x slower), and
+// is reused from cache by every tile of the chunk; partial sums live in a per-thread buffer yb
+// [tokens][columns], sliced so that it stays within ~64 KiB. Codes are unpacked 8 columns at a
+// time with shift/mask at compile-time bit offsets (one template instance per width) and reused
+// for every token of the tile: TT tokens x NB blocks of accumulators in registers (NB = 4 for
+// TT <= 2, 2 for TT <= 4, else 1).
+//
+// Scratch (xq, xsum, yb, group table) is thread-local, grown to the largest call seen and then
+// reused, so steady-state calls allocate nothing.
 //
 // Numerics versus W (each weight rounded to fp16 by the reference): the products here are not
 // rounded to fp16, so each term differs from x*W by at most 2^-11 |W| (+2^-25 for subnormal W),
-// plus f32 accumulation error. The exact per-column scale IS rounded to fp16 as in the reference.
-// tests/test-qmatmul.cpp derives the bound.
+// plus f32 accumulation error. The per-column scale IS rounded to fp16 exactly as the reference
+// does. tests/test-qmatmul.cpp derives the bound.
 #include "cpu-qmatmul.h"
 
 #include "ggx/fp16.h"

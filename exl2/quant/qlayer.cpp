@@ -210,18 +210,22 @@ static void load_gptq(const SafeTensors & st, const std::string & P, const QLoad
         }
     }
 
-    const std::vector<uint32_t> raw = copy_as<uint32_t>(qw);
     if (perm.empty()) {
-        L.q_weight = raw;
+        L.q_weight = copy_as<uint32_t>(qw);
     } else {
-        // Physically reorder the 4-bit rows: sorted row s is original row perm[s].
-        L.q_weight.assign(raw.size(), 0);
+        // Physically reorder the 4-bit rows: sorted row s is original row perm[s]. The source is
+        // read in place (memcpy: file data need not be 4-byte aligned).
+        L.q_weight.assign((size_t)L.K / 8 * L.N, 0);
         for (int s = 0; s < L.K; s++) {
             const int src = perm[s];
-            const uint32_t * in = raw.data() + (size_t)(src / 8) * L.N;
+            const uint8_t * in = qw.data + (size_t)(src / 8) * L.N * 4;
             uint32_t * out = L.q_weight.data() + (size_t)(s / 8) * L.N;
             const int si = 4 * (src % 8), so = 4 * (s % 8);
-            for (int n = 0; n < L.N; n++) out[n] |= ((in[n] >> si) & 15) << so;
+            for (int n = 0; n < L.N; n++) {
+                uint32_t w;
+                memcpy(&w, in + 4 * (size_t)n, 4);
+                out[n] |= ((w >> si) & 15) << so;
+            }
         }
         L.q_perm = perm;
     }

@@ -130,15 +130,27 @@ struct Rng {   // splitmix64: fast, good enough for test data, reproducible acro
     }
     double uniform() { return (double)(next() >> 11) * (1.0 / 9007199254740992.0); }
     uint32_t below(uint32_t n) { return (uint32_t)(((next() >> 32) * n) >> 32); }
-    void fill(uint32_t * p, size_t n) {
+    void fill(uint8_t * p, size_t n) {
         size_t i = 0;
-        for (; i + 2 <= n; i += 2) { const uint64_t v = next(); p[i] = (uint32_t)v; p[i + 1] = (uint32_t)(v >> 32); }
-        if (i < n) p[i] = (uint32_t)next();
+        for (; i + 8 <= n; i += 8) { const uint64_t v = next(); memcpy(p + i, &v, 8); }
+        if (i < n) { const uint64_t v = next(); memcpy(p + i, &v, n - i); }
     }
     uint16_t log_uniform_f16(double lo, double hi) {
         return ggx_f32_to_f16((float)std::exp(std::log(lo) + uniform() * (std::log(hi) - std::log(lo))));
     }
 };
+
+// Large tensors are generated in place in their byte buffer: on some systems first-touch page
+// faults dominate, so one allocation per tensor matters more than anything else here.
+SynthTensor random_tensor(Rng & r, const std::string & name, StDtype dt, std::vector<int64_t> shape) {
+    size_t n = st_dtype_size(dt);
+    for (int64_t d : shape) n *= (size_t)d;
+    SynthTensor t{name, dt, std::move(shape), std::vector<uint8_t>(n)};
+    r.fill(t.bytes.data(), n);
+    return t;
+}
+inline uint32_t get32(const std::vector<uint8_t> & b, size_t i) { uint32_t v; memcpy(&v, b.data() + 4 * i, 4); return v; }
+inline void put32(std::vector<uint8_t> & b, size_t i, uint32_t v) { memcpy(b.data() + 4 * i, &v, 4); }
 
 template <class T> SynthTensor make(const std::string & name, StDtype dt, std::vector<int64_t> shape, const std::vector<T> & v) {
     SynthTensor t{name, dt, std::move(shape), std::vector<uint8_t>(v.size() * sizeof(T))};
@@ -177,10 +189,8 @@ std::vector<SynthTensor> synth_exl2_layer(const std::string & P, int K, int N, c
     }
     if (QR >= 65536) fail("synth_exl2_layer %s: %d packed rows exceed 65535", P.c_str(), QR);
 
-    std::vector<uint32_t> q_weight((size_t)QR * Np);
-    r.fill(q_weight.data(), q_weight.size());
-    std::vector<uint32_t> q_scale((size_t)G * Np / 8);
-    r.fill(q_scale.data(), q_scale.size());
+    SynthTensor q_weight = random_tensor(r, P + ".q_weight", StDtype::I32, {QR, Np});
+    SynthTensor q_scale = random_tensor(r, P + ".q_scale", StDtype::I32, {G, Np / 8});
     if (Np != N) {
         // Padding columns: every value 2^(b-1) (dequantizes to 0), scale code 15 (section 4.6).
         for (int g = 0; g < G; g++) {
@@ -189,11 +199,11 @@ std::vector<SynthTensor> synth_exl2_layer(const std::string & P, int K, int N, c
             for (int w = 0; w < words; w++) {
                 uint32_t word = 0;   // bit j of the group's bit string is bit (j mod b) of the zero code
                 for (int j = 0; j < 32; j++) word |= ((zero >> ((32 * w + j) % b)) & 1u) << j;
-                for (int n = N; n < Np; n++) q_weight[(size_t)(r0 + w) * Np + n] = word;
+                for (int n = N; n < Np; n++) put32(q_weight.bytes, (size_t)(r0 + w) * Np + n, word);
             }
             for (int n = N; n < Np; n++) {
-                uint32_t & s = q_scale[(size_t)g * Np / 8 + n / 8];
-                s |= 15u << (4 * (n % 8));
+                const size_t i = (size_t)g * Np / 8 + n / 8;
+                put32(q_scale.bytes, i, get32(q_scale.bytes, i) | 15u << (4 * (n % 8)));
             }
         }
     }
@@ -204,8 +214,8 @@ std::vector<SynthTensor> synth_exl2_layer(const std::string & P, int K, int N, c
     else std::iota(q_invperm.begin(), q_invperm.end(), 0);
 
     std::vector<SynthTensor> out;
-    out.push_back(make(P + ".q_weight", StDtype::I32, {QR, Np}, q_weight));
-    out.push_back(make(P + ".q_scale", StDtype::I32, {G, Np / 8}, q_scale));
+    out.push_back(std::move(q_weight));
+    out.push_back(std::move(q_scale));
     out.push_back(make(P + ".q_scale_max", StDtype::F16, {G}, q_scale_max));
     out.push_back(make(P + ".q_groups", StDtype::I16, {2 * G}, q_groups));
     out.push_back(make(P + ".q_invperm", StDtype::I32, {K}, q_invperm));
@@ -221,13 +231,15 @@ std::vector<SynthTensor> synth_gptq_layer(const std::string & P, int K, int N, c
     if (gptq_group_size(K, G) != gs) fail("synth_gptq_layer %s: %d groups of %d rows cannot be recognised for K = %d", P.c_str(), G, gs, K);
     Rng r{opt.seed * 0x9E3779B97F4A7C15ull + 7};
 
-    std::vector<uint32_t> qweight((size_t)K / 8 * N), qzeros((size_t)G * N / 8);
-    r.fill(qweight.data(), qweight.size());
-    r.fill(qzeros.data(), qzeros.size());
+    SynthTensor qweight = random_tensor(r, P + ".qweight", StDtype::I32, {K / 8, N});
+    SynthTensor qzeros = random_tensor(r, P + ".qzeros", StDtype::I32, {G, N / 8});
     if (opt.v2)   // true zero points 1..15, so that the loader's "minus one per nibble" never borrows
-        for (uint32_t & w : qzeros)
-            for (int i = 0; i < 8; i++)
-                if (((w >> (4 * i)) & 15) == 0) w |= 1u << (4 * i);
+        for (size_t i = 0; i < qzeros.bytes.size() / 4; i++) {
+            uint32_t w = get32(qzeros.bytes, i);
+            for (int j = 0; j < 8; j++)
+                if (((w >> (4 * j)) & 15) == 0) w |= 1u << (4 * j);
+            put32(qzeros.bytes, i, w);
+        }
     std::vector<int32_t> g_idx(K);
     if (opt.act_order) {
         const std::vector<int32_t> p = random_perm(r, K);
@@ -236,8 +248,8 @@ std::vector<SynthTensor> synth_gptq_layer(const std::string & P, int K, int N, c
         for (int k = 0; k < K; k++) g_idx[k] = k / gs;
     }
     std::vector<SynthTensor> out;
-    out.push_back(make(P + ".qweight", StDtype::I32, {K / 8, N}, qweight));
-    out.push_back(make(P + ".qzeros", StDtype::I32, {G, N / 8}, qzeros));
+    out.push_back(std::move(qweight));
+    out.push_back(std::move(qzeros));
     std::vector<uint16_t> sc((size_t)G * N);
     for (auto & s : sc) s = r.log_uniform_f16(1e-5, 1e-2);
     if (opt.scales_f32) {
