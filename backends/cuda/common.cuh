@@ -64,6 +64,8 @@ struct ggx_cuda_ctx {
     int            cc_major = 0, cc_minor = 0;
     size_t         smem_optin = 0;           // largest dynamic shared memory per block
     bool           use_graphs = true;        // GGX_CUDA_NO_GRAPH=1 turns capture off (debugging)
+    bool           profile = false;          // GGX_CUDA_PROFILE=1: time every node (eager), print at exit
+    void *         prof = nullptr;           // per-op timing table (ggx-cuda.cu)
     char           name[16] = {0};
 };
 

@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -148,16 +149,59 @@ std::vector<void *> graph_signature(const ggx_cuda_ctx & ctx, ggx_graph * g) {
     return sig;
 }
 
+// Profiling (GGX_CUDA_PROFILE=1): nodes run eagerly between two events; the time is added to a
+// bucket named after the op (and, for matmuls, the weight type and batch class).
+struct prof_entry { double ms = 0; long n = 0; };
+using prof_table = std::map<std::string, prof_entry>;
+
+std::string prof_key(const ggx_tensor * n) {
+    std::string k = ggx_op_name(n->op);
+    if (n->op == GGX_OP_MUL_MAT || n->op == GGX_OP_ATTN) {
+        const int64_t T = n->op == GGX_OP_MUL_MAT ? ggx_nrows(n->src[1]) : n->src[0]->ne[2];
+        k += std::string(" ") + ggx_type_name(n->src[n->op == GGX_OP_MUL_MAT ? 0 : 1]->type) + (T <= 8 ? " T<=8" : " T>8");
+    }
+    return k;
+}
+
+void prof_print(ggx_cuda_ctx & ctx) {
+    prof_table * t = (prof_table *)ctx.prof;
+    if (!t || t->empty()) return;
+    double total = 0;
+    for (auto & e : *t) total += e.second.ms;
+    fprintf(stderr, "ggx-cuda profile (%s): %.3f ms in nodes\n", ctx.name, total);
+    for (auto & e : *t)
+        fprintf(stderr, "  %-28s %10.3f ms %6.1f%% %8ld calls %9.2f us/call\n", e.first.c_str(), e.second.ms,
+                100.0 * e.second.ms / total, e.second.n, 1000.0 * e.second.ms / e.second.n);
+}
+
 ggx_status run_nodes(ggx_cuda_ctx & ctx, ggx_graph * g) {
+    cudaEvent_t ev[2] = {nullptr, nullptr};
+    if (ctx.profile) {
+        if (!ctx.prof) ctx.prof = new prof_table();
+        GGX_CUDA_CHECK(cudaEventCreate(&ev[0]));
+        GGX_CUDA_CHECK(cudaEventCreate(&ev[1]));
+    }
     for (int i = 0; i < ggx_graph_n_nodes(g); i++) {
         ggx_tensor * n = ggx_graph_node(g, i);
+        if (ctx.profile && n->op != GGX_OP_NONE) cudaEventRecord(ev[0], ctx.stream);
         ggx_status st = compute_node(ctx, n);
+        if (ctx.profile && n->op != GGX_OP_NONE && st == GGX_STATUS_OK) {
+            cudaEventRecord(ev[1], ctx.stream);
+            cudaEventSynchronize(ev[1]);
+            float ms = 0;
+            cudaEventElapsedTime(&ms, ev[0], ev[1]);
+            prof_entry & e = (*(prof_table *)ctx.prof)[prof_key(n)];
+            e.ms += ms;
+            e.n++;
+        }
         if (st != GGX_STATUS_OK) {
             std::string msg = ggx_last_error();
             ggx_set_error("%s (node %d '%s', op %s)", msg.c_str(), i, n->name, ggx_op_name(n->op));
             return st;
         }
     }
+    if (ev[0]) cudaEventDestroy(ev[0]);
+    if (ev[1]) cudaEventDestroy(ev[1]);
     return GGX_STATUS_OK;
 }
 
@@ -175,7 +219,7 @@ ggx_status graph_compute(ggx_backend * be, ggx_graph * g) {
         need = std::max(need, node_scratch(ctx, n));
     }
     GGX_RETURN_IF_ERR(ensure_scratch(ctx, need));
-    if (!ctx.use_graphs) return run_nodes(ctx, g);
+    if (!ctx.use_graphs || ctx.profile) return run_nodes(ctx, g);
 
     void ** slot = ggx_graph_backend_cache(g);
     graph_cache * gc = (graph_cache *)*slot;
@@ -283,6 +327,8 @@ void be_free(ggx_backend * be) {
     ggx_cuda_ctx * ctx = ctx_of(be);
     if (ctx) {
         cudaSetDevice(ctx->device);
+        prof_print(*ctx);
+        delete (prof_table *)ctx->prof;
         if (ctx->stream) cudaStreamSynchronize(ctx->stream);
         if (ctx->cublas) cublasDestroy(ctx->cublas);
         cudaFree(ctx->cublas_ws);
@@ -337,6 +383,8 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->smem_optin = prop.sharedMemPerBlockOptin;
     const char * ng = getenv("GGX_CUDA_NO_GRAPH");
     ctx->use_graphs = !(ng && *ng && strcmp(ng, "0") != 0);
+    const char * pf = getenv("GGX_CUDA_PROFILE");
+    ctx->profile = pf && *pf && strcmp(pf, "0") != 0;
     snprintf(ctx->name, sizeof ctx->name, "cuda:%d", device);
     auto fail_init = [&](const char * what, int code) {
         ggx_set_error("cuda:%d: %s failed (%d)", device, what, code);
