@@ -24,6 +24,7 @@ struct GraphBuilder {
     const ModelConfig * cfg = nullptr;
     int n_tokens = 0;          // T new tokens
     bool all_logits = false;   // logits for every token, else only for the last
+    bool non_causal = false;   // ExLlamaV2 SDPA-fallback compatibility (see ggx_params_attn)
     ggx_tensor * ids = nullptr;        // i32 {T}
     ggx_tensor * pos = nullptr;        // i32 {T}
     ggx_tensor * freq_div = nullptr;   // f32 {n_rot/2} or null

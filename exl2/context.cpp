@@ -50,6 +50,7 @@ static int resolve_n_ctx(const Model & m, const ContextParams & p) {
 Context::Context(Model & model, const ContextParams & p)
     : model_(model), cache_(model.backend, model.cfg, resolve_n_ctx(model, p), p.cache_type) {
     n_batch_ = std::max(1, std::min(p.n_batch > 0 ? p.n_batch : 512, cache_.n_ctx()));
+    non_causal_ = p.exllamav2_noncausal_prefill;
     // RoPE tables for this context length.
     RopeTables rt = rope_tables(model.cfg, cache_.n_ctx());
     rope_attn_factor_ = rt.attn_factor;
@@ -85,6 +86,7 @@ Context::Graph Context::build(int T, bool all_logits) {
     gb.cfg = &model_.cfg;
     gb.n_tokens = T;
     gb.all_logits = all_logits;
+    gb.non_causal = non_causal_;
     gb.ids = ggx_new_tensor_1d(G.ctx, GGX_TYPE_I32, T);
     gb.ids->flags = GGX_FLAG_INPUT;
     ggx_set_name(gb.ids, "ids");

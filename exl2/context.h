@@ -17,6 +17,9 @@ struct ContextParams {
     int n_ctx = 0;        // 0 = model's training context
     int n_batch = 512;    // most tokens per graph
     CacheType cache_type = CacheType::F16;
+    // Prefill with the new tokens attending to each other both ways, as ExLlamaV2's SDPA
+    // fallback does (it passes no causal mask). Only for reproducing its recorded outputs.
+    bool exllamav2_noncausal_prefill = false;
 };
 
 class KvCache {
@@ -71,6 +74,7 @@ private:
     Model & model_;
     KvCache cache_;
     int n_batch_;
+    bool non_causal_ = false;
     int n_past_ = 0;
     ggx_context * rope_ctx_ = nullptr;
     ggx_tensor * freq_div_ = nullptr;

@@ -62,6 +62,7 @@ ggx_tensor * GraphBuilder::attention(ggx_tensor * x, const Linear & wq, const Li
     ap.scale = 1.0f / std::sqrt((float)hd);
     ap.softcap = cfg->attn_softcap;
     ap.window = 0;
+    ap.non_causal = non_causal ? 1 : 0;
     ggx_tensor * a = ggx_attn(ctx, q, kc, vc, pos, ap);
     name(a, "attn", il);
     a = ggx_reshape_2d(ctx, a, hd * H, T);

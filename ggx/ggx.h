@@ -107,7 +107,10 @@ struct ggx_params_rope {
 };
 struct ggx_params_glu     { int32_t act; };                 // enum ggx_act
 struct ggx_params_softmax { float scale; };
-struct ggx_params_attn    { float scale; float softcap; int32_t window; }; // softcap 0 = off; window 0 = full
+// softcap 0 = off; window 0 = full. non_causal 1: every query sees keys 0..pos[T-1], i.e. the
+// new tokens attend to each other both ways (reproduces ExLlamaV2's SDPA fallback, which passes
+// no causal mask when prefilling; only for comparisons with its outputs).
+struct ggx_params_attn    { float scale; float softcap; int32_t window; int32_t non_causal; };
 struct ggx_params_softcap { float cap; };
 
 union ggx_op_params {

@@ -183,7 +183,7 @@ void op_attn(const params & p, ggx_tensor * dst) {
         const int64_t t = it / (Hkv * n_split), rem = it % (Hkv * n_split);
         const int64_t hk = rem / n_split, g0 = (rem % n_split) * per, g1 = std::min(a.G, g0 + per);
         if (g0 >= g1) continue;
-        const int32_t P = pos[t];
+        const int32_t P = dst->params.attn.non_causal ? pos[T - 1] : pos[t];
         if (P < 0 || P >= a.n_slots) {
             report_error(p, "attn '%s': position %d of token %lld is outside the cache of %lld slots", dst->name, P,
                          (long long)t, (long long)a.n_slots);
