@@ -40,6 +40,14 @@ std::vector<int> parse_list(const char * s) {
     return v;
 }
 
+// 1-minute load average: this figure is only meaningful on an otherwise idle machine.
+std::string load_avg() {
+    std::ifstream f("/proc/loadavg");
+    std::string a;
+    f >> a;
+    return a.empty() ? "?" : a;
+}
+
 std::string cpu_model() {
     std::ifstream f("/proc/cpuinfo");
     std::string line;
@@ -188,9 +196,9 @@ int main(int argc, char ** argv) {
                     printf("%s\n", line);
                     char md[1024];
                     snprintf(md, sizeof md,
-                             "| %s | CPU: %s, %d thread%s | %s | `%s` | %dx%d %s T=%d: %.3f ms, %.1f tok/s, %.2f GB/s weights, %.2f GFLOP/s "
+                             "| %s | CPU: %s, %d thread%s (load avg %s) | %s | `%s` | %dx%d %s T=%d: %.3f ms, %.1f tok/s, %.2f GB/s weights, %.2f GFLOP/s "
                              "| %.0f%% of memcpy %.1f GB/s (measured, read+write, %d thr) |",
-                             date, model.c_str(), nt, nt > 1 ? "s" : "", commit.c_str(), cmd.c_str(), K, N,
+                             date, model.c_str(), nt, nt > 1 ? "s" : "", load_avg().c_str(), commit.c_str(), cmd.c_str(), K, N,
                              q ? ("EXL2 " + layout).c_str() : "f16", T, r.sec * 1e3, T / r.sec, gbs, gflops,
                              100 * bytes / r.sec / bw, bw / 1e9, nt);
                     rows.push_back(md);
