@@ -18,13 +18,13 @@
 // Loop order (SIMD path): column slice -> group -> panel -> tile. One group's band of packed rows
 // is streamed across the slice's columns (a few sequential streams, prefetcher friendly; walking
 // a panel down all K rows instead strides by a whole packed row per step and ran 3x slower), and
-// is reused from cache by every tile of the chunk; partial sums live in a per-thread buffer yb
-// [tokens][columns], sliced so that it stays within ~64 KiB. Codes are unpacked 8 columns at a
+// is reused from cache by every tile of the chunk; partial sums accumulate in this thread's
+// columns of y, in column slices whose tokens x columns floats stay within ~64 KiB. Codes are unpacked 8 columns at a
 // time with shift/mask at compile-time bit offsets (one template instance per width) and reused
 // for every token of the tile: TT tokens x NB blocks of accumulators in registers (NB = 4 for
 // TT <= 2, 2 for TT <= 4, else 1).
 //
-// Scratch (xq, xsum, yb, group table) is thread-local, grown to the largest call seen and then
+// Scratch (xq, xsum, group table; O(32 K) floats) is thread-local, grown to the largest call seen and then
 // reused, so steady-state calls allocate nothing.
 //
 // Numerics versus W (each weight rounded to fp16 by the reference): the products here are not
@@ -62,7 +62,6 @@ struct Group {
 struct Scratch {
     std::vector<float> xq;     // [CHUNK/TILE][K][tt]
     std::vector<float> xsum;   // [CHUNK/TILE][G][tt]
-    std::vector<float> yb;     // [tokens of the chunk][this thread's columns]
     std::vector<Group> groups;
 };
 // Grown on first use to the largest K*tokens seen, then reused: no allocation in steady state.
@@ -126,7 +125,7 @@ inline float exl2_scale(uint32_t c, uint16_t m) {
     return ggx_round_f16((float)((c + 1) * (c + 1)) * ggx_f16_to_f32(m));
 }
 
-// ---- scalar path (any CPU; also the oracle for the SIMD path in tests) ------------------------
+// ---- scalar path (any CPU; tests hold it to the same reference and bound as the SIMD path) ----
 
 inline uint32_t extract(const uint32_t * grp, int64_t ld, int64_t n, int j, int bits) {
     const int bit = j * bits, w = bit >> 5, s = bit & 31;
@@ -214,9 +213,9 @@ QMM_INLINE void group_fma(const uint32_t * q, int64_t ld, int rows, const float 
 }
 
 // Group g for NB blocks of 8 columns starting at column n0 and one tile of TT tokens:
-// yb[t*ldb + 8b + i] += scale * (acc - zero * xsum).
+// y[t*ldy + 8b + i] += scale * (acc - zero * xsum), y pointing at column n0 of the tile's first row.
 template <int TT, int NB>
-void group_tile_avx2(const Job & J, int g, int n0, const float * xq, const float * xsum, float * yb, int64_t ldb) {
+void group_tile_avx2(const Job & J, int g, int n0, const float * xq, const float * xsum, float * y, int64_t ldy) {
     const ggx_qmatrix & q = *J.q;
     const Group & gr = J.groups[g];
     const uint32_t * qw = q.q_weight + (size_t)gr.qrow * J.ld + n0;
@@ -260,32 +259,41 @@ void group_tile_avx2(const Job & J, int g, int n0, const float * xq, const float
         const __m256 s = _mm256_broadcast_ss(xs + t);
         QMM_UNROLL
         for (int b = 0; b < NB; b++) {
-            float * dst = yb + t * ldb + 8 * b;
-            _mm256_storeu_ps(dst, _mm256_fmadd_ps(scale[b], _mm256_fnmadd_ps(zero[b], s, acc[t * NB + b]), _mm256_loadu_ps(dst)));
+            float * dst = y + t * ldy + 8 * b;
+            const int valid = J.N - (n0 + 8 * b);
+            if (valid >= 8) {
+                _mm256_storeu_ps(dst, _mm256_fmadd_ps(scale[b], _mm256_fnmadd_ps(zero[b], s, acc[t * NB + b]), _mm256_loadu_ps(dst)));
+            } else {
+                // Last block of an N that is not a multiple of 8: the columns past N belong to the
+                // next row of y (another thread's), so touch only the valid lanes.
+                const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+                const __m256 r = _mm256_fmadd_ps(scale[b], _mm256_fnmadd_ps(zero[b], s, acc[t * NB + b]), _mm256_maskload_ps(dst, m));
+                _mm256_maskstore_ps(dst, m, r);
+            }
         }
     }
 }
 
 // Group g over blocks [b0, b1) of 8 columns for one tile, as many blocks per pass as the
-// register budget allows. yb points at column 8*b0.
+// register budget allows. y points at the tile's first row (column 0).
 template <int TT>
-void group_blocks_avx2(const Job & J, int g, int b0, int b1, const float * xq, const float * xsum, float * yb, int64_t ldb) {
+void group_blocks_avx2(const Job & J, int g, int b0, int b1, const float * xq, const float * xsum, float * y, int64_t ldy) {
     constexpr int NB = TT <= 2 ? 4 : TT <= 4 ? 2 : 1;
     int b = b0;
-    for (; b + NB <= b1; b += NB) group_tile_avx2<TT, NB>(J, g, 8 * b, xq, xsum, yb + 8 * (b - b0), ldb);
-    for (; b < b1; b++) group_tile_avx2<TT, 1>(J, g, 8 * b, xq, xsum, yb + 8 * (b - b0), ldb);
+    for (; b + NB <= b1; b += NB) group_tile_avx2<TT, NB>(J, g, 8 * b, xq, xsum, y + 8 * b, ldy);
+    for (; b < b1; b++) group_tile_avx2<TT, 1>(J, g, 8 * b, xq, xsum, y + 8 * b, ldy);
 }
 
-void group_avx2(const Job & J, int g, int tt, int b0, int b1, const float * xq, const float * xsum, float * yb, int64_t ldb) {
+void group_avx2(const Job & J, int g, int tt, int b0, int b1, const float * xq, const float * xsum, float * y, int64_t ldy) {
     switch (tt) {
-        case 1: group_blocks_avx2<1>(J, g, b0, b1, xq, xsum, yb, ldb); break;
-        case 2: group_blocks_avx2<2>(J, g, b0, b1, xq, xsum, yb, ldb); break;
-        case 3: group_blocks_avx2<3>(J, g, b0, b1, xq, xsum, yb, ldb); break;
-        case 4: group_blocks_avx2<4>(J, g, b0, b1, xq, xsum, yb, ldb); break;
-        case 5: group_blocks_avx2<5>(J, g, b0, b1, xq, xsum, yb, ldb); break;
-        case 6: group_blocks_avx2<6>(J, g, b0, b1, xq, xsum, yb, ldb); break;
-        case 7: group_blocks_avx2<7>(J, g, b0, b1, xq, xsum, yb, ldb); break;
-        default: group_blocks_avx2<8>(J, g, b0, b1, xq, xsum, yb, ldb); break;
+        case 1: group_blocks_avx2<1>(J, g, b0, b1, xq, xsum, y, ldy); break;
+        case 2: group_blocks_avx2<2>(J, g, b0, b1, xq, xsum, y, ldy); break;
+        case 3: group_blocks_avx2<3>(J, g, b0, b1, xq, xsum, y, ldy); break;
+        case 4: group_blocks_avx2<4>(J, g, b0, b1, xq, xsum, y, ldy); break;
+        case 5: group_blocks_avx2<5>(J, g, b0, b1, xq, xsum, y, ldy); break;
+        case 6: group_blocks_avx2<6>(J, g, b0, b1, xq, xsum, y, ldy); break;
+        case 7: group_blocks_avx2<7>(J, g, b0, b1, xq, xsum, y, ldy); break;
+        default: group_blocks_avx2<8>(J, g, b0, b1, xq, xsum, y, ldy); break;
     }
 }
 #endif  // QMM_AVX2
@@ -309,18 +317,17 @@ void qmatmul(const ggx_tensor * w, const float * x, int64_t ldx, float * y, int6
     if (S.xq.size() < tiles * TILE * q.K) S.xq.resize(tiles * TILE * q.K);
     if (S.xsum.size() < tiles * TILE * q.n_groups) S.xsum.resize(tiles * TILE * q.n_groups);
 
-    const int ncols = 8 * (b1 - b0);
-    if (S.yb.size() < (size_t)tmax * ncols) S.yb.resize((size_t)tmax * ncols);
+    const int c0 = 8 * b0, c1 = std::min(q.N, 8 * b1);
     for (int64_t t0 = 0; t0 < T; t0 += CHUNK) {
         const int tc = (int)std::min<int64_t>(CHUNK, T - t0);
         gather(J, x, ldx, t0, tc, S.xq.data(), S.xsum.data());
 #ifdef QMM_AVX2
         if (simd) {
-            // Group-major: one group's band of packed rows is streamed across all of this thread's
-            // columns (a few sequential streams, prefetcher friendly) and, for several tiles, reused
-            // from cache; partial sums live in yb [tc][ncols].
-            std::fill(S.yb.begin(), S.yb.begin() + (size_t)tc * ncols, 0.0f);
-            // Column slices whose partial sums (tc x slice floats) stay within ~64 KiB of cache.
+            // Group-major: one group's band of packed rows is streamed across the slice's columns
+            // (a few sequential streams, prefetcher friendly) and, for several tiles, reused from
+            // cache. Partial sums accumulate in y itself (only this thread's columns), in column
+            // slices of tc x slice floats that stay within ~64 KiB.
+            for (int t = 0; t < tc; t++) memset(y + (t0 + t) * ldy + c0, 0, sizeof(float) * (size_t)(c1 - c0));
             const int slice = std::max(PANEL, (16384 / tc) / (8 * PANEL) * PANEL);
             for (int s0 = b0; s0 < b1; s0 += slice)
                 for (int g = 0; g < J.G; g++)
@@ -328,12 +335,8 @@ void qmatmul(const ggx_tensor * w, const float * x, int64_t ldx, float * y, int6
                         const int p1 = std::min(b1, p + PANEL);
                         for (int tile = 0; tile * TILE < tc; tile++)
                             group_avx2(J, g, std::min(TILE, tc - tile * TILE), p, p1, S.xq.data() + (size_t)tile * TILE * q.K,
-                                       S.xsum.data() + (size_t)tile * TILE * q.n_groups,
-                                       S.yb.data() + (size_t)tile * TILE * ncols + 8 * (p - b0), ncols);
+                                       S.xsum.data() + (size_t)tile * TILE * q.n_groups, y + (t0 + tile * TILE) * ldy, ldy);
                     }
-            const int c1 = std::min(q.N, 8 * b1);
-            for (int t = 0; t < tc; t++)
-                memcpy(y + (t0 + t) * ldy + 8 * b0, S.yb.data() + (size_t)t * ncols, sizeof(float) * (size_t)(c1 - 8 * b0));
             continue;
         }
 #endif
