@@ -180,18 +180,16 @@ int32_t BpeModel::symbol_id(uint32_t cp) const {
     return it == char_ids_.end() ? -1 : it->second;
 }
 
-void BpeModel::encode(const std::string & piece, std::vector<int32_t> & out) const {
-    if (piece.empty()) return;
+void BpeModel::encode(const char * p, size_t n, std::vector<int32_t> & out) const {
+    if (n == 0) return;
     const StrMap & whole = byte_input_ ? raw_vocab_ : vocab_;
     if (opt_.ignore_merges) {
-        int32_t id = whole.find(piece);
+        int32_t id = whole.find(p, n);
         if (id >= 0) {
             out.push_back(id);
             return;
         }
     }
-    const char * p = piece.data();
-    const size_t n = piece.size();
     if (n <= kChunkMin || inner_pairs_.size() == 0) {
         encode_chunk(p, n, out);
         return;

@@ -71,7 +71,7 @@ public:
     // Same, with merges already given as ids and ranks (tiktoken / SentencePiece conversions).
     BpeModel(const std::unordered_map<std::string, int32_t> & vocab, MergeMap merges, BpeOptions opt);
 
-    void encode(const std::string & piece, std::vector<int32_t> & out) const override;
+    void encode(const char * piece, size_t n, std::vector<int32_t> & out) const override;
     int32_t token_to_id(const std::string & token) const override { return vocab_.find(token); }
     const std::string * id_to_token(int32_t id) const override;
     int32_t vocab_size() const override { return (int32_t)id_to_tok_.size(); }

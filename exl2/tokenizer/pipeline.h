@@ -11,6 +11,7 @@
 #include "regex.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,11 +51,17 @@ struct Piece {
     bool at_start = false;
 };
 
+// Receives pre-tokenized pieces one at a time (data valid only during the call).
+using PieceSink = std::function<void(const char * p, size_t n, bool at_start)>;
+
 class PreTokenizer {
 public:
     virtual ~PreTokenizer() = default;
-    // Replaces `pieces` by their split; empty pieces are dropped.
-    virtual void apply(std::vector<Piece> & pieces) const = 0;
+    // Streams the non-empty pieces of one input to `sink`, in order, without building a list of
+    // every piece of a long text.
+    virtual void for_each(const char * p, size_t n, bool at_start, const PieceSink & sink) const = 0;
+    // Replaces `pieces` by their split (empty pieces dropped): for_each over each of them.
+    void apply(std::vector<Piece> & pieces) const;
     // The last stage maps bytes to GPT-2's byte characters (ByteLevel). A byte-level BPE model
     // can take raw bytes instead: then the loader calls skip_final_byte_mapping().
     virtual bool ends_with_byte_level() const { return false; }
@@ -101,7 +108,7 @@ std::unique_ptr<Decoder> make_metaspace_decoder(uint32_t replacement, PrependSch
 class Model {
 public:
     virtual ~Model() = default;
-    virtual void encode(const std::string & piece, std::vector<int32_t> & out) const = 0;
+    virtual void encode(const char * piece, size_t n, std::vector<int32_t> & out) const = 0;
     virtual int32_t token_to_id(const std::string & token) const = 0;  // -1 when absent
     virtual const std::string * id_to_token(int32_t id) const = 0;     // nullptr when absent
     virtual int32_t vocab_size() const = 0;  // number of ids the model knows (max id + 1)

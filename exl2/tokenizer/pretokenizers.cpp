@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <string_view>
 
 namespace exl2 {
 namespace tok {
@@ -16,24 +17,52 @@ namespace tok {
 namespace {
 
 struct Seg {
-    size_t a, b;
+    uint32_t a, b;
     bool match;
 };
 
-// Applies a split behaviour to the segments of one piece and appends the kept pieces to out.
-void emit_split(const Piece & p, const std::vector<Seg> & segs, SplitBehavior beh, bool invert,
-                std::vector<Piece> & out) {
-    std::vector<Seg> keep;  // match here means "remove"
+// Per-thread scratch buffers, one set per nesting level (a Sequence runs stage i+1 inside the
+// sink of stage i, so the levels must not share buffers).
+struct Scratch {
+    std::vector<uint32_t> cps;
+    std::vector<Seg> segs, keep;
+    std::string text, mapped;
+};
+thread_local std::vector<std::unique_ptr<Scratch>> t_scratch;
+thread_local size_t t_depth = 0;
+
+class ScratchLevel {
+public:
+    ScratchLevel() {
+        if (t_scratch.size() <= t_depth) t_scratch.push_back(std::make_unique<Scratch>());
+        s_ = t_scratch[t_depth++].get();
+    }
+    ~ScratchLevel() { t_depth--; }
+    Scratch & operator*() { return *s_; }
+    Scratch * operator->() { return s_; }
+
+private:
+    Scratch * s_;
+};
+
+// Applies a split behaviour to the segments of one piece and sends the kept parts to sink.
+void emit_split(const char * p, bool at_start, const std::vector<Seg> & segs, SplitBehavior beh, bool invert,
+                std::vector<Seg> & keep, const PieceSink & sink) {
+    auto out = [&](uint32_t a, uint32_t b) {
+        if (b > a) sink(p + a, b - a, at_start && a == 0);
+    };
     bool prev = false;
     switch (beh) {
     case SplitBehavior::Isolated:
-        for (auto s : segs) keep.push_back({s.a, s.b, false});
-        break;
+        for (const Seg & s : segs) out(s.a, s.b);
+        return;
     case SplitBehavior::Removed:
-        for (auto s : segs) keep.push_back({s.a, s.b, s.match != invert});
-        break;
+        for (const Seg & s : segs)
+            if (s.match == invert) out(s.a, s.b);
+        return;
     case SplitBehavior::Contiguous:
-        for (auto s : segs) {
+        keep.clear();
+        for (const Seg & s : segs) {
             bool m = s.match != invert;
             if (m == prev && !keep.empty()) keep.back().b = s.b;
             else keep.push_back({s.a, s.b, false});
@@ -41,7 +70,8 @@ void emit_split(const Piece & p, const std::vector<Seg> & segs, SplitBehavior be
         }
         break;
     case SplitBehavior::MergedWithPrevious:
-        for (auto s : segs) {
+        keep.clear();
+        for (const Seg & s : segs) {
             bool m = s.match != invert;
             if (m && !prev && !keep.empty()) keep.back().b = s.b;
             else keep.push_back({s.a, s.b, false});
@@ -49,6 +79,7 @@ void emit_split(const Piece & p, const std::vector<Seg> & segs, SplitBehavior be
         }
         break;
     case SplitBehavior::MergedWithNext:
+        keep.clear();
         for (size_t k = segs.size(); k-- > 0;) {
             bool m = segs[k].match != invert;
             if (m && !prev && !keep.empty()) keep.back().a = segs[k].a;
@@ -58,95 +89,86 @@ void emit_split(const Piece & p, const std::vector<Seg> & segs, SplitBehavior be
         std::reverse(keep.begin(), keep.end());
         break;
     }
-    for (auto & k : keep) {
-        if (k.match || k.b <= k.a) continue;
-        Piece np;
-        np.text.assign(p.text, k.a, k.b - k.a);
-        np.at_start = p.at_start && k.a == 0;
-        out.push_back(std::move(np));
-    }
+    for (const Seg & k : keep) out(k.a, k.b);
 }
 
 // Segments from a per-character predicate (tokenizers' Pattern for Fn(char) -> bool): every
 // matching character is its own match.
-void char_segments(const std::string & s, const std::function<bool(uint32_t)> & pred,
-                   std::vector<Seg> & segs) {
+void char_segments(const char * s, size_t n, const std::function<bool(uint32_t)> & pred, std::vector<Seg> & segs) {
     segs.clear();
-    size_t last = 0;
-    for (size_t i = 0; i < s.size();) {
-        size_t b = i;
-        uint32_t cp = uni::utf8_next(s.data(), s.size(), i);
+    uint32_t last = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t b = (uint32_t)i;
+        uint32_t cp = uni::utf8_next(s, n, i);
         if (pred(cp)) {
             if (last < b) segs.push_back({last, b, false});
-            segs.push_back({b, i, true});
-            last = i;
+            segs.push_back({b, (uint32_t)i, true});
+            last = (uint32_t)i;
         }
     }
-    if (last < s.size()) segs.push_back({last, s.size(), false});
+    if (last < n) segs.push_back({last, (uint32_t)n, false});
 }
 
-// Segments from regex matches.
-void regex_segments(const Regex & re, const std::string & s, std::vector<Seg> & segs) {
-    thread_local std::vector<uint32_t> cps;
-    thread_local std::vector<uint32_t> offs;
-    thread_local std::vector<std::pair<uint32_t, uint32_t>> m;
-    cps.clear();
-    offs.clear();
-    m.clear();
-    for (size_t i = 0; i < s.size();) {
-        offs.push_back((uint32_t)i);
-        cps.push_back(uni::utf8_next(s.data(), s.size(), i));
-    }
-    offs.push_back((uint32_t)s.size());
-    re.find_all(cps.data(), cps.size(), m);
-    segs.clear();
-    size_t prev = 0;
-    for (auto & r : m) {
-        size_t a = offs[r.first], b = offs[r.second];
-        if (prev != a) segs.push_back({prev, a, false});
-        segs.push_back({a, b, true});
+// Byte length of a decoded code point (an invalid byte is one byte).
+inline uint32_t cp_bytes(uint32_t cp) {
+    return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : cp < 0x110000 ? 4 : 1;
+}
+
+// Regex matches as byte segments: Isolated pieces go straight to the sink, other behaviours
+// collect the segments first.
+void regex_split(const Regex & re, const char * s, size_t n, bool at_start, SplitBehavior beh, bool invert,
+                 Scratch & sc, const PieceSink & sink) {
+    sc.cps.clear();
+    sc.cps.reserve(n);
+    for (size_t i = 0; i < n;) sc.cps.push_back(uni::utf8_next(s, n, i));
+    sc.segs.clear();
+    const bool direct = beh == SplitBehavior::Isolated;
+    uint32_t cp_at = 0, byte_at = 0, prev = 0;  // byte offset of code point cp_at
+    auto to_bytes = [&](uint32_t cp_index) {
+        while (cp_at < cp_index) byte_at += cp_bytes(sc.cps[cp_at++]);
+        return byte_at;
+    };
+    auto seg = [&](uint32_t a, uint32_t b, bool match) {
+        if (direct) {
+            if (b > a) sink(s + a, b - a, at_start && a == 0);
+        } else {
+            sc.segs.push_back({a, b, match});
+        }
+    };
+    re.find_each(sc.cps.data(), sc.cps.size(), [&](uint32_t ma, uint32_t mb) {
+        uint32_t a = to_bytes(ma), b = to_bytes(mb);
+        if (prev != a) seg(prev, a, false);
+        seg(a, b, true);
         prev = b;
-    }
-    if (prev != s.size()) segs.push_back({prev, s.size(), false});
+    });
+    if (prev != n) seg(prev, (uint32_t)n, false);
+    if (!direct) emit_split(s, at_start, sc.segs, beh, invert, sc.keep, sink);
 }
 
-void string_segments(const std::string & pat, const std::string & s, std::vector<Seg> & segs) {
+void string_segments(const std::string & pat, const char * s, size_t n, std::vector<Seg> & segs) {
     segs.clear();
     if (pat.empty()) {
-        segs.push_back({0, s.size(), false});
+        segs.push_back({0, (uint32_t)n, false});
         return;
     }
     size_t prev = 0;
+    const std::string_view text(s, n);
     while (true) {
-        size_t j = s.find(pat, prev);
-        if (j == std::string::npos) break;
-        if (j != prev) segs.push_back({prev, j, false});
-        segs.push_back({j, j + pat.size(), true});
+        size_t j = text.find(pat, prev);
+        if (j == std::string_view::npos) break;
+        if (j != prev) segs.push_back({(uint32_t)prev, (uint32_t)j, false});
+        segs.push_back({(uint32_t)j, (uint32_t)(j + pat.size()), true});
         prev = j + pat.size();
     }
-    if (prev != s.size()) segs.push_back({prev, s.size(), false});
-}
-
-template <class SegFn>
-void split_all(std::vector<Piece> & pieces, SplitBehavior beh, bool invert, SegFn segfn) {
-    std::vector<Piece> out;
-    out.reserve(pieces.size() * 2);
-    std::vector<Seg> segs;
-    for (const Piece & p : pieces) {
-        if (p.text.empty()) continue;
-        segfn(p.text, segs);
-        emit_split(p, segs, beh, invert, out);
-    }
-    pieces.swap(out);
+    if (prev != n) segs.push_back({(uint32_t)prev, (uint32_t)n, false});
 }
 
 class SplitRegex final : public PreTokenizer {
 public:
     SplitRegex(const std::string & pat, SplitBehavior b, bool invert) : re_(pat), b_(b), inv_(invert) {}
-    void apply(std::vector<Piece> & pieces) const override {
-        split_all(pieces, b_, inv_, [&](const std::string & s, std::vector<Seg> & segs) {
-            regex_segments(re_, s, segs);
-        });
+    void for_each(const char * p, size_t n, bool at_start, const PieceSink & sink) const override {
+        ScratchLevel sc;
+        regex_split(re_, p, n, at_start, b_, inv_, *sc, sink);
     }
 
 private:
@@ -158,10 +180,10 @@ private:
 class SplitString final : public PreTokenizer {
 public:
     SplitString(std::string pat, SplitBehavior b, bool invert) : pat_(std::move(pat)), b_(b), inv_(invert) {}
-    void apply(std::vector<Piece> & pieces) const override {
-        split_all(pieces, b_, inv_, [&](const std::string & s, std::vector<Seg> & segs) {
-            string_segments(pat_, s, segs);
-        });
+    void for_each(const char * p, size_t n, bool at_start, const PieceSink & sink) const override {
+        ScratchLevel sc;
+        string_segments(pat_, p, n, sc->segs);
+        emit_split(p, at_start, sc->segs, b_, inv_, sc->keep, sink);
     }
 
 private:
@@ -173,10 +195,10 @@ private:
 class SplitChars final : public PreTokenizer {
 public:
     SplitChars(std::function<bool(uint32_t)> pred, SplitBehavior b) : pred_(std::move(pred)), b_(b) {}
-    void apply(std::vector<Piece> & pieces) const override {
-        split_all(pieces, b_, false, [&](const std::string & s, std::vector<Seg> & segs) {
-            char_segments(s, pred_, segs);
-        });
+    void for_each(const char * p, size_t n, bool at_start, const PieceSink & sink) const override {
+        ScratchLevel sc;
+        char_segments(p, n, pred_, sc->segs);
+        emit_split(p, at_start, sc->segs, b_, false, sc->keep, sink);
     }
 
 private:
@@ -192,19 +214,27 @@ public:
     ByteLevelPre(bool add_prefix_space, bool use_regex) : prefix_(add_prefix_space) {
         if (use_regex) re_ = std::make_unique<Regex>(kGpt2Pattern);
     }
-    void apply(std::vector<Piece> & pieces) const override {
-        if (prefix_)
-            for (Piece & p : pieces)
-                if (!p.text.empty() && p.text[0] != ' ') p.text.insert(0, " ");
-        if (re_)
-            split_all(pieces, SplitBehavior::Isolated, false,
-                      [&](const std::string & s, std::vector<Seg> & segs) { regex_segments(*re_, s, segs); });
-        if (!map_) return;
-        for (Piece & p : pieces) {
-            std::string m;
-            m.reserve(p.text.size() * 2);
-            for (unsigned char c : p.text) m += byte_to_char(c);
-            p.text.swap(m);
+    void for_each(const char * p, size_t n, bool at_start, const PieceSink & sink) const override {
+        ScratchLevel sc;
+        if (prefix_ && n > 0 && p[0] != ' ') {
+            sc->text.assign(1, ' ');
+            sc->text.append(p, n);
+            p = sc->text.data();
+            n = sc->text.size();
+        }
+        auto map = [&](const char * q, size_t m, bool st) {
+            if (!map_) {
+                sink(q, m, st);
+                return;
+            }
+            sc->mapped.clear();
+            for (size_t i = 0; i < m; i++) sc->mapped += byte_to_char((uint8_t)q[i]);
+            sink(sc->mapped.data(), sc->mapped.size(), st);
+        };
+        if (re_) {
+            regex_split(*re_, p, n, at_start, SplitBehavior::Isolated, false, *sc, map);
+        } else if (n > 0) {
+            map(p, n, at_start);
         }
     }
     bool ends_with_byte_level() const override { return true; }
@@ -221,23 +251,25 @@ public:
     Metaspace(uint32_t repl, PrependScheme scheme, bool split) : scheme_(scheme), split_(split) {
         uni::utf8_put(rep_, repl);
     }
-    void apply(std::vector<Piece> & pieces) const override {
-        for (Piece & p : pieces) {
-            if (p.text.empty()) continue;
-            std::string s;
-            s.reserve(p.text.size() + 8);
-            for (char c : p.text) {
-                if (c == ' ') s += rep_;
-                else s += c;
-            }
-            bool starts = s.compare(0, rep_.size(), rep_) == 0;
-            if (!starts && (scheme_ == PrependScheme::Always || (scheme_ == PrependScheme::First && p.at_start)))
-                s.insert(0, rep_);
-            p.text.swap(s);
+    void for_each(const char * p, size_t n, bool at_start, const PieceSink & sink) const override {
+        if (n == 0) return;
+        ScratchLevel sc;
+        std::string & s = sc->text;
+        s.clear();
+        s.reserve(n + n / 4 + 8);
+        for (size_t i = 0; i < n; i++) {
+            if (p[i] == ' ') s += rep_;
+            else s += p[i];
         }
-        if (split_)
-            split_all(pieces, SplitBehavior::MergedWithNext, false,
-                      [&](const std::string & s, std::vector<Seg> & segs) { string_segments(rep_, s, segs); });
+        bool starts = s.compare(0, rep_.size(), rep_) == 0;
+        if (!starts && (scheme_ == PrependScheme::Always || (scheme_ == PrependScheme::First && at_start)))
+            s.insert(0, rep_);
+        if (!split_) {
+            sink(s.data(), s.size(), at_start);
+            return;
+        }
+        string_segments(rep_, s.data(), s.size(), sc->segs);
+        emit_split(s.data(), at_start, sc->segs, SplitBehavior::MergedWithNext, false, sc->keep, sink);
     }
 
 private:
@@ -249,8 +281,8 @@ private:
 class Sequence final : public PreTokenizer {
 public:
     explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> v) : v_(std::move(v)) {}
-    void apply(std::vector<Piece> & pieces) const override {
-        for (auto & p : v_) p->apply(pieces);
+    void for_each(const char * p, size_t n, bool at_start, const PieceSink & sink) const override {
+        run(0, p, n, at_start, sink);
     }
     bool ends_with_byte_level() const override { return !v_.empty() && v_.back()->ends_with_byte_level(); }
     void skip_final_byte_mapping() override {
@@ -259,13 +291,20 @@ public:
 
 private:
     std::vector<std::unique_ptr<PreTokenizer>> v_;
+    // Stage i streams each of its pieces into stage i + 1.
+    void run(size_t i, const char * p, size_t n, bool at_start, const PieceSink & sink) const {
+        if (i == v_.size()) {
+            if (n) sink(p, n, at_start);
+            return;
+        }
+        v_[i]->for_each(p, n, at_start, [&](const char * q, size_t m, bool st) { run(i + 1, q, m, st, sink); });
+    }
 };
 
 class BertPre final : public PreTokenizer {
 public:
-    void apply(std::vector<Piece> & pieces) const override {
-        ws_.apply(pieces);
-        punct_.apply(pieces);
+    void for_each(const char * p, size_t n, bool at_start, const PieceSink & sink) const override {
+        ws_.for_each(p, n, at_start, [&](const char * q, size_t m, bool st) { punct_.for_each(q, m, st, sink); });
     }
 
 private:
@@ -308,6 +347,14 @@ const ByteTable & byte_table() {
 }  // namespace
 
 const std::string & byte_to_char(uint8_t b) { return byte_table().to_char[b]; }
+
+void PreTokenizer::apply(std::vector<Piece> & pieces) const {
+    std::vector<Piece> out;
+    for (const Piece & p : pieces)
+        for_each(p.text.data(), p.text.size(), p.at_start,
+                 [&](const char * q, size_t n, bool st) { out.push_back({std::string(q, n), st}); });
+    pieces.swap(out);
+}
 int char_to_byte(uint32_t cp) { return cp < 512 ? byte_table().from_char[cp] : -1; }
 
 std::unique_ptr<PreTokenizer> make_split_regex(const std::string & pattern, SplitBehavior b, bool invert) {

@@ -54,6 +54,10 @@ struct Inst {
     bool flag = false;   // REPEAT: greedy; LOOK: negative
     int32_t a = 0, b = 0;  // CLASS/REPEAT: class; SPLIT: preferred, other; JMP: target; LOOK: program
     uint32_t min = 0, max = 0;
+    // SPLIT: ASCII characters that can start branch a. When the next character is ASCII and not
+    // in the set (or the text has ended), branch a cannot match and is skipped without a frame.
+    bool guarded = false;
+    uint64_t guard[2] = {0, 0};
 };
 
 // ---- AST ------------------------------------------------------------------------------------
@@ -668,6 +672,10 @@ struct Regex::Impl {
                 break;
             }
             case SPLIT:
+                if (in.guarded && (p >= n || (t[p] < 128 && !((in.guard[t[p] >> 6] >> (t[p] & 63)) & 1u)))) {
+                    pc = in.b;
+                    break;
+                }
                 st.push_back({in.b, (uint32_t)p, 0, 0, -2});
                 pc = in.a;
                 break;
@@ -728,6 +736,46 @@ struct Regex::Impl {
         }
     }
 
+    // ASCII characters that can start a match from `start` in program `prog` (followed through
+    // SPLIT, JMP and optional repeats). False when the path can match without consuming a
+    // character or meets an assertion: then no guard is possible.
+    bool first_set(const std::vector<Inst> & code, int start, uint64_t out[2]) const {
+        std::vector<int> todo{start};
+        std::vector<bool> seen(code.size(), false);
+        while (!todo.empty()) {
+            int pc = todo.back();
+            todo.pop_back();
+            if (seen[(size_t)pc]) continue;
+            seen[(size_t)pc] = true;
+            const Inst & in = code[(size_t)pc];
+            if (in.op == SPLIT) {
+                todo.push_back(in.a);
+                todo.push_back(in.b);
+            } else if (in.op == JMP) {
+                todo.push_back(in.a);
+            } else if (in.op == CLASS || in.op == REPEAT) {
+                const CharClass & c = classes[(size_t)in.a];
+                for (uint32_t cp = 0; cp < 128; cp++)
+                    if (c.matches(cp)) out[cp >> 6] |= 1ull << (cp & 63);
+                if (in.op == REPEAT && in.min == 0) todo.push_back(pc + 1);
+            } else {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    void compute_guards() {
+        for (auto & prog : progs)
+            for (auto & in : prog.code)
+                if (in.op == SPLIT) {
+                    uint64_t g[2] = {0, 0};
+                    in.guarded = first_set(prog.code, in.a, g);
+                    in.guard[0] = g[0];
+                    in.guard[1] = g[1];
+                }
+    }
+
     void compute_first() {
         // Conservative: follow the program from pc 0 through SPLIT/JMP; any class at the head
         // contributes; anything else (assertions, nullable) means "could start anywhere".
@@ -768,6 +816,7 @@ Regex::Regex(const std::string & pattern) : pattern_(pattern), impl_(std::make_u
     Compiler comp(impl_->progs);
     impl_->main = comp.compile(*root);
     impl_->compute_first();
+    impl_->compute_guards();
 }
 
 Regex::~Regex() = default;
@@ -783,6 +832,10 @@ long Regex::match_at(const uint32_t * text, size_t n, size_t pos) const {
 
 void Regex::find_all(const uint32_t * text, size_t n,
                      std::vector<std::pair<uint32_t, uint32_t>> & out) const {
+    find_each(text, n, [&](uint32_t a, uint32_t b) { out.push_back({a, b}); });
+}
+
+void Regex::find_each(const uint32_t * text, size_t n, const std::function<void(uint32_t, uint32_t)> & cb) const {
     thread_local std::vector<Impl::Frame> st;
     st.clear();
     const Impl & im = *impl_;
@@ -799,7 +852,7 @@ void Regex::find_all(const uint32_t * text, size_t n,
             }
             size_t end;
             if (im.run(im.main, text, n, s, end, st)) {
-                out.push_back({(uint32_t)s, (uint32_t)end});
+                cb((uint32_t)s, (uint32_t)end);
                 pos = end > s ? end : end + 1;
                 found = true;
                 break;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -36,6 +37,9 @@ public:
     // text[0, n). After an empty match the search resumes one code point further on.
     void find_all(const uint32_t * text, size_t n,
                   std::vector<std::pair<uint32_t, uint32_t>> & out) const;
+
+    // The same matches, handed to `cb(start, end)` one at a time (no list is built).
+    void find_each(const uint32_t * text, size_t n, const std::function<void(uint32_t, uint32_t)> & cb) const;
 
     // Anchored match at pos: end of the match, or -1.
     long match_at(const uint32_t * text, size_t n, size_t pos) const;

@@ -142,16 +142,17 @@ void Tokenizer::Impl::find_added(const std::string & s, const Matcher & m, bool 
 }
 
 void Tokenizer::Impl::encode_text(const std::string & s, bool at_start, std::vector<int32_t> & ids) const {
-    thread_local std::vector<tok::Piece> pieces;
-    pieces.clear();
-    pieces.push_back({s, at_start});
-    if (pre) pre->apply(pieces);
-    for (const tok::Piece & p : pieces)
-        if (!p.text.empty()) model->encode(p.text, ids);
+    if (!pre) {
+        model->encode(s.data(), s.size(), ids);
+        return;
+    }
+    pre->for_each(s.data(), s.size(), at_start,
+                  [&](const char * p, size_t n, bool) { model->encode(p, n, ids); });
 }
 
 std::vector<int32_t> Tokenizer::Impl::encode(const std::string & text, bool add_special, bool parse_special) const {
     std::vector<int32_t> ids;
+    ids.reserve(text.size() / 3 + 8);
     std::vector<Segment> segs, sub;
     find_added(text, match_raw_, parse_special, segs);
     for (const Segment & sg : segs) {
