@@ -110,6 +110,10 @@ ggx_status cpu_get(ggx_backend *, void * dst, const void * src, size_t n) {
     if (n) memcpy(dst, src, n);
     return GGX_STATUS_OK;
 }
+ggx_status cpu_copy(ggx_backend *, void * dst, const void * src, size_t n) {
+    if (n) memmove(dst, src, n);
+    return GGX_STATUS_OK;
+}
 ggx_status cpu_memset(ggx_backend *, void * dst, int value, size_t n) {
     if (n) memset(dst, value, n);
     return GGX_STATUS_OK;
@@ -218,6 +222,7 @@ ggx_backend * ggx_backend_cpu_init(int n_threads) {
     be->iface.qmatrix_prepare = nullptr;   // kernels read the on-disk layout directly
     be->iface.qmatrix_release = nullptr;
     be->iface.memory_info = cpu_memory_info;
+    be->iface.copy = cpu_copy;
     be->name = "cpu";
     be->is_host = 1;
     be->alignment = 64;
