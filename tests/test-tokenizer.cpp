@@ -5,6 +5,7 @@
 // All comparisons are exact: tokenization is discrete.
 #include "exl2/error.h"
 #include "exl2/json.h"
+#include "exl2/tokenizer/pipeline.h"
 #include "exl2/tokenizer/regex.h"
 #include "exl2/tokenizer/tokenizer.h"
 #include "exl2/tokenizer/unicode.h"
@@ -110,6 +111,8 @@ std::string temp_dir(const char * name) {
     mkdir(d.c_str(), 0755);
     return d;
 }
+
+std::string strfmt_vocab(char c) { return std::string(", \"") + c + "\": " + std::to_string(c - 'a' + 2); }
 
 std::string load_error(const std::string & dir) {
     try {
@@ -448,6 +451,125 @@ TEST_CASE("tokenizer: Unicode normalization on UAX #15 examples") {
     // invalid bytes pass through untouched
     CHECK(normalize("a\xFF" "e\xCC\x81", NormForm::NFC) == "a\xFF\xC3\xA9");
     CHECK(exl2::uni::utf8_lossy("a\xE4\xB8" "b\xFF\xF0\x9F") == "a\xEF\xBF\xBD" "b\xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
+// Pipeline stages that the real tokenizers of golden.json do not use. The expected values follow
+// the semantics of the tokenizers library (its documentation examples where there is one, e.g.
+// the five split behaviours on "the-final--countdown").
+namespace {
+
+std::string pieces_of(const std::string & pre_json, const std::string & text) {
+    auto pre = exl2::tok::pre_tokenizer_from_json(Json::parse(pre_json), {"test", "pre_tokenizer"});
+    std::vector<exl2::tok::Piece> pieces{{text, true}};
+    pre->apply(pieces);
+    std::string out;
+    for (auto & p : pieces) out += "[" + p.text + "]";
+    return out;
+}
+
+std::string normalized(const std::string & norm_json, const std::string & text) {
+    auto n = exl2::tok::normalizer_from_json(Json::parse(norm_json), {"test", "normalizer"});
+    std::string s = text;
+    n->apply(s);
+    return s;
+}
+
+std::string decoded(const std::string & dec_json, std::vector<std::string> tokens) {
+    auto d = exl2::tok::decoder_from_json(Json::parse(dec_json), {"test", "decoder"});
+    d->apply(tokens, false);
+    std::string s;
+    for (auto & t : tokens) s += t;
+    return s;
+}
+
+}  // namespace
+
+TEST_CASE("tokenizer: pre-tokenizers, normalizers and decoders on documented examples") {
+    const std::string split = R"({"type": "Split", "pattern": {"String": "-"}, "invert": false, "behavior": ")";
+    CHECK(pieces_of(split + R"(Removed"})", "the-final--countdown") == "[the][final][countdown]");
+    CHECK(pieces_of(split + R"(Isolated"})", "the-final--countdown") == "[the][-][final][-][-][countdown]");
+    CHECK(pieces_of(split + R"(MergedWithPrevious"})", "the-final--countdown") == "[the-][final-][-][countdown]");
+    CHECK(pieces_of(split + R"(MergedWithNext"})", "the-final--countdown") == "[the][-final][-][-countdown]");
+    CHECK(pieces_of(split + R"(Contiguous"})", "the-final--countdown") == "[the][-][final][--][countdown]");
+    CHECK(pieces_of(R"({"type": "Split", "pattern": {"Regex": "\\d+"}, "behavior": "Removed", "invert": true})",
+                    "ab12cd345") == "[12][345]");
+    CHECK(pieces_of(R"({"type": "Digits", "individual_digits": true})", "ab123c") == "[ab][1][2][3][c]");
+    CHECK(pieces_of(R"({"type": "Digits", "individual_digits": false})", "ab123c") == "[ab][123][c]");
+    CHECK(pieces_of(R"({"type": "Punctuation"})", "Hey, you!!") == "[Hey][,][ you][!][!]");
+    CHECK(pieces_of(R"({"type": "Whitespace"})", "Hey man, good?") == "[Hey][man][,][good][?]");
+    CHECK(pieces_of(R"({"type": "WhitespaceSplit"})", "Hey  man\tx!") == "[Hey][man][x!]");
+    CHECK(pieces_of(R"({"type": "BertPreTokenizer"})", "Hey man, ok") == "[Hey][man][,][ok]");
+    CHECK(pieces_of(R"({"type": "CharDelimiterSplit", "delimiter": "x"})", "axbxxc") == "[a][b][c]");
+    CHECK(pieces_of(R"({"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": true})",
+                    "Hey friend!") == "[\xE2\x96\x81Hey][\xE2\x96\x81" "friend!]");
+    CHECK(pieces_of(R"({"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "never", "split": false})",
+                    "Hey friend") == "[Hey\xE2\x96\x81" "friend]");
+    CHECK(pieces_of(R"({"type": "ByteLevel", "add_prefix_space": true, "use_regex": true})", "Hello world") ==
+          "[\xC4\xA0Hello][\xC4\xA0world]");
+    CHECK(pieces_of(R"({"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, {"type": "Digits", "individual_digits": true}]})",
+                    "a12 b3") == "[a][1][2][b][3]");
+
+    CHECK(normalized(R"({"type": "NFKC"})", "\xEF\xAC\x81\xE2\x91\xA0") == "fi1");
+    CHECK(normalized(R"({"type": "NFD"})", "\xC3\xA9") == "e\xCC\x81");
+    CHECK(normalized(R"({"type": "Lowercase"})", "HeLLo \xC4\xB0") == "hello i\xCC\x87");
+    CHECK(normalized(R"({"type": "Sequence", "normalizers": [{"type": "NFD"}, {"type": "StripAccents"}]})",
+                     "\xC3\xA9t\xC3\xA9") == "ete");
+    CHECK(normalized(R"({"type": "Strip", "strip_left": true, "strip_right": false})", " \t a b \n") == "a b \n");
+    CHECK(normalized(R"({"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": "_"})", "a  b   c d") == "a_b_c d");
+    CHECK(normalized(R"({"type": "Replace", "pattern": {"String": "ab"}, "content": "X"})", "aabab") == "aXX");
+    CHECK(normalized(R"({"type": "Prepend", "prepend": "\u2581"})", "x") == "\xE2\x96\x81x");
+    CHECK(normalized(R"({"type": "Prepend", "prepend": "\u2581"})", "") == "");
+    CHECK(normalized(R"({"type": "ByteLevel"})", "a \xC3\xA9") == "a\xC4\xA0\xC3\x83\xC2\xA9");
+    CHECK(normalized(R"({"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true, "strip_accents": null, "lowercase": true})",
+                     "H\xC3\xA9llo\tWORLD\x01\xE4\xB8\xAD") == "hello world \xE4\xB8\xAD ");
+
+    CHECK(decoded(R"({"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": true})",
+                  {"\xE2\x96\x81Hey", "\xE2\x96\x81" "friend"}) == "Hey friend");
+    CHECK(decoded(R"({"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "never", "split": true})",
+                  {"\xE2\x96\x81Hey", "\xE2\x96\x81" "friend"}) == " Hey friend");
+    CHECK(decoded(R"({"type": "WordPiece", "prefix": "##", "cleanup": true})", {"un", "##aff", "##able", "!", "do", "n't"}) ==
+          "unaffable! don't");
+    CHECK(decoded(R"({"type": "BPEDecoder", "suffix": "</w>"})", {"hel", "lo</w>", "world</w>"}) == "hello world");
+    CHECK(decoded(R"({"type": "Strip", "content": " ", "start": 1, "stop": 1})", {"  ab  "}) == " ab ");
+    CHECK(decoded(R"({"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"}]})",
+                  {"a", "<0xE4>", "<0xB8>", "<0xAD>", "b", "<0xE4>"}) == "a\xE4\xB8\xAD" "b\xEF\xBF\xBD");
+    // a run of byte tokens that is not valid UTF-8 as a whole gives one U+FFFD per byte
+    CHECK(decoded(R"({"type": "ByteFallback"})", {"<0xE4>", "<0xB8>", "<0xAD>", "<0xE4>"}) ==
+          "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+    CHECK(decoded(R"({"type": "ByteLevel"})", {"\xC4\xA0hi", "\xE2\x96\x81"}) == " hi\xE2\x96\x81");
+}
+
+TEST_CASE("tokenizer: added tokens honour lstrip, rstrip, single_word and normalized") {
+    const std::string d = temp_dir("added");
+    // characters a-z, space and '!' as single-character tokens, no merges
+    std::string vocab = "\" \": 0, \"!\": 1";
+    for (char c = 'a'; c <= 'z'; c++) vocab += strfmt_vocab(c);
+    write_file(d + "/tokenizer.json", R"({"model": {"type": "BPE", "vocab": {)" + vocab + R"(}, "merges": []},
+        "normalizer": {"type": "Lowercase"},
+        "added_tokens": [
+          {"id": 100, "content": "<l>", "lstrip": true, "rstrip": false, "single_word": false, "normalized": false, "special": true},
+          {"id": 101, "content": "<r>", "lstrip": false, "rstrip": true, "single_word": false, "normalized": false, "special": true},
+          {"id": 102, "content": "ab", "lstrip": false, "rstrip": false, "single_word": true, "normalized": false, "special": false},
+          {"id": 103, "content": "hello", "lstrip": false, "rstrip": false, "single_word": false, "normalized": true, "special": false},
+          {"id": 104, "content": "WORLD", "lstrip": false, "rstrip": false, "single_word": false, "normalized": false, "special": false}]})");
+    auto tok = Tokenizer::load(d);
+    auto id = [&](char c) { return tok->token_id(std::string(1, c)); };
+    // lstrip takes the spaces before, rstrip the spaces after
+    CHECK(tok->encode("x  <l>y", false) == std::vector<int32_t>{id('x'), 100, id('y')});
+    CHECK(tok->encode("x<r>  y", false) == std::vector<int32_t>{id('x'), 101, id('y')});
+    // single_word: not inside "cab" or "abc"
+    CHECK(tok->encode("ab cab abc ab!", false) ==
+          std::vector<int32_t>{102, 0, id('c'), id('a'), id('b'), 0, id('a'), id('b'), id('c'), 0, 102, 1});
+    // normalized tokens match the normalized (lowercased) text; others only the raw text
+    CHECK(tok->encode("HeLLo", false) == std::vector<int32_t>{103});
+    CHECK(tok->encode("WORLD world", false) ==
+          std::vector<int32_t>{104, 0, id('w'), id('o'), id('r'), id('l'), id('d')});
+    // parse_special=false: special tokens become text, non-special added tokens still match
+    CHECK(tok->encode("<l>hello", false, false) ==
+          std::vector<int32_t>{id('l'), 103});  // "<" and ">" are not in the vocabulary
+    CHECK(tok->is_special(100));
+    CHECK(!tok->is_special(103));
+    CHECK(tok->decode({100, 103, 104}, true) == "hello WORLD");  // no decoder: tokens joined by spaces
 }
 
 TEST_CASE("tokenizer: C API") {
