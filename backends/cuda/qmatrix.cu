@@ -78,19 +78,42 @@ struct chunk_dot<B, T, chunk_shape<B>::rows> {
     static __device__ __forceinline__ void run(const uint32_t (&)[4][chunk_shape<B>::words], const float *, int, float (&)[T][4]) {}
 };
 
+// Chunks loaded back to back before use: enough 16-byte loads in flight per thread to cover
+// memory latency (about 128 bytes for the common widths) without spilling registers.
+template <int B> struct chunk_unroll { static constexpr int n = 2; };
+template <> struct chunk_unroll<8> { static constexpr int n = 8; };
+template <> struct chunk_unroll<4> { static constexpr int n = 8; };
+template <> struct chunk_unroll<2> { static constexpr int n = 4; };
+
+template <int B, int U>
+__device__ __forceinline__ void load_chunks(const uint32_t * __restrict__ qw, int Np, int n, int qrow,
+                                            uint32_t (&w)[U][4][chunk_shape<B>::words]) {
+    constexpr int CW = chunk_shape<B>::words;
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int i = 0; i < CW; i++) {
+            const uint4 v = __ldg((const uint4 *)(qw + (size_t)(qrow + u * CW + i) * Np + n));
+            w[u][0][i] = v.x; w[u][1][i] = v.y; w[u][2][i] = v.z; w[u][3][i] = v.w;
+        }
+}
+
 // One piece (rows of one group inside the block's slice) for 4 columns starting at n.
 template <int B, int T>
 __device__ __forceinline__ void exl2_piece(const uint32_t * __restrict__ qw, int Np, int n, int qrow, int rows,
                                            const float * xs, int ld, float (&acc)[T][4]) {
-    constexpr int CR = chunk_shape<B>::rows, CW = chunk_shape<B>::words;
-    for (int r = 0; r < rows; r += CR, qrow += CW) {
-        uint32_t w[4][CW];
+    constexpr int CR = chunk_shape<B>::rows, CW = chunk_shape<B>::words, U = chunk_unroll<B>::n;
+    int r = 0;
+    for (; r + U * CR <= rows; r += U * CR, qrow += U * CW) {
+        uint32_t w[U][4][CW];
+        load_chunks<B, U>(qw, Np, n, qrow, w);
 #pragma unroll
-        for (int i = 0; i < CW; i++) {
-            const uint4 u = __ldg((const uint4 *)(qw + (size_t)(qrow + i) * Np + n));
-            w[0][i] = u.x; w[1][i] = u.y; w[2][i] = u.z; w[3][i] = u.w;
-        }
-        chunk_dot<B, T, 0>::run(w, xs + r, ld, acc);
+        for (int u = 0; u < U; u++) chunk_dot<B, T, 0>::run(w[u], xs + r + u * CR, ld, acc);
+    }
+    for (; r < rows; r += CR, qrow += CW) {
+        uint32_t w[1][4][CW];
+        load_chunks<B, 1>(qw, Np, n, qrow, w);
+        chunk_dot<B, T, 0>::run(w[0], xs + r, ld, acc);
     }
 }
 
