@@ -4,7 +4,8 @@
 // softmax) sum in a different order: rtol 1e-5 plus atol 1e-6. RoPE angles are formed in double
 // on both sides, the rotation in f32: rtol 1e-5, atol 1e-5. Attention accumulates up to C terms
 // in another order with online rescaling: atol 2e-5, rtol 2e-4 (outputs are O(1) averages). The
-// tensor-core prefill path rounds q*scale and p to fp16 (2^-11 relative): atol 2e-3 there.
+// tensor-core prefill path rounds q*scale and p to fp16 (2^-11 relative each; through hd = 128
+// products the score error reaches ~1.5e-3): atol and rtol 5e-3 there.
 #include "cuda-harness.h"
 
 using namespace cudatest;
@@ -186,7 +187,7 @@ TEST_CASE("cuda: attention decode (split-K) and prefill paths, GQA, softcap, win
             return ggx_attn(r.ctx, q, k, v, p, ap);
         });
         const bool tc = c.T > 8 && c.ct == GGX_TYPE_F16 && (c.hd == 64 || c.hd == 80 || c.hd == 96 || c.hd == 128);
-        check_close(o.cuda.f, o.cpu.f, tc ? 2e-3f : 2e-5f, tc ? 2e-3f : 2e-4f,
+        check_close(o.cuda.f, o.cpu.f, tc ? 5e-3f : 2e-5f, tc ? 5e-3f : 2e-4f,
                     "attn hd " + std::to_string(c.hd) + " H " + std::to_string(c.H) + "/" + std::to_string(c.Hkv) + " C " +
                         std::to_string(c.C) + " T " + std::to_string(c.T));
     }
