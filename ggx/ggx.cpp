@@ -332,13 +332,15 @@ size_t ggx_graph_plan(ggx_graph * g, size_t alignment) {
     g->planned.clear();
     g->offsets.clear();
 
-    // last use (node index) of each owner tensor
+    // last use (node index) of each owner tensor; owners of OUTPUT views live to the end too
     std::unordered_map<const ggx_tensor *, int> last_use;
+    std::unordered_set<const ggx_tensor *> keep;
     for (int i = 0; i < (int)g->nodes.size(); i++) {
         ggx_tensor * n = g->nodes[i];
         last_use[owner_of(n)] = std::max(last_use[owner_of(n)], i);
         for (ggx_tensor * s : n->src)
             if (s) last_use[owner_of(s)] = i;
+        if (n->flags & GGX_FLAG_OUTPUT) keep.insert(owner_of(n));
     }
     arena A;
     std::unordered_map<const ggx_tensor *, size_t> offs;
@@ -360,7 +362,7 @@ size_t ggx_graph_plan(ggx_graph * g, size_t alignment) {
         for (ggx_tensor * s : n->src) {
             if (!s) continue;
             ggx_tensor * o = owner_of(s);
-            if (last_use[o] == i && offs.count(o) && !(o->flags & (GGX_FLAG_OUTPUT | GGX_FLAG_INPUT)) &&
+            if (last_use[o] == i && offs.count(o) && !(o->flags & (GGX_FLAG_OUTPUT | GGX_FLAG_INPUT)) && !keep.count(o) &&
                 std::find(done.begin(), done.end(), o) == done.end())
                 done.push_back(o);
         }
