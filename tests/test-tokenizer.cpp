@@ -550,7 +550,7 @@ TEST_CASE("tokenizer: added tokens honour lstrip, rstrip, single_word and normal
           {"id": 100, "content": "<l>", "lstrip": true, "rstrip": false, "single_word": false, "normalized": false, "special": true},
           {"id": 101, "content": "<r>", "lstrip": false, "rstrip": true, "single_word": false, "normalized": false, "special": true},
           {"id": 102, "content": "ab", "lstrip": false, "rstrip": false, "single_word": true, "normalized": false, "special": false},
-          {"id": 103, "content": "hello", "lstrip": false, "rstrip": false, "single_word": false, "normalized": true, "special": false},
+          {"id": 103, "content": "Hello", "lstrip": false, "rstrip": false, "single_word": false, "normalized": true, "special": false},
           {"id": 104, "content": "WORLD", "lstrip": false, "rstrip": false, "single_word": false, "normalized": false, "special": false}]})");
     auto tok = Tokenizer::load(d);
     auto id = [&](char c) { return tok->token_id(std::string(1, c)); };
@@ -560,8 +560,10 @@ TEST_CASE("tokenizer: added tokens honour lstrip, rstrip, single_word and normal
     // single_word: not inside "cab" or "abc"
     CHECK(tok->encode("ab cab abc ab!", false) ==
           std::vector<int32_t>{102, 0, id('c'), id('a'), id('b'), 0, id('a'), id('b'), id('c'), 0, 102, 1});
-    // normalized tokens match the normalized (lowercased) text; others only the raw text
+    // normalized tokens match the normalized (lowercased) text by their normalized form; others
+    // only the raw text
     CHECK(tok->encode("HeLLo", false) == std::vector<int32_t>{103});
+    CHECK(tok->token_text(103) == "Hello");
     CHECK(tok->encode("WORLD world", false) ==
           std::vector<int32_t>{104, 0, id('w'), id('o'), id('r'), id('l'), id('d')});
     // parse_special=false: special tokens become text, non-special added tokens still match
@@ -569,7 +571,8 @@ TEST_CASE("tokenizer: added tokens honour lstrip, rstrip, single_word and normal
           std::vector<int32_t>{id('l'), 103});  // "<" and ">" are not in the vocabulary
     CHECK(tok->is_special(100));
     CHECK(!tok->is_special(103));
-    CHECK(tok->decode({100, 103, 104}, true) == "hello WORLD");  // no decoder: tokens joined by spaces
+    // decoding uses the normalized form; no decoder: tokens joined by spaces
+    CHECK(tok->decode({100, 103, 104}, true) == "hello WORLD");
 }
 
 TEST_CASE("tokenizer: C API") {

@@ -16,6 +16,10 @@ struct AddedToken {
     bool special = false;
     bool lstrip = false, rstrip = false, single_word = false;
     bool normalized = true;
+    // Normalized form of content when the normalizer changes it (normalized tokens only): the
+    // text matched in normalized input and handed to the decoder, as tokenizers does.
+    std::string norm;
+    const std::string & key() const { return norm.empty() ? content : norm; }
 };
 
 struct Tokenizer::Impl {

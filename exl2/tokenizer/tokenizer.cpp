@@ -45,17 +45,23 @@ void Tokenizer::Impl::finish() {
         m->empty = true;
     }
     for (auto & kv : added) {
-        const AddedToken & t = kv.second;
-        // Normalized tokens are matched in normalized text, so against their normalized form.
-        std::string key = t.content;
+        AddedToken & t = kv.second;
+        // Normalized tokens are matched in normalized text, so by their normalized form.
+        t.norm.clear();
+        if (t.normalized && normalizer) {
+            std::string n = t.content;
+            normalizer->apply(n);
+            if (n != t.content) t.norm = n;
+        }
+        if (t.key().empty()) continue;
         Matcher & m = (t.normalized && normalizer) ? match_norm_ : match_raw_;
-        m.by_byte[(unsigned char)key[0]].push_back(kv.first);
+        m.by_byte[(unsigned char)t.key()[0]].push_back(kv.first);
         m.empty = false;
     }
     for (Matcher * m : {&match_raw_, &match_norm_})
         for (auto & v : m->by_byte)
             std::sort(v.begin(), v.end(), [&](int32_t a, int32_t b) {
-                size_t la = added.at(a).content.size(), lb = added.at(b).content.size();
+                size_t la = added.at(a).key().size(), lb = added.at(b).key().size();
                 return la != lb ? la > lb : a < b;
             });
 }
@@ -116,7 +122,7 @@ void Tokenizer::Impl::find_added(const std::string & s, const Matcher & m, bool 
         const auto & cands = m.by_byte[(unsigned char)s[i]];
         int32_t hit = -1;
         for (int32_t id : cands) {
-            const std::string & c = added.at(id).content;
+            const std::string & c = added.at(id).key();
             if (c.size() <= s.size() - i && std::memcmp(s.data() + i, c.data(), c.size()) == 0) {
                 hit = id;
                 break;
@@ -127,7 +133,7 @@ void Tokenizer::Impl::find_added(const std::string & s, const Matcher & m, bool 
             continue;
         }
         const AddedToken & t = added.at(hit);
-        size_t start = i, stop = i + t.content.size();
+        size_t start = i, stop = i + t.key().size();
         i = stop;  // the match is consumed even when it is discarded below (as tokenizers does)
         if (!parse_special && special_contents.count(t.content)) continue;
         if (t.single_word && (word_before(s, start) || word_after(s, stop))) continue;
@@ -196,7 +202,7 @@ std::string Tokenizer::Impl::decode(const std::vector<int32_t> & ids, bool skip_
         auto it = added.find(id);
         if (it != added.end()) {
             if (skip_special && special_contents.count(it->second.content)) continue;
-            tokens.push_back(it->second.content);
+            tokens.push_back(it->second.key());
             continue;
         }
         const std::string * t = model ? model->id_to_token(id) : nullptr;
@@ -233,7 +239,7 @@ std::string Tokenizer::token_to_piece(int32_t id) const {
     if (token_text(id).empty()) return "";
     std::vector<std::string> tokens{"a"};
     auto it = impl_->added.find(id);
-    const std::string * t = it != impl_->added.end() ? &it->second.content : impl_->model->id_to_token(id);
+    const std::string * t = it != impl_->added.end() ? &it->second.key() : impl_->model->id_to_token(id);
     tokens.push_back(*t);
     if (!impl_->decoder) return *t;
     impl_->decoder->apply(tokens, true);
