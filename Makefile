@@ -45,7 +45,9 @@ LIB_SRCS := $(wildcard ggx/*.cpp) $(wildcard backends/cpu/*.cpp) $(wildcard exl2
             $(wildcard exl2/*/*.cpp) $(wildcard models/*.cpp)
 CUDA_SRCS := $(wildcard backends/cuda/*.cu)
 TOOL_COMMON := $(wildcard tools/common/*.cpp)
-TOOLS    := main perplexity tokenize bench
+TOOLS    := main perplexity tokenize
+# bench/ holds RESULTS.md, so the bench tool is built as bench/bench.
+BENCH    := bench/bench
 TEST_SRCS := $(filter-out tests/test-cuda%,$(wildcard tests/*.cpp))
 CUDA_TEST_SRCS := $(wildcard tests/cuda/*.cpp) tests/test-main.cpp
 
@@ -71,7 +73,7 @@ info:
 	@echo "exl2: C++ $(shell $(CXX) -dumpfullversion 2>/dev/null) | native=$(NATIVE) | sanitize=$(SANITIZE) | \
 cuda=$(if $(filter 1,$(CUDA)),yes ($(CUDA_ARCH)),no)$(if $(HIPCC), | hipcc found (make -C backends/hip),)"
 
-tools: $(TOOLS)
+tools: $(TOOLS) $(BENCH)
 tests: $(BUILD)/test-exl2 $(BUILD)/c-header-check.o $(if $(filter 1,$(CUDA)),$(BUILD)/test-cuda,)
 
 # The public header compiles as plain C.
@@ -92,6 +94,9 @@ $(BUILD)/%.cu.o: %.cu
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(TOOLS): %: $(BUILD)/tools/%.o $(TOOL_COMMON:%.cpp=$(BUILD)/%.o) $(LIB)
+	$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BENCH): $(BUILD)/tools/bench.o $(TOOL_COMMON:%.cpp=$(BUILD)/%.o) $(LIB)
 	$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 $(BUILD)/test-exl2: $(TEST_SRCS:%.cpp=$(BUILD)/%.o) $(LIB)
@@ -127,7 +132,7 @@ $(BUILD)/bench-qmatmul-cpu: $(BUILD)/bench/qmatmul-cpu.o $(LIB)
 	$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 clean:
-	rm -rf build build-asan $(TOOLS)
+	rm -rf build build-asan $(TOOLS) $(BENCH)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 SHELL := /bin/bash

@@ -28,7 +28,7 @@ TEST_CASE("main: greedy text equals the transformers reference") {
         std::string q = "'";
         for (char c : prompt) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
         q += "'";
-        Run run = run_cmd("./main -m models/kjv-6m -p " + q + " -n 64 --temp 0 -t 2 2>/dev/null");
+        Run run = run_cmd("(./main -m models/kjv-6m -p " + q + " -n 64 --temp 0 -t 2 2>/dev/null)");
         REQUIRE(run.status == 0);
         CHECK(run.out == r.get("greedy_text").as_string());
     }
@@ -37,11 +37,12 @@ TEST_CASE("main: greedy text equals the transformers reference") {
 TEST_CASE("main: --prompt-ids and --print-ids reproduce the reference ids") {
     REQUIRE_FIXTURE(ref_path, "kjv-6m/reference.json");
     REQUIRE_TOOL("./main");
-    const Json & r = Json::parse_file(ref_path).get("refs")[1];
+    const Json ref = Json::parse_file(ref_path);
+    const Json & r = ref.get("refs")[1];
     std::string ids, want;
     for (const Json & x : r.get("ids").as_array()) ids += std::to_string(x.as_int()) + " ";
     for (const Json & x : r.get("greedy_ids").as_array()) want += (want.empty() ? "" : " ") + std::to_string(x.as_int());
-    Run run = run_cmd("./main -m models/kjv-6m --prompt-ids '" + ids + "' -n 64 --temp 0 --print-ids 2>/dev/null");
+    Run run = run_cmd("(./main -m models/kjv-6m --prompt-ids '" + ids + "' -n 64 --temp 0 --print-ids 2>/dev/null)");
     REQUIRE(run.status == 0);
     // The last line holds the ids.
     std::string out = run.out;
@@ -52,7 +53,8 @@ TEST_CASE("main: --prompt-ids and --print-ids reproduce the reference ids") {
 TEST_CASE("perplexity: per-token losses equal the reference") {
     REQUIRE_FIXTURE(ref_path, "kjv-6m/reference.json");
     REQUIRE_TOOL("./perplexity");
-    const Json & r = Json::parse_file(ref_path).get("refs")[3];   // the long prompt (218 tokens)
+    const Json ref = Json::parse_file(ref_path);
+    const Json & r = ref.get("refs")[3];   // the long prompt (218 tokens)
     char dir[] = "/tmp/exl2-ppl-XXXXXX";
     REQUIRE(mkdtemp(dir));
     const std::string txt = std::string(dir) + "/t.txt", nll = std::string(dir) + "/nll.txt";
