@@ -2,17 +2,18 @@
 // softmax.
 //
 //   q   {hd, H, T} f32          out {hd, H, T} f32
-//   K,V {hd, Hkv, C}            query (t, h) reads kv head h / (H / Hkv), keys j in [j0, pos[t]],
-//                               j0 = 0, or pos[t] - window + 1 when window > 0
+//   K,V {hd, Hkv, C}            query (t, h) reads kv head h / (H / Hkv), keys j in [j0, P],
+//                               P = pos[t] (pos[T-1] for every t when non_causal),
+//                               j0 = 0, or P - window + 1 when window > 0
 //   s_j = scale * q.k_j, then cap * tanh(s_j / cap) when softcap != 0; out = softmax(s) . V
 //
-// Work items are (token, kv head, chunk of the query heads sharing it): each K/V row is loaded
-// once per item and used for every query head of the chunk (GQA reuse). The heads are split into
+// Work items are (token, kv head, chunk of the query heads sharing it). The heads are split into
 // chunks only when there are fewer items than threads (decode with few kv heads). Keys go in
-// blocks of 64: the block's scores are computed, the running max/sum and accumulators of each
-// head are rescaled once per block, and then V is accumulated, so K and V each stream once.
+// blocks of 64: scores of the block for all heads of the item, one rescale of each head's running
+// max/sum/accumulator, then the V accumulation. K and V are read in their storage type (8 values
+// converted per load) and each loaded vector serves every head of a group of up to 8 (GQA reuse),
+// so K and V stream once per item with no conversion buffer.
 #include "cpu-common.h"
-#include "cpu-convert.h"
 #include "cpu-ops.h"
 
 #include <limits>
@@ -24,51 +25,95 @@ static const int64_t k_block = 64;
 size_t attn_scratch_floats(const ggx_tensor * t) {
     const int64_t hd = t->src[0]->ne[0];
     const int64_t G = t->src[0]->ne[1] / t->src[1]->ne[1];
-    return (size_t)(2 * k_block * hd + G * k_block + G * hd + 2 * G);
+    return (size_t)(G * k_block + G * hd + 2 * G);
 }
 
 namespace {
 
-float dot(const float * a, const float * b, int64_t n) {
-    int64_t i = 0;
-    float s = 0.0f;
+struct attn_args {
+    const ggx_tensor * q, * k, * v;
+    ggx_tensor * out;
+    int64_t hd, G, n_slots;
+    float scale, softcap;
+    int32_t window;
+};
+
+// s[g * k_block + j] = scale * q[g] . k_j for j < n, NG heads at once. Register budget: NG * NK
+// accumulators (NK keys per step keep enough FMA chains in flight when NG is small).
+template <typename CT, int NG>
+void scores(const float * const * q, const char * kbase, size_t kstride, int64_t n, int64_t hd, float scale, float * s) {
+    constexpr int NK = NG >= 8 ? 1 : NG >= 4 ? 2 : 4;
+    int64_t j = 0;
+    for (; j < n; j += NK) {
+        const int nk = (int)std::min<int64_t>(NK, n - j);
+        const CT * k[NK];
+        GGX_UNROLL for (int u = 0; u < NK; u++) k[u] = (const CT *)(kbase + (size_t)(j + std::min(u, nk - 1)) * kstride);
+        float sum[NK][NG];
+        int64_t d = 0;
 #ifdef GGX_CPU_AVX2
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    for (; i + 16 <= n; i += 16) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), a1);
-    }
-    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), a0);
-    s = hsum(_mm256_add_ps(a0, a1));
+        __m256 acc[NK][NG];
+        GGX_UNROLL for (int u = 0; u < NK; u++)
+            GGX_UNROLL for (int g = 0; g < NG; g++) acc[u][g] = _mm256_setzero_ps();
+        for (; d + 8 <= hd; d += 8) {
+            GGX_UNROLL for (int u = 0; u < NK; u++) {
+                const __m256 kv = load8(k[u] + d);
+                GGX_UNROLL for (int g = 0; g < NG; g++) acc[u][g] = _mm256_fmadd_ps(_mm256_loadu_ps(q[g] + d), kv, acc[u][g]);
+            }
+        }
+        GGX_UNROLL for (int u = 0; u < NK; u++)
+            GGX_UNROLL for (int g = 0; g < NG; g++) sum[u][g] = hsum(acc[u][g]);
+#else
+        GGX_UNROLL for (int u = 0; u < NK; u++)
+            GGX_UNROLL for (int g = 0; g < NG; g++) sum[u][g] = 0.0f;
 #endif
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
+        for (; d < hd; d++)
+            GGX_UNROLL for (int u = 0; u < NK; u++) {
+                const float kv = elem<CT>::load(k[u] + d);
+                GGX_UNROLL for (int g = 0; g < NG; g++) sum[u][g] += q[g][d] * kv;
+            }
+        for (int u = 0; u < nk; u++)
+            GGX_UNROLL for (int g = 0; g < NG; g++) s[g * k_block + j + u] = sum[u][g] * scale;
+    }
 }
 
-// acc[0..n) += sum_j w[j] * v[j][0..n) over nv rows.
-void accumulate(float * acc, const float * w, const float * const * v, int64_t nv, int64_t n) {
+// acc[g][0..hd) += sum_j w[g * k_block + j] * v_j for j < n, NG heads at once, ND 8-wide column
+// chunks per pass over the block's rows (NG * ND accumulators).
+template <typename CT, int NG>
+void accumulate(float * const * acc, const float * w, const char * vbase, size_t vstride, int64_t n, int64_t hd) {
     int64_t d = 0;
 #ifdef GGX_CPU_AVX2
-    for (; d + 32 <= n; d += 32) {
-        __m256 a[4];
-        for (int u = 0; u < 4; u++) a[u] = _mm256_loadu_ps(acc + d + 8 * u);
-        for (int64_t j = 0; j < nv; j++) {
-            const __m256 wj = _mm256_set1_ps(w[j]);
-            for (int u = 0; u < 4; u++) a[u] = _mm256_fmadd_ps(wj, _mm256_loadu_ps(v[j] + d + 8 * u), a[u]);
+    constexpr int ND = NG >= 8 ? 1 : NG >= 4 ? 2 : 4;
+    for (; d + 8 * ND <= hd; d += 8 * ND) {
+        __m256 a[NG][ND];
+        GGX_UNROLL for (int g = 0; g < NG; g++)
+            GGX_UNROLL for (int c = 0; c < ND; c++) a[g][c] = _mm256_loadu_ps(acc[g] + d + 8 * c);
+        for (int64_t j = 0; j < n; j++) {
+            const CT * v = (const CT *)(vbase + (size_t)j * vstride) + d;
+            GGX_UNROLL for (int c = 0; c < ND; c++) {
+                const __m256 vv = load8(v + 8 * c);
+                GGX_UNROLL for (int g = 0; g < NG; g++)
+                    a[g][c] = _mm256_fmadd_ps(_mm256_broadcast_ss(w + g * k_block + j), vv, a[g][c]);
+            }
         }
-        for (int u = 0; u < 4; u++) _mm256_storeu_ps(acc + d + 8 * u, a[u]);
+        GGX_UNROLL for (int g = 0; g < NG; g++)
+            GGX_UNROLL for (int c = 0; c < ND; c++) _mm256_storeu_ps(acc[g] + d + 8 * c, a[g][c]);
     }
-    for (; d + 8 <= n; d += 8) {
-        __m256 a = _mm256_loadu_ps(acc + d);
-        for (int64_t j = 0; j < nv; j++) a = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), _mm256_loadu_ps(v[j] + d), a);
-        _mm256_storeu_ps(acc + d, a);
+    for (; d + 8 <= hd; d += 8) {
+        __m256 a[NG];
+        GGX_UNROLL for (int g = 0; g < NG; g++) a[g] = _mm256_loadu_ps(acc[g] + d);
+        for (int64_t j = 0; j < n; j++) {
+            const __m256 vv = load8((const CT *)(vbase + (size_t)j * vstride) + d);
+            GGX_UNROLL for (int g = 0; g < NG; g++) a[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(w + g * k_block + j), vv, a[g]);
+        }
+        GGX_UNROLL for (int g = 0; g < NG; g++) _mm256_storeu_ps(acc[g] + d, a[g]);
     }
 #endif
-    for (; d < n; d++) {
-        float a = acc[d];
-        for (int64_t j = 0; j < nv; j++) a += w[j] * v[j][d];
-        acc[d] = a;
-    }
+    for (; d < hd; d++)
+        GGX_UNROLL for (int g = 0; g < NG; g++) {
+            float a = acc[g][d];
+            for (int64_t j = 0; j < n; j++) a += w[g * k_block + j] * elem<CT>::load((const CT *)(vbase + (size_t)j * vstride) + d);
+            acc[g][d] = a;
+        }
 }
 
 void exp_shifted(float * s, int64_t n, float m) {
@@ -90,50 +135,70 @@ void softcap_inplace(float * s, int64_t n, float cap) {
 #endif
 }
 
-struct attn_args {
-    const ggx_tensor * q, * k, * v;
-    ggx_tensor * out;
-    int64_t hd, G, n_slots;
-    float scale, softcap;
-    int32_t window;
-};
-
-// Rows [jb, jb + n) of cache c for kv head hk as f32 row pointers (converted into buf if needed).
-void cache_rows(const ggx_tensor * c, int64_t hk, int64_t jb, int64_t n, int64_t hd, float * buf, const float ** rows) {
-    for (int64_t j = 0; j < n; j++) {
-        const char * src = (const char *)c->data + (size_t)hk * c->nb[1] + (size_t)(jb + j) * c->nb[2];
-        if (c->type == GGX_TYPE_F32) {
-            rows[j] = (const float *)src;
-        } else {
-            to_f32(c->type, src, buf + j * hd, hd);
-            rows[j] = buf + j * hd;
+// Heads [g, g + NG) of the item from `first` on: function tables per group width.
+template <typename CT>
+struct kernels {
+    static void scores_n(int ng, const float * const * q, const char * kb, size_t ks, int64_t n, int64_t hd, float sc, float * s) {
+        switch (ng) {
+            case 8: scores<CT, 8>(q, kb, ks, n, hd, sc, s); break;
+            case 4: scores<CT, 4>(q, kb, ks, n, hd, sc, s); break;
+            case 2: scores<CT, 2>(q, kb, ks, n, hd, sc, s); break;
+            default: scores<CT, 1>(q, kb, ks, n, hd, sc, s); break;
         }
     }
+    static void accumulate_n(int ng, float * const * acc, const float * w, const char * vb, size_t vs, int64_t n, int64_t hd) {
+        switch (ng) {
+            case 8: accumulate<CT, 8>(acc, w, vb, vs, n, hd); break;
+            case 4: accumulate<CT, 4>(acc, w, vb, vs, n, hd); break;
+            case 2: accumulate<CT, 2>(acc, w, vb, vs, n, hd); break;
+            default: accumulate<CT, 1>(acc, w, vb, vs, n, hd); break;
+        }
+    }
+};
+
+// Asks for n rows of `bytes` each (stride apart) to be brought into cache. Rows of one kv head are
+// Hkv * hd elements apart, a stride the hardware prefetchers follow poorly; the scores of a block
+// then run while its V rows arrive, and the accumulation while the next block's K rows arrive.
+void prefetch_rows(const char * base, size_t stride, int64_t n, size_t bytes) {
+    for (int64_t j = 0; j < n; j++)
+        for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(base + (size_t)j * stride + b);
 }
 
+// Largest supported group width (8, 4, 2, 1) not above `left`.
+int group_width(int64_t left) { return left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1; }
+
+template <typename CT>
 void attend(const params & p, const attn_args & a, int64_t t, int64_t hk, int64_t g0, int64_t g1, int32_t P) {
     const int64_t hd = a.hd, ng = g1 - g0;
-    float * kbuf = p.scratch;
-    float * vbuf = kbuf + k_block * hd;
-    float * s = vbuf + k_block * hd;    // [ng][k_block]
+    float * s = p.scratch;              // [ng][k_block]
     float * acc = s + a.G * k_block;    // [ng][hd]
     float * m = acc + a.G * hd;         // [ng]
     float * l = m + a.G;                // [ng]
-    const float * rows[k_block];
     const int64_t h0 = hk * a.G + g0;
+    const float * q[8];
+    float * accp[8];
     for (int64_t g = 0; g < ng; g++) {
         m[g] = -std::numeric_limits<float>::infinity();
         l[g] = 0.0f;
         memset(acc + g * hd, 0, (size_t)hd * sizeof(float));
     }
+    const char * kb = (const char *)a.k->data + (size_t)hk * a.k->nb[1];
+    const char * vb = (const char *)a.v->data + (size_t)hk * a.v->nb[1];
+    const size_t ks = a.k->nb[2], vs = a.v->nb[2];
     const int64_t j0 = a.window > 0 ? std::max<int64_t>(0, (int64_t)P - a.window + 1) : 0, j1 = (int64_t)P + 1;
+    const size_t row_bytes = (size_t)hd * sizeof(CT);
     for (int64_t jb = j0; jb < j1; jb += k_block) {
         const int64_t n = std::min(k_block, j1 - jb);
-        cache_rows(a.k, hk, jb, n, hd, kbuf, rows);
+        prefetch_rows(vb + (size_t)jb * vs, vs, n, row_bytes);
+        for (int64_t g = 0; g < ng;) {
+            const int w = group_width(ng - g);
+            for (int u = 0; u < w; u++)
+                q[u] = (const float *)((const char *)a.q->data + (size_t)(h0 + g + u) * a.q->nb[1] + (size_t)t * a.q->nb[2]);
+            kernels<CT>::scores_n(w, q, kb + (size_t)jb * ks, ks, n, hd, a.scale, s + g * k_block);
+            g += w;
+        }
         for (int64_t g = 0; g < ng; g++) {
-            const float * qv = (const float *)((const char *)a.q->data + (size_t)(h0 + g) * a.q->nb[1] + (size_t)t * a.q->nb[2]);
             float * sg = s + g * k_block;
-            for (int64_t j = 0; j < n; j++) sg[j] = dot(qv, rows[j], hd) * a.scale;
             if (a.softcap != 0.0f) softcap_inplace(sg, n, a.softcap);
             float bm = sg[0];
             for (int64_t j = 1; j < n; j++) bm = std::max(bm, sg[j]);
@@ -147,8 +212,13 @@ void attend(const params & p, const attn_args & a, int64_t t, int64_t hk, int64_
             exp_shifted(sg, n, mn);
             for (int64_t j = 0; j < n; j++) l[g] += sg[j];
         }
-        cache_rows(a.v, hk, jb, n, hd, vbuf, rows);
-        for (int64_t g = 0; g < ng; g++) accumulate(acc + g * hd, s + g * k_block, rows, n, hd);
+        if (jb + k_block < j1) prefetch_rows(kb + (size_t)(jb + k_block) * ks, ks, std::min(k_block, j1 - jb - k_block), row_bytes);
+        for (int64_t g = 0; g < ng;) {
+            const int w = group_width(ng - g);
+            for (int u = 0; u < w; u++) accp[u] = acc + (g + u) * hd;
+            kernels<CT>::accumulate_n(w, accp, s + g * k_block, vb + (size_t)jb * vs, vs, n, hd);
+            g += w;
+        }
     }
     for (int64_t g = 0; g < ng; g++) {
         float * o = (float *)((char *)a.out->data + (size_t)(h0 + g) * a.out->nb[1] + (size_t)t * a.out->nb[2]);
@@ -191,7 +261,11 @@ void op_attn(const params & p, ggx_tensor * dst) {
                 memset((char *)dst->data + (size_t)h * dst->nb[1] + (size_t)t * dst->nb[2], 0, (size_t)a.hd * sizeof(float));
             continue;
         }
-        attend(p, a, t, hk, g0, g1, P);
+        switch (a.k->type) {
+            case GGX_TYPE_F16: attend<f16_t>(p, a, t, hk, g0, g1, P); break;
+            case GGX_TYPE_BF16: attend<bf16_t>(p, a, t, hk, g0, g1, P); break;
+            default: attend<float>(p, a, t, hk, g0, g1, P); break;
+        }
     }
 }
 

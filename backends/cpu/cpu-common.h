@@ -15,6 +15,10 @@
 #include <immintrin.h>
 #endif
 
+// Full unrolling of a short constant-trip loop over register arrays (accumulator tiles). GCC does
+// not do it at -O2 by itself, and the arrays then live on the stack.
+#define GGX_UNROLL _Pragma("GCC unroll 8")
+
 namespace ggx_cpu {
 
 // Even split of [0, n) into nth parts; part ith is [*i0, *i1).

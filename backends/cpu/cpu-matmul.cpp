@@ -14,37 +14,39 @@ namespace ggx_cpu {
 
 namespace {
 
+// The loops over RB and TB have constant trip counts; GGX_UNROLL makes them registers even at -O2
+// (without it the tile runs 5x slower).
 template <typename WT, int RB, int TB>
 void tile(const char * w, size_t ldw, const float * x, int64_t ldx, float * y, int64_t ldy, int64_t K) {
     const WT * wr[RB];
-    for (int r = 0; r < RB; r++) wr[r] = (const WT *)(w + (size_t)r * ldw);
+    GGX_UNROLL for (int r = 0; r < RB; r++) wr[r] = (const WT *)(w + (size_t)r * ldw);
     int64_t k = 0;
 #ifdef GGX_CPU_AVX2
     __m256 acc[RB][TB];
-    for (int r = 0; r < RB; r++)
-        for (int t = 0; t < TB; t++) acc[r][t] = _mm256_setzero_ps();
+    GGX_UNROLL for (int r = 0; r < RB; r++)
+        GGX_UNROLL for (int t = 0; t < TB; t++) acc[r][t] = _mm256_setzero_ps();
     for (; k + 8 <= K; k += 8) {
         __m256 xv[TB];
-        for (int t = 0; t < TB; t++) xv[t] = _mm256_loadu_ps(x + t * ldx + k);
-        for (int r = 0; r < RB; r++) {
+        GGX_UNROLL for (int t = 0; t < TB; t++) xv[t] = _mm256_loadu_ps(x + t * ldx + k);
+        GGX_UNROLL for (int r = 0; r < RB; r++) {
             const __m256 wv = load8(wr[r] + k);
-            for (int t = 0; t < TB; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+            GGX_UNROLL for (int t = 0; t < TB; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
         }
     }
     float sum[RB][TB];
-    for (int r = 0; r < RB; r++)
-        for (int t = 0; t < TB; t++) sum[r][t] = hsum(acc[r][t]);
+    GGX_UNROLL for (int r = 0; r < RB; r++)
+        GGX_UNROLL for (int t = 0; t < TB; t++) sum[r][t] = hsum(acc[r][t]);
 #else
     float sum[RB][TB] = {};
 #endif
     for (; k < K; k++) {
-        for (int r = 0; r < RB; r++) {
+        GGX_UNROLL for (int r = 0; r < RB; r++) {
             const float wv = elem<WT>::load(wr[r] + k);
-            for (int t = 0; t < TB; t++) sum[r][t] += wv * x[t * ldx + k];
+            GGX_UNROLL for (int t = 0; t < TB; t++) sum[r][t] += wv * x[t * ldx + k];
         }
     }
-    for (int r = 0; r < RB; r++)
-        for (int t = 0; t < TB; t++) y[t * ldy + r] = sum[r][t];
+    GGX_UNROLL for (int r = 0; r < RB; r++)
+        GGX_UNROLL for (int t = 0; t < TB; t++) y[t * ldy + r] = sum[r][t];
 }
 
 // Rows [n0, n1) of W against tokens [t0, t1), tokens in tiles of up to 4 per row block of RB.

@@ -28,7 +28,7 @@ float block_sum(const float * x, int64_t n, bool sq, float c) {
         const __m256 cv = _mm256_set1_ps(c);
         __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
         for (; i + 32 <= b1; i += 32)
-            for (int j = 0; j < 4; j++) {
+            GGX_UNROLL for (int j = 0; j < 4; j++) {
                 const __m256 v = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8 * j), cv);
                 acc[j] = sq ? _mm256_fmadd_ps(v, v, acc[j]) : _mm256_add_ps(acc[j], v);
             }
