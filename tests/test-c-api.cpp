@@ -1,0 +1,89 @@
+// The C API as a program embedding it sees it: handles, return codes, exl2_last_error(), and a
+// full generate loop that reproduces the transformers greedy reference.
+#include "fixtures.h"
+
+#include "exl2.h"
+#include "exl2/json.h"
+
+#include <string>
+#include <vector>
+
+TEST_CASE("c api: errors are codes and messages, never crashes") {
+    exl2_model_params mp = exl2_model_default_params();
+    CHECK(exl2_model_load(nullptr, mp) == nullptr);
+    CHECK(std::string(exl2_last_error()).find("NULL") != std::string::npos);
+    CHECK(exl2_model_load("/nonexistent/dir", mp) == nullptr);
+    CHECK(std::string(exl2_last_error()).find("/nonexistent/dir") != std::string::npos);
+    mp.device = "tpu:3";
+    CHECK(exl2_model_load("models/kjv-6m", mp) == nullptr);
+    CHECK(std::string(exl2_last_error()).find("tpu") != std::string::npos);
+    CHECK(exl2_context_new(nullptr, exl2_context_default_params()) == nullptr);
+    CHECK(exl2_decode(nullptr, nullptr, 0, 0) == EXL2_ERR_INVALID_ARG);
+    CHECK(exl2_get_logits(nullptr, 0) == nullptr);
+    CHECK(exl2_sampler_sample(nullptr, nullptr, 0) == EXL2_ERR_INVALID_ARG);
+    exl2_model_free(nullptr);
+    exl2_context_free(nullptr);
+    exl2_sampler_free(nullptr);
+}
+
+TEST_CASE("c api: generate greedily, context full, truncate") {
+    REQUIRE_FIXTURE(ref_path, "kjv-6m/reference.json");
+    const exl2::Json ref = exl2::Json::parse_file(ref_path);
+    const exl2::Json & r = ref.get("refs")[2];
+    exl2_model_params mp = exl2_model_default_params();
+    mp.n_threads = 1;
+    exl2_model * model = exl2_model_load("models/kjv-6m", mp);
+    REQUIRE_MESSAGE(model, exl2_last_error());
+    CHECK(exl2_model_n_vocab(model) == 4096);
+    CHECK(exl2_model_n_layer(model) == 6);
+    CHECK(exl2_model_weight_bytes(model) > 0);
+    const exl2_tokenizer * tok = exl2_model_tokenizer(model);
+    REQUIRE(tok);
+    const std::string prompt = r.get("prompt").as_string();
+    // Size query, then the real call.
+    int32_t n = exl2_tokenize(tok, prompt.c_str(), -1, nullptr, 0, 1, 0);
+    REQUIRE(n > 0);
+    std::vector<int32_t> ids((size_t)n);
+    REQUIRE(exl2_tokenize(tok, prompt.c_str(), -1, ids.data(), n, 1, 0) == n);
+    std::vector<int32_t> want_ids;
+    for (const auto & x : r.get("ids").as_array()) want_ids.push_back((int32_t)x.as_int());
+    CHECK(ids == want_ids);
+
+    exl2_context_params cp = exl2_context_default_params();
+    cp.n_ctx = 80;
+    cp.cache_type = EXL2_CACHE_F32;
+    exl2_context * ctx = exl2_context_new(model, cp);
+    REQUIRE_MESSAGE(ctx, exl2_last_error());
+    exl2_sampler_params sp = exl2_sampler_default_params();
+    sp.temperature = 0;
+    exl2_sampler * smp = exl2_sampler_new(sp);
+    REQUIRE(smp);
+    REQUIRE(exl2_decode(ctx, ids.data(), n, 0) == EXL2_OK);
+    CHECK(exl2_get_logits(ctx, 1) == nullptr);   // only the last row was kept
+    std::vector<int32_t> out;
+    for (int i = 0; i < 64; i++) {
+        int32_t next = exl2_sampler_sample(smp, ctx, -1);
+        REQUIRE(next >= 0);
+        out.push_back(next);
+        if (i < 63) REQUIRE(exl2_decode(ctx, &next, 1, 0) == EXL2_OK);
+    }
+    std::vector<int32_t> want;
+    for (const auto & x : r.get("greedy_ids").as_array()) want.push_back((int32_t)x.as_int());
+    CHECK(out == want);
+    CHECK(exl2_context_n_past(ctx) == n + 63);
+    // 80 slots: 67 used, 20 more do not fit and change nothing.
+    std::vector<int32_t> more(20, 5);
+    CHECK(exl2_decode(ctx, more.data(), 20, 0) == EXL2_ERR_CONTEXT_FULL);
+    CHECK(std::string(exl2_last_error()).find("context full") != std::string::npos);
+    CHECK(exl2_context_n_past(ctx) == n + 63);
+    CHECK(exl2_context_truncate(ctx, n) == EXL2_OK);
+    CHECK(exl2_decode(ctx, more.data(), 20, 1) == EXL2_OK);
+    CHECK(exl2_get_logits(ctx, 19) != nullptr);
+    // Ids outside the vocabulary are rejected with a message.
+    int32_t bad = 4096;
+    CHECK(exl2_decode(ctx, &bad, 1, 0) < 0);
+    CHECK(std::string(exl2_last_error()).find("4096") != std::string::npos);
+    exl2_sampler_free(smp);
+    exl2_context_free(ctx);
+    exl2_model_free(model);
+}
