@@ -185,6 +185,15 @@ TEST_CASE("tokenizer: kjv-6m reference ids and greedy text") {
     }
 }
 
+TEST_CASE("tokenizer: chat templates and end-of-generation ids from the config files") {
+    REQUIRE_FIXTURE(dir, "tokenizers/qwen2.5");
+    Json cfg = Json::parse_file(dir + "/tokenizer_config.json");
+    CHECK(tokenizer(dir).chat_template() == cfg.get("chat_template").as_string());
+    CHECK(tokenizer(testfx::fixture("tokenizers/llama3")).chat_template().empty());
+    // kjv-6m: eos from tokenizer_config.json, plus config.json / generation_config.json ids
+    CHECK(tokenizer("models/kjv-6m").eos_ids() == std::vector<int32_t>{1});
+}
+
 TEST_CASE("tokenizer: streaming decode equals full decode and never splits a character") {
     REQUIRE_FIXTURE(path, "tokenizers/golden.json");
     for (const auto & kv : golden().get("tokenizers").as_object()) {
@@ -428,6 +437,10 @@ TEST_CASE("tokenizer: regex engine semantics (leftmost-first, greedy/lazy, looka
     CHECK(all("a*", "baa") == "[][aa][]");             // empty matches advance one character
     for (const char * bad : {"(a", "a)", "[a", "*a", "a{2,1}", "\\p{Bogus}", "(?<=a)b", "a++", "(a*)*", "\\k<x>", "[a&&b]"})
         CHECK_THROWS_AS(exl2::Regex{bad}, exl2::Error);
+    // hostile patterns: deep nesting and huge expansions are errors, not crashes
+    CHECK_THROWS_AS(exl2::Regex{std::string(100000, '(') + std::string(100000, ')')}, exl2::Error);
+    CHECK_THROWS_AS(exl2::Regex{"(?:ab){100000}"}, exl2::Error);
+    CHECK_THROWS_AS(exl2::Regex{std::string(5000, '[') + "a" + std::string(5000, ']')}, exl2::Error);
 }
 
 TEST_CASE("tokenizer: Unicode normalization on UAX #15 examples") {

@@ -13,6 +13,9 @@ namespace {
 
 constexpr uint32_t kInf = UINT32_MAX;
 
+// Patterns in error messages: long ones are cut (a message is one line).
+std::string shorten(const std::string & p) { return p.size() <= 80 ? p : p.substr(0, 77) + "..."; }
+
 // One set of code points. ASCII is a precomputed bitmap; other code points are tested against
 // the items (categories, White_Space, word, ranges), then the class negation is applied.
 struct CharClass {
@@ -103,10 +106,11 @@ private:
     std::vector<uint32_t> cps_;
     std::vector<CharClass> & classes_;
     size_t i_ = 0;
+    int depth_ = 0;  // group nesting; bounded so that a hostile pattern cannot exhaust the stack
     bool icase_ = false;
 
     [[noreturn]] void err(const char * what) const {
-        fail("regex \"%s\": %s at character %zu", pat_.c_str(), what, i_);
+        fail("regex \"%s\": %s at character %zu", shorten(pat_).c_str(), what, i_);
     }
     bool eof() const { return i_ >= cps_.size(); }
     uint32_t peek(size_t k = 0) const { return i_ + k < cps_.size() ? cps_[i_ + k] : 0; }
@@ -209,7 +213,7 @@ private:
         };
         for (const auto & e : named)
             if (n == e.name) return e.mask;
-        fail("regex \"%s\": unsupported property \\p{%s}", pat_.c_str(), name.c_str());
+        fail("regex \"%s\": unsupported property \\p{%s}", shorten(pat_).c_str(), name.c_str());
     }
 
     // After '\p' or '\P': reads {Name}, {^Name} or a one-letter name.
@@ -277,7 +281,7 @@ private:
         case 'u': return parse_hex(4, false);
         default:
             if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '1' && e <= '9'))
-                fail("regex \"%s\": unsupported escape \\%c", pat_.c_str(), (char)e);
+                fail("regex \"%s\": unsupported escape \\%c", shorten(pat_).c_str(), (char)e);
             return e;  // escaped punctuation stands for itself
         }
     }
@@ -300,7 +304,9 @@ private:
             if (ch == '[') {
                 if (peek(1) == ':') err("POSIX bracket classes are not supported");
                 i_++;
+                if (++depth_ > 100) err("classes nested too deeply");
                 c.subs.push_back(parse_class());
+                depth_--;
                 for (uint32_t cp = 0; cp < 128; cp++)
                     if (c.subs.back().matches(cp)) set_ascii(c, cp);
                 continue;
@@ -427,6 +433,7 @@ private:
         uint32_t ch = cps_[i_++];
         switch (ch) {
         case '(': {
+            if (++depth_ > 100) err("groups nested too deeply");
             bool saved = icase_;
             NodeP inner;
             if (peek() == '?') {
@@ -461,6 +468,7 @@ private:
                     if (peek() == ')') {  // flags for the rest of the enclosing group
                         i_++;
                         icase_ = flag_i;
+                        depth_--;
                         return nullptr;
                     }
                     i_++;  // ':'
@@ -473,6 +481,7 @@ private:
             if (peek() != ')' || eof()) err("missing ')'");
             i_++;
             icase_ = saved;
+            depth_--;
             return inner;
         }
         case ')': err("unbalanced ')'");
@@ -514,6 +523,8 @@ struct Program {
     std::vector<Inst> code;
 };
 
+constexpr size_t kMaxProgram = 1 << 16;
+
 class Compiler {
 public:
     explicit Compiler(std::vector<Program> & progs) : progs_(progs) {}
@@ -534,6 +545,7 @@ private:
     std::vector<Program> & progs_;
 
     static size_t add(std::vector<Inst> & code, Op op, int a = 0, int b = 0) {
+        if (code.size() >= kMaxProgram) fail("pattern too large (over %zu instructions)", kMaxProgram);
         Inst in;
         in.op = op;
         in.a = a;
@@ -814,7 +826,11 @@ Regex::Regex(const std::string & pattern) : pattern_(pattern), impl_(std::make_u
     Parser parser(pattern, impl_->classes);
     NodeP root = parser.parse();
     Compiler comp(impl_->progs);
-    impl_->main = comp.compile(*root);
+    try {
+        impl_->main = comp.compile(*root);
+    } catch (const Error & e) {
+        fail("regex \"%s\": %s", shorten(pattern).c_str(), e.what());
+    }
     impl_->compute_first();
     impl_->compute_guards();
 }

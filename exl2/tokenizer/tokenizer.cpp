@@ -157,6 +157,8 @@ void Tokenizer::Impl::encode_text(const std::string & s, bool at_start, std::vec
 }
 
 std::vector<int32_t> Tokenizer::Impl::encode(const std::string & text, bool add_special, bool parse_special) const {
+    // Offsets inside the pipeline are 32-bit.
+    if (text.size() >= (size_t(1) << 31)) fail("encode: text of %zu bytes is over the 2 GiB limit", text.size());
     std::vector<int32_t> ids;
     ids.reserve(text.size() / 3 + 8);
     std::vector<Segment> segs, sub;

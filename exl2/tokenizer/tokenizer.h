@@ -68,7 +68,7 @@ public:
     // Short description: which files and which pipeline were used.
     const std::string & desc() const;
 
-    struct Impl;
+    struct Impl;  // internal (tokenizer-impl.h); used by StreamDecoder
     const Impl & impl() const { return *impl_; }
 
 private:
@@ -79,7 +79,8 @@ private:
 // Incremental decoding for generation: push() returns the text that became final with this id
 // (complete UTF-8 characters only; a token ending inside a character returns "" until the
 // character is complete; invalid bytes become U+FFFD). The concatenation of every push() and the
-// final flush() equals decode() of all ids for valid text.
+// final flush() equals decode() of all ids for valid text. Cost per push: two decodes of a window
+// of at most 16 ids.
 class StreamDecoder {
 public:
     explicit StreamDecoder(const Tokenizer & tok, bool skip_special = false);
@@ -90,8 +91,8 @@ public:
 private:
     const Tokenizer & tok_;
     bool skip_special_;
-    std::vector<int32_t> ids_;      // ids since `base_` (a window, trimmed as text is emitted)
-    std::string emitted_raw_;       // raw bytes already accounted for, of decode(window)
+    std::vector<int32_t> ids_;      // the last ids (a window, trimmed once its text is settled)
+    std::string emitted_raw_;       // raw decoder output of the window, already accounted for
     std::string pending_;           // raw bytes not yet emitted (an incomplete character)
 };
 
