@@ -30,7 +30,7 @@ ggx_status ggx_cuda_fail(cudaError_t err, const char * what, const char * file, 
     const char * base = strrchr(file, '/');
     ggx_set_error("cuda: %s: %s (%s at %s:%d)", cudaGetErrorName(err), cudaGetErrorString(err), what,
                   base ? base + 1 : file, line);
-    cudaGetLastError();   // clear a sticky launch error so the next call reports its own
+    (void)cudaGetLastError();   // clear a sticky launch error so the next call reports its own
     return err == cudaErrorMemoryAllocation ? GGX_STATUS_ALLOC_FAILED : GGX_STATUS_FAILED;
 }
 
@@ -115,7 +115,7 @@ ggx_status ensure_scratch(ggx_cuda_ctx & ctx, size_t need) {
     void * p = nullptr;
     cudaError_t err = cudaMalloc(&p, need);
     if (err != cudaSuccess) {
-        cudaGetLastError();
+        (void)cudaGetLastError();
         ggx_set_error("cuda:%d: out of memory for %zu MiB of scratch (%s)", ctx.device, need >> 20, cudaGetErrorString(err));
         return GGX_STATUS_ALLOC_FAILED;
     }
@@ -134,7 +134,7 @@ struct graph_cache {
 
 void graph_cache_free(void * p) {
     graph_cache * gc = (graph_cache *)p;
-    if (gc->exec) cudaGraphExecDestroy(gc->exec);
+    if (gc->exec) (void)cudaGraphExecDestroy(gc->exec);
     delete gc;
 }
 
@@ -183,13 +183,13 @@ ggx_status run_nodes(ggx_cuda_ctx & ctx, ggx_graph * g) {
     }
     for (int i = 0; i < ggx_graph_n_nodes(g); i++) {
         ggx_tensor * n = ggx_graph_node(g, i);
-        if (ctx.profile && n->op != GGX_OP_NONE) cudaEventRecord(ev[0], ctx.stream);
+        if (ctx.profile && n->op != GGX_OP_NONE) (void)cudaEventRecord(ev[0], ctx.stream);
         ggx_status st = compute_node(ctx, n);
         if (ctx.profile && n->op != GGX_OP_NONE && st == GGX_STATUS_OK) {
-            cudaEventRecord(ev[1], ctx.stream);
-            cudaEventSynchronize(ev[1]);
+            (void)cudaEventRecord(ev[1], ctx.stream);
+            (void)cudaEventSynchronize(ev[1]);
             float ms = 0;
-            cudaEventElapsedTime(&ms, ev[0], ev[1]);
+            (void)cudaEventElapsedTime(&ms, ev[0], ev[1]);
             prof_entry & e = (*(prof_table *)ctx.prof)[prof_key(n)];
             e.ms += ms;
             e.n++;
@@ -200,8 +200,8 @@ ggx_status run_nodes(ggx_cuda_ctx & ctx, ggx_graph * g) {
             return st;
         }
     }
-    if (ev[0]) cudaEventDestroy(ev[0]);
-    if (ev[1]) cudaEventDestroy(ev[1]);
+    if (ev[0]) (void)cudaEventDestroy(ev[0]);
+    if (ev[1]) (void)cudaEventDestroy(ev[1]);
     return GGX_STATUS_OK;
 }
 
@@ -225,7 +225,7 @@ ggx_status graph_compute(ggx_backend * be, ggx_graph * g) {
     graph_cache * gc = (graph_cache *)*slot;
     std::vector<void *> sig = graph_signature(ctx, g);
     if (gc && (gc->be != be || gc->sig != sig)) {
-        if (gc->exec) cudaGraphExecDestroy(gc->exec);
+        if (gc->exec) (void)cudaGraphExecDestroy(gc->exec);
         gc->exec = nullptr;
     }
     if (!gc) {
@@ -241,13 +241,13 @@ ggx_status graph_compute(ggx_backend * be, ggx_graph * g) {
         ggx_status st = run_nodes(ctx, g);
         cudaError_t err = cudaStreamEndCapture(ctx.stream, &graph);
         if (st != GGX_STATUS_OK) {
-            if (graph) cudaGraphDestroy(graph);
-            cudaGetLastError();
+            if (graph) (void)cudaGraphDestroy(graph);
+            (void)cudaGetLastError();
             return st;
         }
         if (err != cudaSuccess) return ggx_cuda_fail(err, "cudaStreamEndCapture", __FILE__, __LINE__);
         err = cudaGraphInstantiate(&gc->exec, graph, 0);
-        cudaGraphDestroy(graph);
+        (void)cudaGraphDestroy(graph);
         if (err != cudaSuccess) {
             gc->exec = nullptr;
             return ggx_cuda_fail(err, "cudaGraphInstantiate", __FILE__, __LINE__);
@@ -264,9 +264,9 @@ ggx_status be_alloc(ggx_backend * be, size_t size, void ** out) {
     GGX_CUDA_CHECK(cudaSetDevice(ctx.device));
     cudaError_t err = cudaMalloc(out, std::max<size_t>(size, 1));
     if (err != cudaSuccess) {
-        cudaGetLastError();
+        (void)cudaGetLastError();
         size_t fr = 0, tot = 0;
-        cudaMemGetInfo(&fr, &tot);
+        (void)cudaMemGetInfo(&fr, &tot);
         ggx_set_error("cuda:%d: out of memory allocating %.1f MiB (%.1f MiB free of %.1f MiB)", ctx.device,
                       size / 1048576.0, fr / 1048576.0, tot / 1048576.0);
         *out = nullptr;
@@ -277,8 +277,8 @@ ggx_status be_alloc(ggx_backend * be, size_t size, void ** out) {
 
 void be_dealloc(ggx_backend * be, void * p) {
     if (!p) return;
-    cudaStreamSynchronize(ctx_of(be)->stream);
-    cudaFree(p);
+    (void)cudaStreamSynchronize(ctx_of(be)->stream);
+    (void)cudaFree(p);
 }
 
 ggx_status be_set(ggx_backend * be, void * dst, const void * src, size_t n) {
@@ -315,9 +315,9 @@ ggx_status be_qmatrix_prepare(ggx_backend * be, ggx_tensor * t) { return ggx_cud
 void be_qmatrix_release(ggx_backend * be, ggx_tensor * t) { ggx_cuda_qmatrix_release(*ctx_of(be), t); }
 
 void be_memory_info(ggx_backend * be, size_t * fr, size_t * tot) {
-    cudaSetDevice(ctx_of(be)->device);
+    (void)cudaSetDevice(ctx_of(be)->device);
     if (cudaMemGetInfo(fr, tot) != cudaSuccess) {
-        cudaGetLastError();
+        (void)cudaGetLastError();
         *fr = *tot = 0;
     }
 }
@@ -326,15 +326,17 @@ void be_free(ggx_backend * be) {
     if (!be) return;
     ggx_cuda_ctx * ctx = ctx_of(be);
     if (ctx) {
-        cudaSetDevice(ctx->device);
+        (void)cudaSetDevice(ctx->device);
         prof_print(*ctx);
         delete (prof_table *)ctx->prof;
-        if (ctx->stream) cudaStreamSynchronize(ctx->stream);
+        if (ctx->stream) (void)cudaStreamSynchronize(ctx->stream);
+#if !defined(GGX_NO_BLAS)
         if (ctx->cublas) cublasDestroy(ctx->cublas);
-        cudaFree(ctx->cublas_ws);
-        cudaFree(ctx->scratch);
-        for (void * p : ctx->retired) cudaFree(p);
-        if (ctx->stream) cudaStreamDestroy(ctx->stream);
+#endif  // !GGX_NO_BLAS
+        (void)cudaFree(ctx->cublas_ws);
+        (void)cudaFree(ctx->scratch);
+        for (void * p : ctx->retired) (void)cudaFree(p);
+        if (ctx->stream) (void)cudaStreamDestroy(ctx->stream);
         delete ctx;
     }
     delete be;
@@ -348,7 +350,7 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     int n_dev = 0;
     cudaError_t err = cudaGetDeviceCount(&n_dev);
     if (err != cudaSuccess) {
-        cudaGetLastError();
+        (void)cudaGetLastError();
         ggx_set_error("cuda: no usable CUDA device (%s: %s)", cudaGetErrorName(err), cudaGetErrorString(err));
         return nullptr;
     }
@@ -358,7 +360,7 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     }
     cudaDeviceProp prop;
     if ((err = cudaGetDeviceProperties(&prop, device)) != cudaSuccess || (err = cudaSetDevice(device)) != cudaSuccess) {
-        cudaGetLastError();
+        (void)cudaGetLastError();
         ggx_set_error("cuda:%d: cannot use device (%s)", device, cudaGetErrorString(err));
         return nullptr;
     }
@@ -367,7 +369,7 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     err = cudaDeviceSynchronize();
     if (err == cudaSuccess) err = cudaGetLastError();
     if (err != cudaSuccess) {
-        cudaGetLastError();
+        (void)cudaGetLastError();
         ggx_set_error("cuda:%d: %s (compute capability %d.%d) cannot run this build's kernels: %s", device, prop.name,
                       prop.major, prop.minor, cudaGetErrorString(err));
         return nullptr;
@@ -380,7 +382,11 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->n_sm = prop.multiProcessorCount;
     ctx->cc_major = prop.major;
     ctx->cc_minor = prop.minor;
+#if defined(GGX_USE_HIP)
+    ctx->smem_optin = prop.sharedMemPerBlock;
+#else
     ctx->smem_optin = prop.sharedMemPerBlockOptin;
+#endif  // GGX_USE_HIP
     const char * ng = getenv("GGX_CUDA_NO_GRAPH");
     ctx->use_graphs = !(ng && *ng && strcmp(ng, "0") != 0);
     const char * pf = getenv("GGX_CUDA_PROFILE");
@@ -392,6 +398,7 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
         return (ggx_backend *)nullptr;
     };
     if ((err = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)) != cudaSuccess) return fail_init("stream creation", (int)err);
+#if !defined(GGX_NO_BLAS)
     cublasStatus_t bs = cublasCreate(&ctx->cublas);
     if (bs != CUBLAS_STATUS_SUCCESS) return fail_init("cublasCreate", (int)bs);
     cublasSetStream(ctx->cublas, ctx->stream);
@@ -400,6 +407,7 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     if ((err = cudaMalloc(&ctx->cublas_ws, ctx->cublas_ws_size)) != cudaSuccess) return fail_init("cuBLAS workspace allocation", (int)err);
     cublasSetWorkspace(ctx->cublas, ctx->cublas_ws, ctx->cublas_ws_size);
     cublasSetMathMode(ctx->cublas, CUBLAS_DEFAULT_MATH);
+#endif  // !GGX_NO_BLAS
 
     be->api_version = GGX_BACKEND_API_VERSION;
     be->name = ctx->name;

@@ -1,6 +1,8 @@
 // Plain-weight matrix multiply; see mmf.cuh.
 #include "mmf.cuh"
 
+#include "gemm.cuh"
+
 #include <algorithm>
 #include <type_traits>
 
@@ -99,13 +101,8 @@ ggx_status ggx_cuda_op_mmf(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
         GGX_CUDA_LAUNCH_CHECK();
         return GGX_STATUS_OK;
     }
-    const float alpha = 1.0f, beta = 0.0f;
     // column-major: y (N x T, ld N) = W^T (W is K x N, ld K) * x (K x T, ld K)
-    if (w->type == GGX_TYPE_F32) {
-        GGX_CUBLAS_CHECK(cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, (int)T, K, &alpha, w->data, CUDA_R_32F, K,
-                                      x, CUDA_R_32F, K, &beta, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        return GGX_STATUS_OK;
-    }
+    if (w->type == GGX_TYPE_F32) return ggx_cuda_gemm(ctx, true, N, (int)T, K, w->data, GGX_TYPE_F32, K, x, K, y, N);
     const size_t need = ggx_cuda_mmf_scratch(dst);
     if (ctx.scratch_size < need) {
         ggx_set_error("cuda: scratch too small for %s (%zu < %zu)", w->name, ctx.scratch_size, need);
@@ -117,8 +114,5 @@ ggx_status ggx_cuda_op_mmf(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
     if (f16) k_convert<<<grid, 256, 0, ctx.stream>>>(x, (half *)ctx.scratch, n);
     else     k_convert<<<grid, 256, 0, ctx.stream>>>(x, (nv_bfloat16 *)ctx.scratch, n);
     GGX_CUDA_LAUNCH_CHECK();
-    const cudaDataType_t dt = f16 ? CUDA_R_16F : CUDA_R_16BF;
-    GGX_CUBLAS_CHECK(cublasGemmEx(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, (int)T, K, &alpha, w->data, dt, K,
-                                  ctx.scratch, dt, K, &beta, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    return GGX_STATUS_OK;
+    return ggx_cuda_gemm(ctx, true, N, (int)T, K, w->data, w->type, K, ctx.scratch, K, y, N);
 }

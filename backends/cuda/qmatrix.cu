@@ -16,6 +16,8 @@
 // may have 16-row sizes and they come last.
 #include "qmatrix.cuh"
 
+#include "gemm.cuh"
+
 #include <algorithm>
 #include <vector>
 
@@ -68,12 +70,8 @@ struct chunk_dot {
 #pragma unroll
             for (int t = 0; t < T; t++) acc[t][c] = fmaf(v, xs[t * ld + J], acc[t][c]);
         }
-        chunk_dot<B, T, J + 1>::run(w, xs, ld, acc);
+        if constexpr (J + 1 < chunk_shape<B>::rows) chunk_dot<B, T, J + 1>::run(w, xs, ld, acc);
     }
-};
-template <int B, int T>
-struct chunk_dot<B, T, chunk_shape<B>::rows> {
-    static __device__ __forceinline__ void run(const uint32_t (&)[4][chunk_shape<B>::words], const float *, int, float (&)[T][4]) {}
 };
 
 // Chunks loaded back to back before use: enough 16-byte loads in flight per thread to cover
@@ -412,10 +410,10 @@ void ggx_cuda_qmatrix_release(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     ggx_qmatrix * q = (ggx_qmatrix *)t->extra;
     if (!q || !q->backend_extra) return;
     qextra * e = (qextra *)q->backend_extra;
-    cudaStreamSynchronize(ctx.stream);
-    cudaFree(e->pieces);
-    cudaFree(e->slice_first);
-    cudaFree(e->groups);
+    (void)cudaStreamSynchronize(ctx.stream);
+    (void)cudaFree(e->pieces);
+    (void)cudaFree(e->slice_first);
+    (void)cudaFree(e->groups);
     delete e;
     q->backend_extra = nullptr;
 }
@@ -489,7 +487,6 @@ ggx_status ggx_cuda_op_qmatmul(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
     k_gather_f16<<<(unsigned)std::min<int64_t>((nx + 255) / 256, 65535), 256, 0, ctx.stream>>>(x, q->q_perm, x16, K, nx);
     GGX_CUDA_LAUNCH_CHECK();
     const int nc_max = (int)prefill_cols(q, T, k_prefill_scratch_cap, N);
-    const float alpha = 1.0f, beta = 0.0f;
     for (int n0 = 0; n0 < N; n0 += nc_max) {
         const int nc = std::min(nc_max, N - n0);
         if (exl2) {
@@ -501,9 +498,7 @@ ggx_status ggx_cuda_op_qmatmul(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
         }
         GGX_CUDA_LAUNCH_CHECK();
         // column-major view: y[n0.., t] (nc x T, ld N) = W16 (nc x K, ld nc) * x16 (K x T, ld K)
-        GGX_CUBLAS_CHECK(cublasGemmEx(ctx.cublas, CUBLAS_OP_N, CUBLAS_OP_N, nc, (int)T, K, &alpha, w16, CUDA_R_16F, nc,
-                                      x16, CUDA_R_16F, K, &beta, y + n0, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
-                                      CUBLAS_GEMM_DEFAULT));
+        GGX_RETURN_IF_ERR(ggx_cuda_gemm(ctx, false, nc, (int)T, K, w16, GGX_TYPE_F16, nc, x16, K, y + n0, N));
     }
     return GGX_STATUS_OK;
 }
