@@ -7,7 +7,7 @@
 
 namespace {
 
-constexpr int k_threads = 256;
+constexpr int k_threads = 1024;   // decode has one row: more threads, fewer dependent load rounds
 
 template <typename TW, typename TB>
 __global__ void k_rms_norm(const float * __restrict__ x,   // [rows][D]

@@ -127,6 +127,8 @@ k_exl2_gemv(const uint32_t * __restrict__ q_weight,   // [QR][Np]
     const int slice = blockIdx.y;
     const int k_begin = slice * R;
     const int k_n = min(R, K - k_begin);
+    // The piece range is read before the gather so that its latency overlaps the gather's.
+    const int p_begin = slice_first[slice], p_end = slice_first[slice + 1];
     for (int i = threadIdx.x; i < k_n; i += blockDim.x) {
         const int k = k_begin + i;
         const int src = q_perm ? q_perm[k] : k;
@@ -143,9 +145,12 @@ k_exl2_gemv(const uint32_t * __restrict__ q_weight,   // [QR][Np]
 #pragma unroll
         for (int c = 0; c < 4; c++) total[t][c] = 0.0f;
 
-    for (int p = slice_first[slice]; p < slice_first[slice + 1]; p++) {
+    for (int p = p_begin; p < p_end; p++) {
         const int4 pc = pieces[p];
         const int bits = pc.z & 15, g = pc.z >> 4;
+        // scale inputs first: their loads fly while the piece's weights stream in
+        const uint32_t sw = q_scale[(size_t)g * (Np / 8) + n / 8] >> (4 * (n % 8));
+        const float m = __half2float(q_scale_max[g]);
         float acc[T][4];
 #pragma unroll
         for (int t = 0; t < T; t++)
@@ -161,8 +166,6 @@ k_exl2_gemv(const uint32_t * __restrict__ q_weight,   // [QR][Np]
             default: exl2_piece<2, T>(q_weight, Np, n, pc.y, pc.w, xp, R, acc); break;
         }
         // scale = h(h((c+1)^2) * M'_g); (c+1)^2 is exact in fp16
-        const uint32_t sw = q_scale[(size_t)g * (Np / 8) + n / 8] >> (4 * (n % 8));
-        const float m = __half2float(q_scale_max[g]);
 #pragma unroll
         for (int c = 0; c < 4; c++) {
             const float code = (float)(((sw >> (4 * c)) & 15) + 1);
