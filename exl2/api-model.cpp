@@ -3,6 +3,7 @@
 #include "exl2.h"
 
 #include "api-error.h"
+#include "api-internal.h"
 #include "context.h"
 #include "error.h"
 #include "model.h"

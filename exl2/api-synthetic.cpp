@@ -1,5 +1,6 @@
 // C API: synthetic models and device facts, for bench and other tools (include/exl2.h).
 #include "exl2.h"
+#include "api-internal.h"
 
 #include "api-error.h"
 #include "error.h"
@@ -12,7 +13,6 @@
 #include <memory>
 
 // Defined in api-model.cpp: wraps a loaded model in a C handle (takes ownership of both).
-exl2_model * exl2_model_from_internal(std::unique_ptr<exl2::Model> m, exl2_tokenizer * tok);
 
 const char * exl2_synthetic_names(void) {
     static const std::string names = exl2::synthetic_names();
