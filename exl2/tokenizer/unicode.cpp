@@ -1,6 +1,8 @@
 #include "unicode.h"
 #include "unicode-data.h"
 
+#include "exl2/json.h"
+
 #include <algorithm>
 
 namespace exl2 {
@@ -111,23 +113,9 @@ uint32_t utf8_next(const char * s, size_t n, size_t & i) {
 }
 
 void utf8_put(std::string & out, uint32_t cp) {
-    if (cp < 0x80) {
-        out += (char)cp;
-    } else if (cp < 0x800) {
-        out += (char)(0xC0 | (cp >> 6));
-        out += (char)(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += (char)(0xE0 | (cp >> 12));
-        out += (char)(0x80 | ((cp >> 6) & 0x3F));
-        out += (char)(0x80 | (cp & 0x3F));
-    } else if (cp < 0x110000) {
-        out += (char)(0xF0 | (cp >> 18));
-        out += (char)(0x80 | ((cp >> 12) & 0x3F));
-        out += (char)(0x80 | ((cp >> 6) & 0x3F));
-        out += (char)(0x80 | (cp & 0x3F));
-    } else {
-        out += (char)(cp - kInvalidBase);
-    }
+    // Values past U+10FFFF carry an invalid input byte (see kInvalidBase): put the byte back.
+    if (cp < 0x110000) utf8_append(out, cp);
+    else out += (char)(cp - kInvalidBase);
 }
 
 std::vector<uint32_t> utf8_decode(const std::string & s) {
