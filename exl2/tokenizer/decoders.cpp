@@ -307,18 +307,11 @@ std::unique_ptr<Decoder> decoder_from_json(const Json & j, const Where & w) {
             return std::make_unique<WordPieceDec>(j.get_string("prefix", "##"), j.get_bool("cleanup", true));
         if (type == "BPEDecoder") return std::make_unique<BpeDec>(j.get_string("suffix", "</w>"));
         if (type == "Sequence") {
-            const Json & a = j.get("decoders");
-            if (!a.is_array()) fail_at(w.at("decoders"), "expected an array");
-            std::vector<std::unique_ptr<Decoder>> v;
-            for (size_t i = 0; i < a.size(); i++) {
-                auto d = decoder_from_json(a[i], w.at("decoders").at(i));
-                if (d) v.push_back(std::move(d));
-            }
+            auto v = sequence_stages<Decoder>(j, "decoders", w, decoder_from_json);
             return std::make_unique<SequenceDec>(std::move(v));
         }
     } catch (const Error & e) {
-        if (std::string(e.what()).rfind(w.file, 0) == 0) throw;
-        fail_at(w, e.what());
+        rethrow_at(w, e);
     }
     fail_at(w.at("type"), "unknown decoder type \"" + type + "\"");
 }

@@ -13,6 +13,11 @@ void fail_at(const Where & w, const std::string & msg) {
     fail("%s: %s: %s", w.file.c_str(), w.field.c_str(), msg.c_str());
 }
 
+void rethrow_at(const Where & w, const Error & e) {
+    if (std::string(e.what()).rfind(w.file, 0) == 0) throw;
+    fail_at(w, e.what());
+}
+
 namespace {
 
 class NormForm final : public Normalizer {
@@ -247,18 +252,11 @@ std::unique_ptr<Normalizer> normalizer_from_json(const Json & j, const Where & w
             fail_at(w, "normalizer type \"Precompiled\" with a non-empty charsmap is not supported");
         }
         if (type == "Sequence") {
-            const Json & a = j.get("normalizers");
-            if (!a.is_array()) fail_at(w.at("normalizers"), "expected an array");
-            std::vector<std::unique_ptr<Normalizer>> v;
-            for (size_t i = 0; i < a.size(); i++) {
-                auto n = normalizer_from_json(a[i], w.at("normalizers").at(i));
-                if (n) v.push_back(std::move(n));
-            }
+            auto v = sequence_stages<Normalizer>(j, "normalizers", w, normalizer_from_json);
             return std::make_unique<Sequence>(std::move(v));
         }
     } catch (const Error & e) {
-        if (std::string(e.what()).rfind(w.file, 0) == 0) throw;
-        fail_at(w, e.what());
+        rethrow_at(w, e);
     }
     fail_at(w.at("type"), "unknown normalizer type \"" + type + "\"");
 }

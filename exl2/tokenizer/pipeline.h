@@ -10,6 +10,8 @@
 
 #include "regex.h"
 
+#include "exl2/json.h"
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -18,7 +20,7 @@
 
 namespace exl2 {
 
-class Json;
+class Error;
 
 namespace tok {
 
@@ -30,6 +32,21 @@ struct Where {
     Where at(size_t i) const { return {file, field + "[" + std::to_string(i) + "]"}; }
 };
 [[noreturn]] void fail_at(const Where & w, const std::string & msg);
+// Call inside a catch block: an Error from a nested factory already names the file and goes on
+// as it is; any other gets the location `w`.
+[[noreturn]] void rethrow_at(const Where & w, const Error & e);
+
+// The stages of a "Sequence" object: j[key] must be an array, each element is built by
+// make(element, where), and stages that do nothing (nullptr) are left out.
+template <class Stage, class Make>
+std::vector<std::unique_ptr<Stage>> sequence_stages(const Json & j, const char * key, const Where & w, Make make) {
+    const Json & a = j.get(key);
+    if (!a.is_array()) fail_at(w.at(key), "expected an array");
+    std::vector<std::unique_ptr<Stage>> v;
+    for (size_t i = 0; i < a.size(); i++)
+        if (auto s = make(a[i], w.at(key).at(i))) v.push_back(std::move(s));
+    return v;
+}
 
 // ---- normalizers ------------------------------------------------------------------------------
 

@@ -441,18 +441,11 @@ std::unique_ptr<PreTokenizer> pre_tokenizer_from_json(const Json & j, const Wher
             return std::make_unique<SplitChars>([d](uint32_t c) { return c == d; }, SplitBehavior::Removed);
         }
         if (type == "Sequence") {
-            const Json & a = j.get("pretokenizers");
-            if (!a.is_array()) fail_at(w.at("pretokenizers"), "expected an array");
-            std::vector<std::unique_ptr<PreTokenizer>> v;
-            for (size_t i = 0; i < a.size(); i++) {
-                auto p = pre_tokenizer_from_json(a[i], w.at("pretokenizers").at(i));
-                if (p) v.push_back(std::move(p));
-            }
+            auto v = sequence_stages<PreTokenizer>(j, "pretokenizers", w, pre_tokenizer_from_json);
             return std::make_unique<Sequence>(std::move(v));
         }
     } catch (const Error & e) {
-        if (std::string(e.what()).rfind(w.file, 0) == 0) throw;
-        fail_at(w, e.what());
+        rethrow_at(w, e);
     }
     fail_at(w.at("type"), "unknown pre_tokenizer type \"" + type + "\"");
 }
