@@ -66,8 +66,7 @@ Context::Context(Model & model, const ContextParams & p)
         model.backend->iface.synchronize(model.backend);
     }
     // Reserve the compute buffer for the worst case (a full batch with every row's logits).
-    Graph & worst = graph_for(n_batch_, true);
-    (void)worst;
+    graph_for(n_batch_, true);
 }
 
 Context::~Context() {

@@ -51,14 +51,13 @@ static std::string ne_as_hf_shape(std::initializer_list<int64_t> ne) {
 
 bool Model::has_tensor(const std::string & name) const { return st_->has(name); }
 
-ggx_tensor * Model::tensor(const std::string & name, std::initializer_list<int64_t> ne, bool required) {
+const StTensor * Model::checked(const std::string & name, std::initializer_list<int64_t> ne, bool required) {
     const StTensor * s = st_->find(name);
     if (!s) {
         if (!required) return nullptr;
         fail("%s: tensor %s not found", st_->where().c_str(), name.c_str());
     }
-    const ggx_type type = ggx_type_of(s->dtype);
-    if (type == GGX_TYPE_COUNT)
+    if (ggx_type_of(s->dtype) == GGX_TYPE_COUNT)
         fail("%s: tensor %s has dtype %s, expected F16, BF16 or F32", s->file.c_str(), name.c_str(), st_dtype_name(s->dtype));
     // HF shapes are outermost first; ggx ne is innermost first.
     std::vector<int64_t> want(ne);
@@ -66,38 +65,47 @@ ggx_tensor * Model::tensor(const std::string & name, std::initializer_list<int64
     for (size_t i = 0; ok && i < want.size(); i++) ok = s->shape[want.size() - 1 - i] == want[i];
     if (!ok)
         fail("%s: tensor %s has shape %s, expected %s", s->file.c_str(), name.c_str(), s->shape_str().c_str(), ne_as_hf_shape(ne).c_str());
-    ggx_tensor * t = ggx_new_tensor(wctx_, type, (int)want.size(), want.data());
+    return s;
+}
+
+ggx_tensor * Model::tensor(const std::string & name, std::initializer_list<int64_t> ne, bool required) {
+    const StTensor * s = checked(name, ne, required);
+    if (!s) return nullptr;
+    std::vector<int64_t> dims(ne);
+    ggx_tensor * t = ggx_new_tensor(wctx_, ggx_type_of(s->dtype), (int)dims.size(), dims.data());
     t->flags = GGX_FLAG_WEIGHT;
     ggx_set_name(t, "%s", name.c_str());
-    pending_.push_back({t, s});
+    pending_.push_back({t, s, {}});
     n_params += (uint64_t)s->numel();
     if (name != "model.embed_tokens.weight") weight_bytes += s->nbytes;
     return t;
 }
 
-// Small vectors added to activations (biases) are kept in f32 so ADD reads one type.
-static ggx_tensor * as_f32_vector(Model & m, ggx_tensor * t, std::vector<std::vector<uint8_t>> & store,
-                                  const StTensor * s) {
-    (void)m;
-    std::vector<uint8_t> bytes((size_t)s->numel() * 4);
-    float * out = (float *)bytes.data();
-    for (int64_t i = 0; i < s->numel(); i++) {
-        if (s->dtype == StDtype::F32) memcpy(&out[i], s->data + 4 * i, 4);
-        else {
+ggx_tensor * Model::bias_f32(const std::string & name, std::vector<float> values) {
+    ggx_tensor * t = ggx_new_tensor_1d(wctx_, GGX_TYPE_F32, (int64_t)values.size());
+    t->flags = GGX_FLAG_WEIGHT;
+    ggx_set_name(t, "%s", name.c_str());
+    pending_.push_back({t, nullptr, std::move(values)});
+    return t;
+}
+
+static std::vector<float> values_f32(const StTensor & s) {
+    std::vector<float> out((size_t)s.numel());
+    for (size_t i = 0; i < out.size(); i++) {
+        if (s.dtype == StDtype::F32) {
+            memcpy(&out[i], s.data + 4 * i, 4);
+        } else {
             uint16_t h;
-            memcpy(&h, s->data + 2 * i, 2);
-            out[i] = s->dtype == StDtype::F16 ? ggx_f16_to_f32(h) : ggx_bf16_to_f32(h);
+            memcpy(&h, s.data + 2 * i, 2);
+            out[i] = s.dtype == StDtype::F16 ? ggx_f16_to_f32(h) : ggx_bf16_to_f32(h);
         }
     }
-    store.push_back(std::move(bytes));
-    t->type = GGX_TYPE_F32;
-    t->nb[0] = 4;
-    for (int i = 1; i < GGX_MAX_DIMS; i++) t->nb[i] = t->nb[i - 1] * (size_t)t->ne[i - 1];
-    return t;
+    return out;
 }
 
 Linear Model::linear(const std::string & prefix, int64_t K, int64_t N, bool bias, bool required) {
     Linear l;
+    const std::string bname = prefix + ".bias";
     if (qlayer_detect(*st_, prefix) != QFormat::NONE) {
         QLoadOptions opt;
         opt.gptq_v2 = cfg.gptq_v2;
@@ -114,70 +122,51 @@ Linear Model::linear(const std::string & prefix, int64_t K, int64_t N, bool bias
         weight_bytes += qlayer_bytes_read(host);
         device_bytes += qlayer_bytes_read(host);
         n_quantized_++;
-        if (!host.bias.empty()) {
-            l.b = ggx_new_tensor_1d(wctx_, GGX_TYPE_F32, N);
-            ggx_set_name(l.b, "%s.bias", prefix.c_str());
-            l.b->flags = GGX_FLAG_WEIGHT;
-            std::vector<uint8_t> bytes(host.bias.size() * 4);
-            memcpy(bytes.data(), host.bias.data(), bytes.size());
-            owned_.push_back({l.b, std::move(bytes)});
-        } else if (bias) {
-            fail("%s: tensor %s.bias not found", st_->where().c_str(), prefix.c_str());
-        }
+        if (!host.bias.empty()) l.b = bias_f32(bname, std::move(host.bias));
+        else if (bias) fail("%s: tensor %s not found", st_->where().c_str(), bname.c_str());
         return l;
     }
     l.w = tensor(prefix + ".weight", {K, N}, required);
     if (!l.w) return l;
-    const std::string bname = prefix + ".bias";
     if (bias || st_->has(bname)) {
-        ggx_tensor * b = tensor(bname, {N}, true);
-        pending_.back().t = as_f32_vector(*this, b, converted_, pending_.back().src);
-        l.b = b;
+        const StTensor * s = checked(bname, {N}, true);
+        l.b = bias_f32(bname, values_f32(*s));
+        n_params += (uint64_t)N;
+        weight_bytes += s->nbytes;
     }
     return l;
 }
 
 void Model::finish_load() {
-    // Plain tensors: bytes from the map (or converted copies), uploaded unless the backend can
-    // read host memory directly.
-    size_t ci = 0;
-    std::vector<std::pair<const void *, size_t>> srcs;
-    for (const Pending & p : pending_) {
-        if (p.t->type == GGX_TYPE_F32 && p.src->dtype != StDtype::F32) {
-            srcs.push_back({converted_[ci].data(), converted_[ci].size()});
-            ci++;
-        } else {
-            srcs.push_back({p.src->data, p.src->nbytes});
-        }
-    }
-    std::vector<ggx_tensor *> dst;
-    for (const Pending & p : pending_) dst.push_back(p.t);
-    for (const auto & o : owned_) {
-        dst.push_back(o.first);
-        srcs.push_back({o.second.data(), o.second.size()});
-    }
+    // Bytes from the map or from host-made values; placed in place on host backends, else
+    // uploaded into one buffer.
+    auto bytes = [](const Pending & p) -> std::pair<const void *, size_t> {
+        if (p.src) return {p.src->data, p.src->nbytes};
+        return {p.host.data(), p.host.size() * sizeof(float)};
+    };
     if (backend->is_host) {
-        for (size_t i = 0; i < dst.size(); i++) dst[i]->data = const_cast<void *>(srcs[i].first);
+        for (const Pending & p : pending_) p.t->data = const_cast<void *>(bytes(p).first);
         return;
     }
     const size_t align = backend->alignment ? backend->alignment : 256;
+    auto padded = [&](size_t n) { return (n + align - 1) / align * align; };
     size_t total = 0;
-    for (auto & s : srcs) total += (s.second + align - 1) / align * align;
+    for (const Pending & p : pending_) total += padded(bytes(p).second);
     if (total == 0) return;
     char * buf = (char *)backend_alloc(backend, total, (dir + " weights").c_str());
     buffers_.push_back(buf);
     device_bytes += total;
     size_t off = 0;
-    for (size_t i = 0; i < dst.size(); i++) {
-        dst[i]->data = buf + off;
-        if (backend->iface.set(backend, buf + off, srcs[i].first, srcs[i].second) != GGX_STATUS_OK)
-            fail("%s: upload of %s failed: %s", dir.c_str(), dst[i]->name, ggx_last_error());
-        off += (srcs[i].second + align - 1) / align * align;
+    for (const Pending & p : pending_) {
+        const auto b = bytes(p);
+        p.t->data = buf + off;
+        if (backend->iface.set(backend, buf + off, b.first, b.second) != GGX_STATUS_OK)
+            fail("%s: upload of %s failed: %s", dir.c_str(), p.t->name, ggx_last_error());
+        off += padded(b.second);
     }
     if (backend->iface.synchronize(backend) != GGX_STATUS_OK) fail("%s: upload failed: %s", dir.c_str(), ggx_last_error());
-    converted_.clear();
-    converted_.shrink_to_fit();
-    owned_.clear();
+    pending_.clear();   // the host-made values are on the device now
+    pending_.shrink_to_fit();
 }
 
 std::unique_ptr<Model> Model::load_tensors(std::unique_ptr<SafeTensors> st, const Json & config, const ModelParams & p,

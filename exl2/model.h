@@ -65,15 +65,23 @@ public:
 private:
     Model();
     void finish_load();
+    // The file's tensor `name`, checked for presence, dtype (F16/BF16/F32) and shape; nullptr when
+    // absent and not required.
+    const StTensor * checked(const std::string & name, std::initializer_list<int64_t> ne, bool required);
+    // A bias kept in f32 so ADD reads one type.
+    ggx_tensor * bias_f32(const std::string & name, std::vector<float> values);
 
     std::unique_ptr<SafeTensors> st_;
     ggx_context * wctx_ = nullptr;
-    struct Pending { ggx_tensor * t; const StTensor * src; };
-    std::vector<Pending> pending_;        // plain tensors to upload
+    // A plain tensor to place: bytes in the map, or values made on the host (f32 biases).
+    struct Pending {
+        ggx_tensor * t;
+        const StTensor * src;      // nullptr when `host` holds the values
+        std::vector<float> host;
+    };
+    std::vector<Pending> pending_;
     std::vector<void *> buffers_;         // backend buffers we own
     std::vector<std::pair<ggx_tensor *, void *>> qlayers_;  // quantized tensors and their buffers
-    std::vector<std::vector<uint8_t>> converted_;  // host copies when a dtype had to be converted
-    std::vector<std::pair<ggx_tensor *, std::vector<uint8_t>>> owned_;  // tensors made on the host (f32 biases)
     size_t n_quantized_ = 0;
 };
 
