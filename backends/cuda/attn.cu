@@ -9,14 +9,13 @@
 //           once at the end.
 // With one split the block normalises and writes the output; otherwise it writes (m, l, acc) and
 // k_attn_combine merges the splits.
-// k_attn_prefill (T > 8, f16 cache): tensor-core tiles, described at the kernel.
+// k_attn_prefill (T > 8, f16 cache): FlashAttention-2 style tensor-core kernel, described there.
 #include "attn.cuh"
 
 #include <algorithm>
 
 #if !defined(GGX_USE_HIP)
-#include <mma.h>
-#define GGX_ATTN_WMMA 1
+#define GGX_ATTN_WMMA 1   // the prefill kernel's inline PTX (mma.sync, ldmatrix, cp.async) is CUDA-only
 #endif  // !GGX_USE_HIP
 
 namespace {
@@ -217,165 +216,247 @@ __global__ void k_attn_combine(attn_args a) {
 }
 
 #if defined(GGX_ATTN_WMMA)
-// ---- prefill: tensor-core tiles (flash-attention style) ------------------------------------
+// ---- prefill: FlashAttention-2 style, mma.sync m16n8k16 (f16 in, f32 accumulate) -------------
 // Grid (H, ceil(T/64)), 128 threads = 4 warps; f16 caches, hd in {64, 80, 96, 128}. The block
-// holds 64 queries of one head (pre-scaled, f16) and walks the key tiles of 64 that any of its
-// queries can see (bounds from pos[] in device memory). Warp w owns query rows 16w..16w+15 of
-// S = Q K^T (f32 accumulate), its online softmax (2 lanes per row) and the output rows O, which
-// live in shared memory as f32 and are updated with P V by tensor cores after each rescale.
-// Only the K/V tiles are shared between warps. Keys outside the cache are zero-filled (an
-// unwritten cache row could hold NaN, and 0 * NaN would poison the sum).
-namespace nw = nvcuda::wmma;
+// holds 64 queries of one head (pre-scaled, f16); warp w owns query rows 16w..16w+15 and keeps
+// everything about them in registers: its Q fragments, the S = Q K^T tile (16 x 64, f32), the
+// online-softmax state (max m and partial sum l of rows g and g+8, where g = lane/4) and the
+// output O (16 x hd, f32). P goes from the S accumulators straight into the A fragments of
+// P V (same register layout), so S and P never touch shared memory. K/V tiles of 64 keys are
+// shared by the 4 warps, double-buffered with cp.async (the next tile loads while this one is
+// used). Keys outside [k_begin, k_end) are zero-filled by cp.async (an unwritten cache row could
+// hold NaN, and 0 * NaN would poison the sum). Only the tiles some query of the block can see
+// are walked; a warp skips a tile none of its rows sees and masks only tiles that are partly
+// visible. Query tiles are issued last-first: causal work grows with the tile index, so the
+// long blocks start first and the short ones fill the tail.
 constexpr int fa_bq = 64, fa_bk = 64, fa_threads = 128;
+constexpr float fa_log2e = 1.4426950408889634f;
 
-template <int HD> struct fa_layout {
-    static constexpr int ldh = HD + 8;        // Q/K/V rows (halves)
-    static constexpr int lds = fa_bk + 4;     // S rows (floats)
-    static constexpr int ldp = fa_bk + 8;     // P rows (halves)
-    static constexpr int ldo = HD + 4;        // O rows (floats)
-    static constexpr size_t q_off = 0;
-    static constexpr size_t k_off = q_off + sizeof(half) * fa_bq * ldh;
-    static constexpr size_t v_off = k_off + sizeof(half) * fa_bk * ldh;
-    static constexpr size_t s_off = v_off + sizeof(half) * fa_bk * ldh;
-    static constexpr size_t p_off = s_off + sizeof(float) * fa_bq * lds;
-    static constexpr size_t o_off = p_off + sizeof(half) * fa_bq * ldp;
-    static constexpr size_t r_off = o_off + sizeof(float) * fa_bq * ldo;
-    static constexpr size_t bytes = r_off + sizeof(float) * 2 * fa_bq + 2 * sizeof(int);
+template <int HD> struct fa_cfg {
+    static constexpr int ld = HD + 8;           // halves per shared row: +16 bytes keeps ldmatrix conflict-free
+    static constexpr int tile = fa_bk * ld;     // halves per K or V tile
+    static constexpr size_t bytes = sizeof(half) * ((size_t)fa_bq * ld + 4 * (size_t)tile);   // Q + 2 stages of K, V
 };
+
+__device__ __forceinline__ uint32_t smem_addr(const void * p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+// 16 bytes global -> shared, zero-filled when !pred (src-size 0 reads nothing)
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void * src, bool pred) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(pred ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+// c += a b, a 16x16 row-major, b 16x8 column-major, c 16x8 (f32)
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_h2(float lo, float hi) {
+    const half2 h = __floats2half2_rn(lo, hi);
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
+}
 
 template <int HD>
 __global__ void __launch_bounds__(fa_threads) k_attn_prefill(attn_args a) {
-    using L = fa_layout<HD>;
+    using C = fa_cfg<HD>;
+    constexpr int NT_S = fa_bk / 8;    // n-tiles of S
+    constexpr int NT_O = HD / 8;       // n-tiles of O
+    constexpr int KS = HD / 16;        // k-steps of Q K^T
     extern __shared__ __align__(128) unsigned char smraw[];
-    half * Qs = (half *)(smraw + L::q_off);
-    half * Ks = (half *)(smraw + L::k_off);
-    half * Vs = (half *)(smraw + L::v_off);
-    float * Ss = (float *)(smraw + L::s_off);
-    half * Ps = (half *)(smraw + L::p_off);
-    float * Os = (float *)(smraw + L::o_off);
-    float * row_m = (float *)(smraw + L::r_off);
-    float * row_l = row_m + fa_bq;
-    int * range = (int *)(row_l + fa_bq);
-    const int h = blockIdx.x, q0 = blockIdx.y * fa_bq;
+    half * Qs = (half *)smraw;
+    half * KV = Qs + fa_bq * C::ld;    // stage s: K at KV + 2s*tile, V right after
+    __shared__ int range[2];
+    const int h = blockIdx.x, q0 = (gridDim.y - 1 - blockIdx.y) * fa_bq;
     const int G = a.H / a.Hkv, kvh = h / G;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const half * K = (const half *)a.k;
     const half * V = (const half *)a.v;
     const int p_last = a.pos[a.T - 1];
 
+    if (tid == 0) { range[0] = 1 << 30; range[1] = 0; }
     for (int i = tid; i < fa_bq * HD; i += fa_threads) {
         const int r = i / HD, d = i % HD, t = q0 + r;
-        Qs[r * L::ldh + d] = __float2half_rn(t < a.T ? a.q[((size_t)t * a.H + h) * HD + d] * a.scale : 0.0f);
-        Os[r * L::ldo + d] = 0.0f;
-    }
-    if (tid < fa_bq) { row_m[tid] = -INFINITY; row_l[tid] = 0.0f; }
-    if (tid == 0) {
-        int hi = 0, lo = 1 << 30;
-        for (int r = 0; r < fa_bq && q0 + r < a.T; r++) {
-            const int pt = a.pos[q0 + r];
-            hi = max(hi, (a.non_causal ? p_last : pt) + 1);
-            lo = min(lo, a.window > 0 ? max(0, pt - a.window + 1) : 0);
-        }
-        range[0] = lo / fa_bk * fa_bk;
-        range[1] = min(hi, a.C);
+        Qs[r * C::ld + d] = __float2half_rn(t < a.T ? a.q[((size_t)t * a.H + h) * HD + d] * a.scale : 0.0f);
     }
     __syncthreads();
-    const int k_begin = range[0], k_end = range[1];
+    // the block's key range [k_begin, k_end): union over its queries
+    if (tid < 64) {
+        int hi = 0, lo = 1 << 30;
+        if (q0 + tid < a.T) {
+            const int pt = a.pos[q0 + tid];
+            hi = (a.non_causal ? p_last : pt) + 1;
+            lo = a.window > 0 ? max(0, pt - a.window + 1) : 0;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+            lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+        }
+        if (lane == 0) { atomicMin(&range[0], lo); atomicMax(&range[1], hi); }
+    }
+    __syncthreads();
+    const int k_begin = range[0] / fa_bk * fa_bk, k_end = min(range[1], a.C);
 
-    // this lane's softmax row and column half
-    const int my_r = warp * 16 + lane / 2, my_c0 = (lane % 2) * (fa_bk / 2);
-    const int my_t = q0 + my_r;
-    const int my_hi = my_t < a.T ? (a.non_causal ? p_last : a.pos[my_t]) : -1;   // last visible key
-    const int my_lo = (my_t < a.T && a.window > 0) ? a.pos[my_t] - a.window + 1 : 0;
+    // this thread's two rows (g and g+8 of the warp's 16): last and first visible key
+    const int g = lane / 4, tq = lane % 4;
+    int hi_r[2], lo_r[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int t = q0 + warp * 16 + g + 8 * i;
+        hi_r[i] = t < a.T ? min(a.non_causal ? p_last : a.pos[t], k_end - 1) : -1;
+        lo_r[i] = (t < a.T && a.window > 0) ? a.pos[t] - a.window + 1 : 0;
+    }
 
-    for (int k0 = k_begin; k0 < k_end; k0 += fa_bk) {
-        // K, V tiles: 16-byte loads, rows past the visible range zero-filled
-        constexpr int vec_per_row = HD / 8;
-        for (int i = tid; i < fa_bk * vec_per_row; i += fa_threads) {
-            const int r = i / vec_per_row, c = (i % vec_per_row) * 8, j = k0 + r;
-            uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-            if (j < k_end) {
-                const size_t off = ((size_t)j * a.Hkv + kvh) * HD + c;
-                kv = *(const uint4 *)(K + off);
-                vv = *(const uint4 *)(V + off);
-            }
-            *(uint4 *)(Ks + r * L::ldh + c) = kv;
-            *(uint4 *)(Vs + r * L::ldh + c) = vv;
+    uint32_t qf[KS][4];
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) ldsm_x4(qf[kk], smem_addr(Qs + (warp * 16 + lane % 16) * C::ld + kk * 16 + (lane / 16) * 8));
+
+    float o[NT_O][4];
+#pragma unroll
+    for (int nt = 0; nt < NT_O; nt++) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+    float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.0f, 0.0f};
+
+    auto load_tile = [&](int k0, int stage) {
+        half * Kd = KV + 2 * stage * C::tile;
+        half * Vd = Kd + C::tile;
+        constexpr int vpr = HD / 8;
+        for (int i = tid; i < fa_bk * vpr; i += fa_threads) {
+            const int r = i / vpr, c = (i % vpr) * 8, j = k0 + r;
+            const bool ok = j < k_end;
+            const size_t off = ok ? ((size_t)j * a.Hkv + kvh) * HD + c : 0;
+            cp_async16(smem_addr(Kd + r * C::ld + c), K + off, ok);
+            cp_async16(smem_addr(Vd + r * C::ld + c), V + off, ok);
+        }
+        cp_async_commit();
+    };
+
+    const int n_tiles = k_end > k_begin ? (k_end - k_begin + fa_bk - 1) / fa_bk : 0;
+    if (n_tiles > 0) load_tile(k_begin, 0);
+    for (int it = 0; it < n_tiles; it++) {
+        const int k0 = k_begin + it * fa_bk, st = it & 1;
+        if (it + 1 < n_tiles) {
+            load_tile(k0 + fa_bk, st ^ 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
         }
         __syncthreads();
-        // S = Q K^T for this warp's 16 rows
-        {
-            nw::fragment<nw::accumulator, 16, 16, 16, float> acc[fa_bk / 16];
+        const half * Kd = KV + 2 * st * C::tile;
+        const half * Vd = Kd + C::tile;
+        // does any of this warp's rows see a key of the tile? are all keys visible to all rows?
+        bool vis = false, full = true;
 #pragma unroll
-            for (int nf = 0; nf < fa_bk / 16; nf++) nw::fill_fragment(acc[nf], 0.0f);
+        for (int i = 0; i < 2; i++) {
+            vis |= hi_r[i] >= k0 && lo_r[i] <= k0 + fa_bk - 1 && hi_r[i] >= lo_r[i];
+            full &= hi_r[i] >= k0 + fa_bk - 1 && lo_r[i] <= k0;
+        }
+        if (__any_sync(0xffffffffu, vis)) {
+            full = __all_sync(0xffffffffu, full);
+            float s[NT_S][4];
 #pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) {
-                nw::fragment<nw::matrix_a, 16, 16, 16, half, nw::row_major> qa;
-                nw::load_matrix_sync(qa, Qs + warp * 16 * L::ldh + kk * 16, L::ldh);
+            for (int nt = 0; nt < NT_S; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
 #pragma unroll
-                for (int nf = 0; nf < fa_bk / 16; nf++) {
-                    nw::fragment<nw::matrix_b, 16, 16, 16, half, nw::col_major> kb;
-                    nw::load_matrix_sync(kb, Ks + nf * 16 * L::ldh + kk * 16, L::ldh);
-                    nw::mma_sync(acc[nf], qa, kb, acc[nf]);
+            for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+                for (int np = 0; np < NT_S / 2; np++) {
+                    uint32_t b[4];
+                    ldsm_x4(b, smem_addr(Kd + (np * 16 + lane % 8 + (lane / 16) * 8) * C::ld + kk * 16 + ((lane / 8) % 2) * 8));
+                    mma16816(s[2 * np], qf[kk], b[0], b[1]);
+                    mma16816(s[2 * np + 1], qf[kk], b[2], b[3]);
                 }
-            }
+            if (a.softcap > 0.0f) {
 #pragma unroll
-            for (int nf = 0; nf < fa_bk / 16; nf++)
-                nw::store_matrix_sync(Ss + warp * 16 * L::lds + nf * 16, acc[nf], L::lds, nw::mem_row_major);
-        }
-        __syncwarp();
-        // online softmax: two lanes per row
-        {
-            float * srow = Ss + my_r * L::lds;
-            float m = -INFINITY;
-            for (int c = my_c0; c < my_c0 + fa_bk / 2; c++) {
-                const int j = k0 + c;
-                float sv = srow[c];
-                if (a.softcap > 0.0f) sv = a.softcap * tanhf(sv / a.softcap);
-                const bool ok = j <= my_hi && j >= my_lo && j < k_end;
-                sv = ok ? sv : -INFINITY;
-                srow[c] = sv;
-                m = fmaxf(m, sv);
-            }
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-            const float m_old = row_m[my_r], m_new = fmaxf(m_old, m);
-            float l = 0.0f;
-            half * prow = Ps + my_r * L::ldp;
-            for (int c = my_c0; c < my_c0 + fa_bk / 2; c++) {
-                const float p = srow[c] == -INFINITY ? 0.0f : __expf(srow[c] - m_new);
-                prow[c] = __float2half_rn(p);
-                l += p;
-            }
-            l += __shfl_xor_sync(0xffffffffu, l, 1);
-            const float alpha = m_old == -INFINITY ? 0.0f : __expf(m_old - m_new);
-            float * orow = Os + my_r * L::ldo;
-            for (int d = (lane % 2) * (HD / 2); d < (lane % 2 + 1) * (HD / 2); d++) orow[d] *= alpha;
-            __syncwarp();
-            if (lane % 2 == 0) { row_m[my_r] = m_new; row_l[my_r] = row_l[my_r] * alpha + l; }
-        }
-        __syncwarp();
-        // O += P V for this warp's rows
+                for (int nt = 0; nt < NT_S; nt++)
 #pragma unroll
-        for (int cb = 0; cb < HD / 16; cb++) {
-            nw::fragment<nw::accumulator, 16, 16, 16, float> o;
-            nw::load_matrix_sync(o, Os + warp * 16 * L::ldo + cb * 16, L::ldo, nw::mem_row_major);
+                    for (int e = 0; e < 4; e++) s[nt][e] = a.softcap * tanhf(s[nt][e] / a.softcap);
+            }
+            if (!full) {
+#pragma unroll
+                for (int nt = 0; nt < NT_S; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int j = k0 + nt * 8 + 2 * tq + (e & 1), i = e / 2;
+                        if (j > hi_r[i] || j < lo_r[i]) s[nt][e] = -INFINITY;
+                    }
+            }
+            // online softmax; the row max is shared by the 4 lanes of a quad, the sums stay partial
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int nt = 0; nt < NT_S; nt++) {
+                mx[0] = fmaxf(mx[0], fmaxf(s[nt][0], s[nt][1]));
+                mx[1] = fmaxf(mx[1], fmaxf(s[nt][2], s[nt][3]));
+            }
+            float mb[2], alpha[2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+                const float m_new = fmaxf(m_r[i], mx[i]);
+                const float m_use = m_new == -INFINITY ? 0.0f : m_new;   // a row with nothing visible yet
+                alpha[i] = exp2f((m_r[i] - m_use) * fa_log2e);
+                mb[i] = m_use * fa_log2e;
+                m_r[i] = m_new;
+            }
+            float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int nt = 0; nt < NT_S; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float p = exp2f(fmaf(s[nt][e], fa_log2e, -mb[e / 2]));
+                    s[nt][e] = p;
+                    rs[e / 2] += p;
+                }
+#pragma unroll
+            for (int i = 0; i < 2; i++) l_r[i] = l_r[i] * alpha[i] + rs[i];
+#pragma unroll
+            for (int nt = 0; nt < NT_O; nt++) {
+                o[nt][0] *= alpha[0]; o[nt][1] *= alpha[0];
+                o[nt][2] *= alpha[1]; o[nt][3] *= alpha[1];
+            }
+            // O += P V: the S accumulators of n-tiles 2kk, 2kk+1 are the A fragment of k-step kk
 #pragma unroll
             for (int kk = 0; kk < fa_bk / 16; kk++) {
-                nw::fragment<nw::matrix_a, 16, 16, 16, half, nw::row_major> pa;
-                nw::fragment<nw::matrix_b, 16, 16, 16, half, nw::row_major> vb;
-                nw::load_matrix_sync(pa, Ps + warp * 16 * L::ldp + kk * 16, L::ldp);
-                nw::load_matrix_sync(vb, Vs + kk * 16 * L::ldh + cb * 16, L::ldh);
-                nw::mma_sync(o, pa, vb, o);
+                const uint32_t pa[4] = {pack_h2(s[2 * kk][0], s[2 * kk][1]), pack_h2(s[2 * kk][2], s[2 * kk][3]),
+                                        pack_h2(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack_h2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+                for (int dp = 0; dp < NT_O / 2; dp++) {
+                    uint32_t b[4];
+                    ldsm_x4_t(b, smem_addr(Vd + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * C::ld + dp * 16 + (lane / 16) * 8));
+                    mma16816(o[2 * dp], pa, b[0], b[1]);
+                    mma16816(o[2 * dp + 1], pa, b[2], b[3]);
+                }
             }
-            nw::store_matrix_sync(Os + warp * 16 * L::ldo + cb * 16, o, L::ldo, nw::mem_row_major);
         }
-        __syncthreads();   // K/V tiles are reloaded next
+        __syncthreads();   // this stage is refilled by the next iteration's prefetch
     }
-    for (int i = tid; i < fa_bq * HD; i += fa_threads) {
-        const int r = i / HD, d = i % HD, t = q0 + r;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        l_r[i] += __shfl_xor_sync(0xffffffffu, l_r[i], 1);
+        l_r[i] += __shfl_xor_sync(0xffffffffu, l_r[i], 2);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int t = q0 + warp * 16 + g + 8 * i;
         if (t >= a.T) continue;
-        const float l = row_l[r];
-        a.out[((size_t)t * a.H + h) * HD + d] = l > 0.0f ? Os[r * L::ldo + d] / l : 0.0f;
+        const float inv = l_r[i] > 0.0f ? 1.0f / l_r[i] : 0.0f;
+        float * orow = a.out + ((size_t)t * a.H + h) * HD + 2 * tq;
+#pragma unroll
+        for (int nt = 0; nt < NT_O; nt++) {
+            orow[nt * 8] = o[nt][2 * i] * inv;
+            orow[nt * 8 + 1] = o[nt][2 * i + 1] * inv;
+        }
     }
 }
 
@@ -383,10 +464,10 @@ template <int HD>
 ggx_status launch_prefill(const attn_args & a, cudaStream_t s) {
     static bool attr_set = false;   // raising the dynamic shared memory limit is per kernel
     if (!attr_set) {
-        GGX_CUDA_CHECK(cudaFuncSetAttribute(k_attn_prefill<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_layout<HD>::bytes));
+        GGX_CUDA_CHECK(cudaFuncSetAttribute(k_attn_prefill<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_cfg<HD>::bytes));
         attr_set = true;
     }
-    k_attn_prefill<HD><<<dim3(a.H, (a.T + fa_bq - 1) / fa_bq), fa_threads, fa_layout<HD>::bytes, s>>>(a);
+    k_attn_prefill<HD><<<dim3(a.H, (a.T + fa_bq - 1) / fa_bq), fa_threads, fa_cfg<HD>::bytes, s>>>(a);
     GGX_CUDA_LAUNCH_CHECK();
     return GGX_STATUS_OK;
 }

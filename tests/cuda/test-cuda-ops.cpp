@@ -167,8 +167,12 @@ TEST_CASE("cuda: attention decode (split-K) and prefill paths, GQA, softcap, win
         // tensor-core prefill (f16 cache, hd 64/80/96/128), partial tiles, GQA, softcap, window
         {128, 32, 8, 600, 100, GGX_TYPE_F16, 0, 0}, {96, 4, 1, 300, 70, GGX_TYPE_F16, 20.0f, 50},
         {80, 4, 2, 200, 40, GGX_TYPE_F16, 0, 0},    {64, 8, 8, 130, 129, GGX_TYPE_F16, 0, 0},
+        // whole prompts (pos 0..T-1, many key tiles, partial last tile), a window shorter than a tile
+        {128, 32, 8, 300, 300, GGX_TYPE_F16, 0, 0}, {80, 6, 2, 217, 217, GGX_TYPE_F16, 0, 0},
+        {128, 8, 2, 700, 150, GGX_TYPE_F16, 0, 40}, {96, 8, 4, 260, 190, GGX_TYPE_F16, 15.0f, 0},
         // non-causal prefill (every query sees keys up to the last position)
         {64, 4, 2, 100, 20, GGX_TYPE_F16, 0, 0, 1}, {64, 4, 2, 100, 3, GGX_TYPE_F16, 0, 0, 1},
+        {128, 8, 2, 500, 200, GGX_TYPE_F16, 0, 0, 1},
     };
     for (const AttnCase & c : cases) {
         auto o = run_both([&](GraphRun & r) {
