@@ -26,7 +26,7 @@ namespace {
 constexpr int k_gemv_threads = 128;              // 4 warps; 512 columns per block
 constexpr int k_cols_per_block = 4 * k_gemv_threads;
 constexpr int k_max_slice = 256;
-constexpr size_t k_prefill_scratch_cap = 192u << 20;   // fp16 weight slices + fp16 activations
+constexpr size_t k_prefill_w_cap = 256u << 20;   // fp16 weights per prefill GEMM (plus x16 beside)
 
 struct qextra {
     int     slice_rows = 0;   // R
@@ -239,58 +239,161 @@ k_gptq_gemv(const uint32_t * __restrict__ q_weight,   // [K/8][N]
 }
 
 // ---- prefill: dequantize to fp16 -------------------------------------------------------------
-// One thread per column of the slice [n0, n0 + nc), one block row per group; exact formula of
-// docs/exl2-format.md 4.3 (each product rounded once to fp16). Rows stay in quantized order:
-// the activations are gathered instead.
-__global__ void k_exl2_dequant(const uint32_t * __restrict__ q_weight, const uint32_t * __restrict__ q_scale,
-                               const half * __restrict__ q_scale_max, const int4 * __restrict__ groups,
-                               half * __restrict__ out,   // [K][nc]
-                               int Np, int n0, int nc) {
-    const int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= nc) return;
-    const int n = n0 + j;
-    const int4 gr = groups[blockIdx.y];
-    const int bits = gr.z, g = blockIdx.y;
-    const uint32_t code = (q_scale[(size_t)g * (Np / 8) + n / 8] >> (4 * (n % 8))) & 15;
-    const float sc = __half2float(__float2half_rn((float)((code + 1) * (code + 1)) * __half2float(q_scale_max[g])));
-    const int z = 1 << (bits - 1);
-    const uint32_t mask = (1u << bits) - 1;
-    for (int r = 0; r < gr.w; r++) {
-        const int bit = r * bits, wi = bit >> 5, s = bit & 31;
-        const uint32_t * col = q_weight + (size_t)(gr.y + wi) * Np + n;
-        uint32_t v = col[0] >> s;
-        if (s + bits > 32) v |= col[Np] << (32 - s);
-        v &= mask;
-        out[(size_t)(gr.x + r) * nc + j] = __float2half_rn((float)((int)v - z) * sc);
-    }
+// W16 is [K][ldw] fp16 (row-major, ldw = nc rounded up to 8), with the activation permutation
+// folded in: quantized row k is written to row perm[k], so that x only needs a conversion to
+// fp16 (no gather) and the GEMM is a plain y = x16 W16. perm is a bijection (checked at load).
+//
+// A thread owns 8 adjacent columns (two 16-byte loads per packed word row, one 16-byte store per
+// output row: a warp writes 512 contiguous bytes per row) and a 32-row part of K. 32 rows are a
+// whole number of chunks of every width, and a part crosses a group boundary only where groups
+// are that small (2-bit groups of 16 rows), so each piece is whole chunks.
+//
+// Exactness (docs/exl2-format.md 4.3, each product rounded once to fp16): 1024 + v is exact in
+// fp16 for v < 1024, so (1024 + v) - (1024 + z) = v - z exactly, and __hmul2 rounds the exact
+// product of two fp16 values once, which is h(h(v - z) * scale).
+constexpr int k_dq_threads = 64;                   // 512 columns per block
+constexpr int k_dq_rows = 32;                      // rows per block
+
+__device__ __forceinline__ half2 u32_as_half2(uint32_t u) {
+    half2 h;
+    static_assert(sizeof(h) == 4, "half2 is 4 bytes");
+    memcpy(&h, &u, 4);
+    return h;
+}
+__device__ __forceinline__ uint32_t half2_as_u32(half2 h) {
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
 }
 
-__global__ void k_gptq_dequant(const uint32_t * __restrict__ q_weight, const uint32_t * __restrict__ qzeros,
-                               const half * __restrict__ scales, half * __restrict__ out, int K, int N, int gs,
-                               int n0, int nc) {
-    const int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= nc) return;
-    const int n = n0 + j;
-    const int k8 = blockIdx.y;   // 8 rows per block row
-    const int g = (k8 * 8) / gs;
-    const int z = (int)((qzeros[(size_t)g * (N / 8) + n / 8] >> (4 * (n % 8))) & 15) + 1;
-    const float sc = __half2float(scales[(size_t)g * N + n]);
-    const uint32_t w = q_weight[(size_t)k8 * N + n];
+// Value j of width B from one column's chunk words (j compile-time after unrolling).
+template <int B>
+__device__ __forceinline__ uint32_t extract_rt(const uint32_t * w, int j) {
+    const int bit = j * B, wi = bit / 32, s = bit % 32;
+    if (s + B <= 32) return (w[wi] >> s) & ((1u << B) - 1);
+    return __funnelshift_r(w[wi], w[wi + 1], s) & ((1u << B) - 1);
+}
+
+// rows (whole chunks) of one group for the 8 columns at n; quantized rows k.. go to perm[k]..
+template <int B>
+__device__ __forceinline__ void dq_exl2_piece(const uint32_t * __restrict__ qw, int Np, int n, int qrow, int k,
+                                              int rows, const half2 (&sc)[4], const int32_t * __restrict__ perm,
+                                              half * __restrict__ out, int ldw, int j) {
+    constexpr int CR = chunk_shape<B>::rows, CW = chunk_shape<B>::words;
+    const half2 bias = u32_as_half2(0x64006400u + 0x00010001u * (1u << (B - 1)));   // 1024 + z, twice
+    for (int r = 0; r < rows; r += CR, qrow += CW) {
+        uint32_t w[8][CW];
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const int q = (int)((w >> (4 * i)) & 15);
-        out[(size_t)(k8 * 8 + i) * nc + j] = __float2half_rn((float)(q - z) * sc);
+        for (int i = 0; i < CW; i++) {
+            const uint32_t * src = qw + (size_t)(qrow + i) * Np + n;
+            const uint4 a = __ldg((const uint4 *)src), b = __ldg((const uint4 *)(src + 4));
+            w[0][i] = a.x; w[1][i] = a.y; w[2][i] = a.z; w[3][i] = a.w;
+            w[4][i] = b.x; w[5][i] = b.y; w[6][i] = b.z; w[7][i] = b.w;
+        }
+#pragma unroll
+        for (int jj = 0; jj < CR; jj++) {
+            uint4 o;
+            uint32_t * ov = &o.x;
+#pragma unroll
+            for (int p = 0; p < 4; p++) {
+                const uint32_t lo = extract_rt<B>(w[2 * p], jj), hi = extract_rt<B>(w[2 * p + 1], jj);
+                const half2 v = __hsub2(u32_as_half2(0x64006400u | lo | (hi << 16)), bias);
+                ov[p] = half2_as_u32(__hmul2(v, sc[p]));
+            }
+            const int row = k + r + jj;
+            *(uint4 *)(out + (size_t)(perm ? perm[row] : row) * ldw + j) = o;
+        }
     }
 }
 
-// x16[t][k] = x[t][perm[k]]
-__global__ void k_gather_f16(const float * __restrict__ x, const int32_t * __restrict__ perm, half * __restrict__ out,
-                             int K, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t t = i / K;
-        const int k = (int)(i % K);
-        out[i] = __float2half_rn(x[t * K + (perm ? perm[k] : k)]);
+__global__ void __launch_bounds__(k_dq_threads)
+k_exl2_dequant(const uint32_t * __restrict__ q_weight, const uint32_t * __restrict__ q_scale,
+               const half * __restrict__ q_scale_max, const int4 * __restrict__ groups, int n_groups,
+               const int32_t * __restrict__ perm, half * __restrict__ out, int K, int Np, int n0, int ldw) {
+    const int j = (blockIdx.x * k_dq_threads + threadIdx.x) * 8;
+    if (j >= ldw) return;
+    const int n = n0 + j;
+    const int k_lo = blockIdx.y * k_dq_rows, k_hi = min(K, k_lo + k_dq_rows);
+    // last group starting at or before k_lo (same answer in every thread: broadcast loads)
+    int lo = 0, hi = n_groups - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (groups[mid].x <= k_lo) lo = mid; else hi = mid - 1;
     }
+    for (int g = lo, k = k_lo; k < k_hi; g++) {
+        const int4 gr = groups[g];
+        const int rows = min(k_hi, gr.x + gr.w) - k;
+        const int qrow = gr.y + (k - gr.x) * gr.z / 32;
+        // scale = h(h((c+1)^2) * M'_g); (c+1)^2 * M'_g is exact in f32, so one rounding
+        const uint32_t code = q_scale[(size_t)g * (Np / 8) + n / 8];
+        const float m = __half2float(q_scale_max[g]);
+        half2 sc[4];
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+            const float c0 = (float)(((code >> (8 * p)) & 15) + 1), c1 = (float)(((code >> (8 * p + 4)) & 15) + 1);
+            sc[p] = __floats2half2_rn(c0 * c0 * m, c1 * c1 * m);
+        }
+        switch (gr.z) {
+            case 8: dq_exl2_piece<8>(q_weight, Np, n, qrow, k, rows, sc, perm, out, ldw, j); break;
+            case 6: dq_exl2_piece<6>(q_weight, Np, n, qrow, k, rows, sc, perm, out, ldw, j); break;
+            case 5: dq_exl2_piece<5>(q_weight, Np, n, qrow, k, rows, sc, perm, out, ldw, j); break;
+            case 4: dq_exl2_piece<4>(q_weight, Np, n, qrow, k, rows, sc, perm, out, ldw, j); break;
+            case 3: dq_exl2_piece<3>(q_weight, Np, n, qrow, k, rows, sc, perm, out, ldw, j); break;
+            default: dq_exl2_piece<2>(q_weight, Np, n, qrow, k, rows, sc, perm, out, ldw, j); break;
+        }
+        k += rows;
+    }
+}
+
+// GPTQ: w[s][n] = h(q - (z + 1)) * scale; 8 columns x 4 packed word rows (32 rows) per thread.
+__global__ void __launch_bounds__(k_dq_threads)
+k_gptq_dequant(const uint32_t * __restrict__ q_weight, const uint32_t * __restrict__ qzeros,
+               const half * __restrict__ scales, const int32_t * __restrict__ perm, half * __restrict__ out,
+               int K, int N, int gs, int n0, int ldw) {
+    const int j = (blockIdx.x * k_dq_threads + threadIdx.x) * 8;
+    if (j >= ldw) return;
+    const int n = n0 + j;
+    const int r8_hi = min(K, (int)(blockIdx.y + 1) * k_dq_rows) / 8;
+    for (int r8 = blockIdx.y * (k_dq_rows / 8); r8 < r8_hi; r8++) {
+        const int g = r8 * 8 / gs;   // gs >= 8: one group per word row
+        const uint32_t zw = qzeros[(size_t)g * (N / 8) + n / 8];
+        const half2 * sp = (const half2 *)(scales + (size_t)g * N + n);
+        const uint32_t * src = q_weight + (size_t)r8 * N + n;
+        const uint4 a = __ldg((const uint4 *)src), b = __ldg((const uint4 *)(src + 4));
+        const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        half2 sc[4], bias[4];
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+            sc[p] = sp[p];
+            const uint32_t z0 = ((zw >> (8 * p)) & 15) + 1, z1 = ((zw >> (8 * p + 4)) & 15) + 1;
+            bias[p] = u32_as_half2(0x64006400u + z0 + (z1 << 16));
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            uint4 o;
+            uint32_t * ov = &o.x;
+#pragma unroll
+            for (int p = 0; p < 4; p++) {
+                const uint32_t lo = (w[2 * p] >> (4 * i)) & 15, hi = (w[2 * p + 1] >> (4 * i)) & 15;
+                const half2 v = __hsub2(u32_as_half2(0x64006400u | lo | (hi << 16)), bias[p]);
+                ov[p] = half2_as_u32(__hmul2(v, sc[p]));
+            }
+            const int row = r8 * 8 + i;
+            *(uint4 *)(out + (size_t)(perm ? perm[row] : row) * ldw + j) = o;
+        }
+    }
+}
+
+// x16 = f16(x), 4 values per step (n % 4 == 0; the pointers are 16-byte aligned: checked at launch)
+__global__ void k_to_f16(const float4 * __restrict__ x, uint2 * __restrict__ out, int64_t n4) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
+        const float4 v = x[i];
+        out[i] = make_uint2(half2_as_u32(__floats2half2_rn(v.x, v.y)), half2_as_u32(__floats2half2_rn(v.z, v.w)));
+    }
+}
+__global__ void k_to_f16_scalar(const float * __restrict__ x, half * __restrict__ out, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = __float2half_rn(x[i]);
 }
 
 qextra * get_extra(const ggx_tensor * t) { return (qextra *)((ggx_qmatrix *)t->extra)->backend_extra; }
@@ -304,13 +407,14 @@ int pick_slice_rows(int K, int Np, int n_sm) {
     return 32;
 }
 
-size_t prefill_cols(const ggx_qmatrix * q, int64_t T, size_t cap, int N) {
-    const size_t xbytes = (size_t)T * q->K * 2;
-    size_t avail = cap > xbytes ? cap - xbytes : 0;
-    size_t nc = avail / ((size_t)q->K * 2) / 256 * 256;
+// Columns of W16 dequantized per GEMM: the whole matrix when it fits in the weight budget (one
+// dequant + one GEMM; a llama3-8b MLP matrix is 117 MB), else slices of a multiple of 256.
+size_t prefill_cols(const ggx_qmatrix * q) {
+    size_t nc = k_prefill_w_cap / ((size_t)q->K * 2) / 256 * 256;
     if (nc < 256) nc = 256;
-    return std::min(nc, (size_t)N);
+    return std::min(nc, (size_t)q->N);
 }
+size_t round8(size_t v) { return (v + 7) & ~(size_t)7; }
 
 }  // namespace
 
@@ -425,8 +529,7 @@ size_t ggx_cuda_qmatmul_scratch(const ggx_cuda_ctx & ctx, const ggx_tensor * dst
     const ggx_qmatrix * q = (const ggx_qmatrix *)dst->src[0]->extra;
     const int64_t T = ggx_nrows(dst->src[1]);
     if (T <= GGX_CUDA_QGEMV_MAX_T) return 0;
-    const size_t nc = prefill_cols(q, T, k_prefill_scratch_cap, q->N);
-    return (size_t)T * q->K * 2 + 256 + nc * q->K * 2;
+    return (((size_t)T * q->K * 2 + 255) & ~(size_t)255) + round8(prefill_cols(q)) * q->K * 2;
 }
 
 template <template <int> class K, typename... Args>
@@ -478,7 +581,7 @@ ggx_status ggx_cuda_op_qmatmul(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
         return GGX_STATUS_OK;
     }
 
-    // prefill: x16 = gather(x) once, then per column slice: dequantize, GEMM into y[:, n0:n0+nc]
+    // prefill: x16 = f16(x) once, then per column slice: dequantize (rows permuted), GEMM into y[:, n0:n0+nc]
     const size_t need = ggx_cuda_qmatmul_scratch(ctx, dst);
     if (ctx.scratch_size < need) {
         ggx_set_error("cuda: scratch too small for %s (%zu < %zu)", w->name, ctx.scratch_size, need);
@@ -487,21 +590,28 @@ ggx_status ggx_cuda_op_qmatmul(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
     half * x16 = (half *)ctx.scratch;
     half * w16 = (half *)((char *)ctx.scratch + (((size_t)T * K * 2 + 255) & ~(size_t)255));
     const int64_t nx = T * K;
-    k_gather_f16<<<(unsigned)std::min<int64_t>((nx + 255) / 256, 65535), 256, 0, ctx.stream>>>(x, q->q_perm, x16, K, nx);
+    const unsigned cblocks = (unsigned)std::min<int64_t>((nx / 4 + 255) / 256, 8 * ctx.n_sm);
+    if (((uintptr_t)x & 15) == 0 && nx % 4 == 0) {
+        k_to_f16<<<cblocks, 256, 0, ctx.stream>>>((const float4 *)x, (uint2 *)x16, nx / 4);
+    } else {
+        k_to_f16_scalar<<<cblocks, 256, 0, ctx.stream>>>(x, x16, nx);
+    }
     GGX_CUDA_LAUNCH_CHECK();
-    const int nc_max = (int)prefill_cols(q, T, k_prefill_scratch_cap, N);
+    const int nc_max = (int)prefill_cols(q);
     for (int n0 = 0; n0 < N; n0 += nc_max) {
         const int nc = std::min(nc_max, N - n0);
+        const int ldw = (int)round8(nc);   // n0 + ldw <= Np (EXL2) / N (GPTQ): the 8-column tails stay in bounds
+        const dim3 grid((ldw / 8 + k_dq_threads - 1) / k_dq_threads, (K + k_dq_rows - 1) / k_dq_rows);
         if (exl2) {
-            k_exl2_dequant<<<dim3((nc + 127) / 128, q->n_groups), 128, 0, ctx.stream>>>(
-                q->q_weight, q->q_scale, (const half *)q->q_scale_max, e->groups, w16, q->Np, n0, nc);
+            k_exl2_dequant<<<grid, k_dq_threads, 0, ctx.stream>>>(q->q_weight, q->q_scale, (const half *)q->q_scale_max,
+                                                                 e->groups, q->n_groups, q->q_perm, w16, K, q->Np, n0, ldw);
         } else {
-            k_gptq_dequant<<<dim3((nc + 127) / 128, K / 8), 128, 0, ctx.stream>>>(
-                q->q_weight, q->qzeros, (const half *)q->scales, w16, K, N, q->group_size, n0, nc);
+            k_gptq_dequant<<<grid, k_dq_threads, 0, ctx.stream>>>(q->q_weight, q->qzeros, (const half *)q->scales,
+                                                                 q->q_perm, w16, K, N, q->group_size, n0, ldw);
         }
         GGX_CUDA_LAUNCH_CHECK();
-        // column-major view: y[n0.., t] (nc x T, ld N) = W16 (nc x K, ld nc) * x16 (K x T, ld K)
-        GGX_RETURN_IF_ERR(ggx_cuda_gemm(ctx, false, nc, (int)T, K, w16, GGX_TYPE_F16, nc, x16, K, y + n0, N));
+        // column-major view: y[n0.., t] (nc x T, ld N) = W16 (nc x K, ld ldw) * x16 (K x T, ld K)
+        GGX_RETURN_IF_ERR(ggx_cuda_gemm(ctx, false, nc, (int)T, K, w16, GGX_TYPE_F16, ldw, x16, K, y + n0, N));
     }
     return GGX_STATUS_OK;
 }
