@@ -275,13 +275,16 @@ __device__ __forceinline__ uint32_t extract_rt(const uint32_t * w, int j) {
 }
 
 // rows (whole chunks) of one group for the 8 columns at n; quantized rows k.. go to perm[k]..
-template <int B>
-__device__ __forceinline__ void dq_exl2_piece(const uint32_t * __restrict__ qw, int Np, int n, int qrow, int k,
-                                              int rows, const half2 (&sc)[4], const int32_t * __restrict__ perm,
-                                              half * __restrict__ out, int ldw, int j) {
+// FULL: rows == k_dq_rows, the usual case, unrolled so that all the piece's loads issue first.
+template <int B, bool FULL>
+__device__ __forceinline__ void dq_exl2_rows(const uint32_t * __restrict__ qw, int Np, int n, int qrow, int k,
+                                             int rows, const half2 (&sc)[4], const int32_t * __restrict__ perm,
+                                             half * __restrict__ out, int ldw, int j) {
     constexpr int CR = chunk_shape<B>::rows, CW = chunk_shape<B>::words;
     const half2 bias = u32_as_half2(0x64006400u + 0x00010001u * (1u << (B - 1)));   // 1024 + z, twice
-    for (int r = 0; r < rows; r += CR, qrow += CW) {
+    if (FULL) rows = k_dq_rows;
+#pragma unroll
+    for (int r = 0; r < (FULL ? k_dq_rows : rows); r += CR, qrow += CW) {
         uint32_t w[8][CW];
 #pragma unroll
         for (int i = 0; i < CW; i++) {
@@ -304,6 +307,14 @@ __device__ __forceinline__ void dq_exl2_piece(const uint32_t * __restrict__ qw, 
             *(uint4 *)(out + (size_t)(perm ? perm[row] : row) * ldw + j) = o;
         }
     }
+}
+
+template <int B>
+__device__ __forceinline__ void dq_exl2_piece(const uint32_t * __restrict__ qw, int Np, int n, int qrow, int k,
+                                              int rows, const half2 (&sc)[4], const int32_t * __restrict__ perm,
+                                              half * __restrict__ out, int ldw, int j) {
+    if (rows == k_dq_rows) dq_exl2_rows<B, true>(qw, Np, n, qrow, k, rows, sc, perm, out, ldw, j);
+    else dq_exl2_rows<B, false>(qw, Np, n, qrow, k, rows, sc, perm, out, ldw, j);
 }
 
 __global__ void __launch_bounds__(k_dq_threads)
