@@ -217,20 +217,20 @@ __global__ void k_attn_combine(attn_args a) {
 
 #if defined(GGX_ATTN_WMMA)
 // ---- prefill: FlashAttention-2 style, mma.sync m16n8k16 (f16 in, f32 accumulate) -------------
-// Grid (H, ceil(T/128)), 256 threads = 8 warps; f16 caches, hd in {64, 80, 96, 128}. The block
-// holds 128 queries of one head (pre-scaled, f16); warp w owns query rows 16w..16w+15 and keeps
+// Grid (H, ceil(T/64)), 128 threads = 4 warps; f16 caches, hd in {64, 80, 96, 128}. The block
+// holds 64 queries of one head (pre-scaled, f16); warp w owns query rows 16w..16w+15 and keeps
 // everything about them in registers: its Q fragments, the S = Q K^T tile (16 x 64, f32), the
 // online-softmax state (max m and partial sum l of rows g and g+8, where g = lane/4) and the
 // output O (16 x hd, f32). P goes from the S accumulators straight into the A fragments of
 // P V (same register layout), so S and P never touch shared memory. K/V tiles of 64 keys are
-// shared by the 8 warps (128 query rows per tile: half the L2 -> shared traffic per query of
-// a 64-row block, which ran at only ~170 TFLOP/s on the H200), double-buffered with cp.async (the next tile loads while this one is
+// shared by the 4 warps (8 warps and 128 queries per block measured slower on the H200: 227
+// against 206 us for llama3-8b at T=2048), double-buffered with cp.async (the next tile loads while this one is
 // used). Keys outside [k_begin, k_end) are zero-filled by cp.async (an unwritten cache row could
 // hold NaN, and 0 * NaN would poison the sum). Only the tiles some query of the block can see
 // are walked; a warp skips a tile none of its rows sees and masks only tiles that are partly
 // visible. Query tiles are issued last-first: causal work grows with the tile index, so the
 // long blocks start first and the short ones fill the tail.
-constexpr int fa_warps = 8, fa_bq = 16 * fa_warps, fa_bk = 64, fa_threads = 32 * fa_warps;
+constexpr int fa_warps = 4, fa_bq = 16 * fa_warps, fa_bk = 64, fa_threads = 32 * fa_warps;
 constexpr float fa_log2e = 1.4426950408889634f;
 
 template <int HD> struct fa_cfg {
@@ -270,7 +270,7 @@ __device__ __forceinline__ uint32_t pack_h2(float lo, float hi) {
 }
 
 template <int HD>
-__global__ void __launch_bounds__(fa_threads, 1) k_attn_prefill(attn_args a) {
+__global__ void __launch_bounds__(fa_threads) k_attn_prefill(attn_args a) {
     using C = fa_cfg<HD>;
     constexpr int NT_S = fa_bk / 8;    // n-tiles of S
     constexpr int NT_O = HD / 8;       // n-tiles of O
@@ -287,9 +287,28 @@ __global__ void __launch_bounds__(fa_threads, 1) k_attn_prefill(attn_args a) {
     const int p_last = a.pos[a.T - 1];
 
     if (tid == 0) { range[0] = 1 << 30; range[1] = 0; }
-    for (int i = tid; i < fa_bq * HD; i += fa_threads) {
-        const int r = i / HD, d = i % HD, t = q0 + r;
-        Qs[r * C::ld + d] = __float2half_rn(t < a.T ? a.q[((size_t)t * a.H + h) * HD + d] * a.scale : 0.0f);
+    // Q: all of a thread's 16-byte loads are issued before the first use (a rolled loop paid
+    // one global-memory latency per element, a large part of a block's short life)
+    if (((uintptr_t)a.q & 15) == 0) {
+        constexpr int QV = fa_bq * HD / 4 / fa_threads;
+        static_assert(fa_bq * HD / 4 % fa_threads == 0, "whole float4s per thread");
+        float4 qv[QV];
+#pragma unroll
+        for (int u = 0; u < QV; u++) {
+            const int i = tid + u * fa_threads, r = i / (HD / 4), c = (i % (HD / 4)) * 4, t = q0 + r;
+            qv[u] = t < a.T ? *(const float4 *)(a.q + ((size_t)t * a.H + h) * HD + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int u = 0; u < QV; u++) {
+            const int i = tid + u * fa_threads, r = i / (HD / 4), c = (i % (HD / 4)) * 4;
+            const uint2 hv = make_uint2(pack_h2(qv[u].x * a.scale, qv[u].y * a.scale), pack_h2(qv[u].z * a.scale, qv[u].w * a.scale));
+            *(uint2 *)(Qs + r * C::ld + c) = hv;
+        }
+    } else {
+        for (int i = tid; i < fa_bq * HD; i += fa_threads) {
+            const int r = i / HD, d = i % HD, t = q0 + r;
+            Qs[r * C::ld + d] = __float2half_rn(t < a.T ? a.q[((size_t)t * a.H + h) * HD + d] * a.scale : 0.0f);
+        }
     }
     __syncthreads();
     // the block's key range [k_begin, k_end): union over its queries
