@@ -353,11 +353,17 @@ size_t ggx_graph_plan(ggx_graph * g, size_t alignment) {
     for (ggx_tensor * l : g->leafs)
         if ((l->flags & GGX_FLAG_INPUT) && !l->data) plan_one(l);
     size_t peak = A.top;
+    // Sources are released one node late: a node's result never shares memory with the inputs of
+    // the node before it. Backends that fuse a matmul with the op after it (a residual add, a
+    // GLU) write that op's result while the matmul's input is still being read.
+    std::vector<ggx_tensor *> pending;
     for (int i = 0; i < (int)g->nodes.size(); i++) {
         ggx_tensor * n = g->nodes[i];
         if (!n->view_src && !n->data) plan_one(n);
         peak = std::max(peak, A.top);
-        // release sources whose last use is this node
+        for (ggx_tensor * o : pending) A.release(offs[o], aligned(ggx_nbytes(o)));
+        pending.clear();
+        // sources whose last use is this node
         std::vector<ggx_tensor *> done;
         for (ggx_tensor * s : n->src) {
             if (!s) continue;
@@ -366,7 +372,7 @@ size_t ggx_graph_plan(ggx_graph * g, size_t alignment) {
                 std::find(done.begin(), done.end(), o) == done.end())
                 done.push_back(o);
         }
-        for (ggx_tensor * o : done) A.release(offs[o], aligned(ggx_nbytes(o)));
+        pending = done;
     }
     return std::max(peak, (size_t)alignment);
 }

@@ -153,8 +153,9 @@ TEST_CASE("plan: a long chain reuses a few buffers") {
     };
     const Run r = run(chain, false, 1);
     CHECK(r.sum_of_nodes == 101 * node);
-    // input + the node being written + its source: three node-sized blocks suffice
-    CHECK(r.planned <= 3 * node);
+    // input + the node being written + its source + the previous node's source (released one
+    // node late, see ggx_graph_plan): four node-sized blocks suffice
+    CHECK(r.planned <= 4 * node);
     expect_same(chain, 1);
 }
 

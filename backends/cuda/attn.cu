@@ -1,7 +1,8 @@
 // Attention kernels; see attn.cuh.
 //
 // k_attn_split (decode, and the fallback for any T): grid (Hkv, n_splits, T), 128 threads. The
-// block owns keys [s*chunk, (s+1)*chunk) and walks them in tiles of 128:
+// block owns keys [s*chunk, (s+1)*chunk) (decode: of the keys visible at pos, so the work follows
+// the cache depth, not its capacity) and walks them in tiles of 128:
 //   scores: one key per thread, the whole K row read with 16-byte loads and dotted with the G
 //           query heads of this KV head (shared memory, pre-scaled); softcap; causal/window mask.
 //   softmax: online (running max m, running sum l per head), p kept in shared memory.
@@ -78,9 +79,18 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(attn_args a) {
 
     const int p_t = a.pos[t];
     const int p_vis = a.non_causal ? a.pos[a.T - 1] : p_t;   // last visible key
-    int k_lo = split * a.chunk;
-    const int k_hi = min(min(a.C, k_lo + a.chunk), p_vis + 1);
-    if (a.window > 0) k_lo = max(k_lo, p_t - a.window + 1);
+    int k_lo, k_hi;
+    if (a.chunk > 0) {
+        k_lo = split * a.chunk;
+        k_hi = min(min(a.C, k_lo + a.chunk), p_vis + 1);
+        if (a.window > 0) k_lo = max(k_lo, p_t - a.window + 1);
+    } else {   // split the visible keys evenly (multiples of 32)
+        const int lo0 = a.window > 0 ? max(0, p_t - a.window + 1) : 0;
+        const int end = min(a.C, p_vis + 1);
+        const int chunk = ((max(end - lo0, 1) + a.n_splits - 1) / a.n_splits + 31) / 32 * 32;
+        k_lo = lo0 + split * chunk;
+        k_hi = min(end, k_lo + chunk);
+    }
 
     for (int i = tid; i < G * a.hd; i += k_threads) {
         const int g = i / a.hd, d = i % a.hd;
@@ -515,11 +525,10 @@ plan make_plan(const ggx_tensor * dst) {
         p.n_splits = 1;
         return p;
     }
-    // ~32 splits, chunks a multiple of the tile, at least one tile
-    int chunk = (C + 31) / 32;
-    chunk = std::max(k_tile, (chunk + k_tile - 1) / k_tile * k_tile);
-    p.chunk = chunk;
-    p.n_splits = (C + chunk - 1) / chunk;
+    // Up to 32 splits of the keys actually visible (chunk 0: each block sizes its chunk from pos on
+    // the device, so a captured graph fits every cache depth); at least 32 keys per split.
+    p.chunk = 0;
+    p.n_splits = std::max(1, std::min(32, (C + 31) / 32));
     return p;
 }
 

@@ -63,6 +63,13 @@ struct ggx_cuda_ctx {
     int            n_sm = 0;
     int            cc_major = 0, cc_minor = 0;
     size_t         smem_optin = 0;           // largest dynamic shared memory per block
+    // Tile counters of the fused decode GEMV (qgemv.cu): zero between launches, each launch's
+    // last blocks reset the ones they used.
+    int *          counters = nullptr;
+    int            n_counters = 0;
+    bool           pdl = false;              // programmatic dependent launch (sm_90+; GGX_CUDA_NO_PDL=1 off)
+    bool           fuse = true;              // decode fusion (GGX_CUDA_NO_FUSE=1 off)
+    bool           prefetch = true;          // decode GEMV warms L2 before its PDL wait (GGX_CUDA_NO_PREFETCH=1 off)
     bool           use_graphs = true;        // GGX_CUDA_NO_GRAPH=1 turns capture off (debugging)
     bool           profile = false;          // GGX_CUDA_PROFILE=1: time every node (eager), print at exit
     void *         prof = nullptr;           // per-op timing table (ggx-cuda.cu)

@@ -2,6 +2,8 @@
 // Broadcast rule (ggx.h): src1 has as many elements as src0, or one row of ne0 elements.
 #include "elementwise.cuh"
 
+#include "activation.cuh"
+
 #include <math.h>
 #include <type_traits>
 
@@ -9,13 +11,6 @@ namespace {
 
 enum binop { BIN_ADD, BIN_MUL };
 enum unop { UN_SCALE, UN_SILU, UN_GELU, UN_SOFTCAP };
-
-__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
-// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-__device__ __forceinline__ float gelu_f(float x) {
-    const float k = 0.7978845608028654f;
-    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-}
 
 template <binop OP, typename TB>
 __global__ void k_binary(const float * __restrict__ a,   // [n]

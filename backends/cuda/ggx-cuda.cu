@@ -11,6 +11,7 @@
 
 #include "attn.cuh"
 #include "elementwise.cuh"
+#include "fusion.cuh"
 #include "getrows.cuh"
 #include "mmf.cuh"
 #include "norm.cuh"
@@ -77,7 +78,9 @@ int supports_op(ggx_backend *, const ggx_tensor * node) {
 
 size_t node_scratch(const ggx_cuda_ctx & ctx, const ggx_tensor * node) {
     switch (node->op) {
-        case GGX_OP_MUL_MAT: return is_quantized(node->src[0]) ? ggx_cuda_qmatmul_scratch(ctx, node) : ggx_cuda_mmf_scratch(node);
+        case GGX_OP_MUL_MAT:
+            if (ggx_cuda_qgemv_supports(node)) return ggx_cuda_qgemv_scratch(ggx_cuda_qgemv_single((ggx_tensor *)node));
+            return is_quantized(node->src[0]) ? ggx_cuda_qmatmul_scratch(ctx, node) : ggx_cuda_mmf_scratch(node);
         case GGX_OP_ATTN:    return ggx_cuda_attn_scratch(node);
         default:             return 0;
     }
@@ -174,7 +177,22 @@ void prof_print(ggx_cuda_ctx & ctx) {
                 100.0 * e.second.ms / total, e.second.n, 1000.0 * e.second.ms / e.second.n);
 }
 
-ggx_status run_nodes(ggx_cuda_ctx & ctx, ggx_graph * g) {
+std::string job_key(const ggx_qgemv_job & job) {
+    std::string k = "qgemv x" + std::to_string(job.n_mat);
+    if (job.norm) k += " +norm";
+    for (int i = 0; i < job.n_mat; i++) {
+        const ggx_qgemv_job_mat & m = job.m[i];
+        if (m.rope) { k += " +rope"; break; }
+    }
+    for (int i = 0; i < job.n_mat; i++) {
+        const ggx_qgemv_job_mat & m = job.m[i];
+        if (m.epi == GGX_QGEMV_ADD) { k += " +add"; break; }
+        if (m.epi == GGX_QGEMV_GLU) { k += " +glu"; break; }
+    }
+    return k + (job.T <= 1 ? " T=1" : " T<=8");
+}
+
+ggx_status run_nodes(ggx_cuda_ctx & ctx, ggx_graph * g, const ggx_cuda_plan & plan) {
     cudaEvent_t ev[2] = {nullptr, nullptr};
     if (ctx.profile) {
         if (!ctx.prof) ctx.prof = new prof_table();
@@ -183,14 +201,16 @@ ggx_status run_nodes(ggx_cuda_ctx & ctx, ggx_graph * g) {
     }
     for (int i = 0; i < ggx_graph_n_nodes(g); i++) {
         ggx_tensor * n = ggx_graph_node(g, i);
+        const int act = plan.action[i];
+        if (act == ggx_cuda_plan::SKIP) continue;
         if (ctx.profile && n->op != GGX_OP_NONE) (void)cudaEventRecord(ev[0], ctx.stream);
-        ggx_status st = compute_node(ctx, n);
+        ggx_status st = act >= 0 ? ggx_cuda_qgemv_run(ctx, plan.jobs[act]) : compute_node(ctx, n);
         if (ctx.profile && n->op != GGX_OP_NONE && st == GGX_STATUS_OK) {
             (void)cudaEventRecord(ev[1], ctx.stream);
             (void)cudaEventSynchronize(ev[1]);
             float ms = 0;
             (void)cudaEventElapsedTime(&ms, ev[0], ev[1]);
-            prof_entry & e = (*(prof_table *)ctx.prof)[prof_key(n)];
+            prof_entry & e = (*(prof_table *)ctx.prof)[act >= 0 ? job_key(plan.jobs[act]) : prof_key(n)];
             e.ms += ms;
             e.n++;
         }
@@ -218,8 +238,11 @@ ggx_status graph_compute(ggx_backend * be, ggx_graph * g) {
         }
         need = std::max(need, node_scratch(ctx, n));
     }
+    ggx_cuda_plan plan;
+    ggx_cuda_plan_graph(ctx, g, plan);
+    for (const ggx_qgemv_job & job : plan.jobs) need = std::max(need, ggx_cuda_qgemv_scratch(job));
     GGX_RETURN_IF_ERR(ensure_scratch(ctx, need));
-    if (!ctx.use_graphs || ctx.profile) return run_nodes(ctx, g);
+    if (!ctx.use_graphs || ctx.profile) return run_nodes(ctx, g, plan);
 
     void ** slot = ggx_graph_backend_cache(g);
     graph_cache * gc = (graph_cache *)*slot;
@@ -238,7 +261,7 @@ ggx_status graph_compute(ggx_backend * be, ggx_graph * g) {
         gc->sig = sig;
         cudaGraph_t graph = nullptr;
         GGX_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
-        ggx_status st = run_nodes(ctx, g);
+        ggx_status st = run_nodes(ctx, g, plan);
         cudaError_t err = cudaStreamEndCapture(ctx.stream, &graph);
         if (st != GGX_STATUS_OK) {
             if (graph) (void)cudaGraphDestroy(graph);
@@ -335,6 +358,7 @@ void be_free(ggx_backend * be) {
 #endif  // !GGX_NO_BLAS
         (void)cudaFree(ctx->cublas_ws);
         (void)cudaFree(ctx->scratch);
+        (void)cudaFree(ctx->counters);
         for (void * p : ctx->retired) (void)cudaFree(p);
         if (ctx->stream) (void)cudaStreamDestroy(ctx->stream);
         delete ctx;
@@ -391,6 +415,12 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->use_graphs = !(ng && *ng && strcmp(ng, "0") != 0);
     const char * pf = getenv("GGX_CUDA_PROFILE");
     ctx->profile = pf && *pf && strcmp(pf, "0") != 0;
+    const char * np = getenv("GGX_CUDA_NO_PDL");
+    ctx->pdl = prop.major >= 9 && !(np && *np && strcmp(np, "0") != 0);
+    const char * nf = getenv("GGX_CUDA_NO_FUSE");
+    ctx->fuse = !(nf && *nf && strcmp(nf, "0") != 0);
+    const char * npf = getenv("GGX_CUDA_NO_PREFETCH");
+    ctx->prefetch = !(npf && *npf && strcmp(npf, "0") != 0);
     snprintf(ctx->name, sizeof ctx->name, "cuda:%d", device);
     auto fail_init = [&](const char * what, int code) {
         ggx_set_error("cuda:%d: %s failed (%d)", device, what, code);
@@ -398,6 +428,9 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
         return (ggx_backend *)nullptr;
     };
     if ((err = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)) != cudaSuccess) return fail_init("stream creation", (int)err);
+    ctx->n_counters = 1 << 16;
+    if ((err = cudaMalloc(&ctx->counters, ctx->n_counters * sizeof(int))) != cudaSuccess) return fail_init("counter allocation", (int)err);
+    if ((err = cudaMemset(ctx->counters, 0, ctx->n_counters * sizeof(int))) != cudaSuccess) return fail_init("counter reset", (int)err);
 #if !defined(GGX_NO_BLAS)
     cublasStatus_t bs = cublasCreate(&ctx->cublas);
     if (bs != CUBLAS_STATUS_SUCCESS) return fail_init("cublasCreate", (int)bs);

@@ -16,170 +16,23 @@
 // may have 16-row sizes and they come last.
 #include "qmatrix.cuh"
 
+#include "exl2-unpack.cuh"
 #include "gemm.cuh"
+#include "qgemv.cuh"
 
 #include <algorithm>
 #include <vector>
 
 namespace {
 
+using namespace ggx_exl2_unpack;
+
 constexpr int k_gemv_threads = 128;              // 4 warps; 512 columns per block
 constexpr int k_cols_per_block = 4 * k_gemv_threads;
 constexpr int k_max_slice = 256;
 constexpr size_t k_prefill_w_cap = 256u << 20;   // fp16 weights per prefill GEMM (plus x16 beside)
 
-struct qextra {
-    int     slice_rows = 0;   // R
-    int     n_slices = 0;
-    int4 *  pieces = nullptr;        // device, all slices' pieces back to back
-    int *   slice_first = nullptr;   // device, [n_slices + 1] index into pieces
-    int4 *  groups = nullptr;        // device, per group {k0, qrow0, bits, rows} (EXL2)
-    int     n_groups = 0;
-};
-
-// ---- bit extraction --------------------------------------------------------------------------
-// Value j (0-based, compile-time) of width B from the words w[] of one column's chunk.
-template <int B, int J>
-__device__ __forceinline__ uint32_t extract(const uint32_t * w) {
-    constexpr int bit = J * B, wi = bit / 32, s = bit % 32;
-    if constexpr (s + B <= 32) {
-        return (w[wi] >> s) & ((1u << B) - 1);
-    } else {
-        return __funnelshift_r(w[wi], w[wi + 1], s) & ((1u << B) - 1);
-    }
-}
-
-template <int B> struct chunk_shape;
-template <> struct chunk_shape<8> { static constexpr int rows = 4, words = 1; };
-template <> struct chunk_shape<6> { static constexpr int rows = 16, words = 3; };
-template <> struct chunk_shape<5> { static constexpr int rows = 32, words = 5; };
-template <> struct chunk_shape<4> { static constexpr int rows = 8, words = 1; };
-template <> struct chunk_shape<3> { static constexpr int rows = 32, words = 3; };
-template <> struct chunk_shape<2> { static constexpr int rows = 16, words = 1; };
-
-template <int B, int T, int J>
-struct chunk_dot {
-    // acc[t][c] += sum_j (v_j - z) * xs[t][j]  for the 4 columns c held in w[c][]
-    static __device__ __forceinline__ void run(const uint32_t (&w)[4][chunk_shape<B>::words], const float * xs, int ld,
-                                               float (&acc)[T][4]) {
-        // (2^23 + v) - (2^23 + z) = v - z exactly: one subtraction for the conversion and the zero
-        constexpr float bias = 8388608.0f + (float)(1 << (B - 1));
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const float v = __int_as_float(0x4B000000u | extract<B, J>(w[c])) - bias;
-#pragma unroll
-            for (int t = 0; t < T; t++) acc[t][c] = fmaf(v, xs[t * ld + J], acc[t][c]);
-        }
-        if constexpr (J + 1 < chunk_shape<B>::rows) chunk_dot<B, T, J + 1>::run(w, xs, ld, acc);
-    }
-};
-
-// Chunks loaded back to back before use: enough 16-byte loads in flight per thread to cover
-// memory latency (about 128 bytes for the common widths) without spilling registers.
-template <int B> struct chunk_unroll { static constexpr int n = 2; };
-template <> struct chunk_unroll<8> { static constexpr int n = 8; };
-template <> struct chunk_unroll<4> { static constexpr int n = 8; };
-template <> struct chunk_unroll<2> { static constexpr int n = 4; };
-
-template <int B, int U>
-__device__ __forceinline__ void load_chunks(const uint32_t * __restrict__ qw, int Np, int n, int qrow,
-                                            uint32_t (&w)[U][4][chunk_shape<B>::words]) {
-    constexpr int CW = chunk_shape<B>::words;
-#pragma unroll
-    for (int u = 0; u < U; u++)
-#pragma unroll
-        for (int i = 0; i < CW; i++) {
-            const uint4 v = __ldg((const uint4 *)(qw + (size_t)(qrow + u * CW + i) * Np + n));
-            w[u][0][i] = v.x; w[u][1][i] = v.y; w[u][2][i] = v.z; w[u][3][i] = v.w;
-        }
-}
-
-// One piece (rows of one group inside the block's slice) for 4 columns starting at n.
-template <int B, int T>
-__device__ __forceinline__ void exl2_piece(const uint32_t * __restrict__ qw, int Np, int n, int qrow, int rows,
-                                           const float * xs, int ld, float (&acc)[T][4]) {
-    constexpr int CR = chunk_shape<B>::rows, CW = chunk_shape<B>::words, U = chunk_unroll<B>::n;
-    int r = 0;
-    for (; r + U * CR <= rows; r += U * CR, qrow += U * CW) {
-        uint32_t w[U][4][CW];
-        load_chunks<B, U>(qw, Np, n, qrow, w);
-#pragma unroll
-        for (int u = 0; u < U; u++) chunk_dot<B, T, 0>::run(w[u], xs + r + u * CR, ld, acc);
-    }
-    for (; r < rows; r += CR, qrow += CW) {
-        uint32_t w[1][4][CW];
-        load_chunks<B, 1>(qw, Np, n, qrow, w);
-        chunk_dot<B, T, 0>::run(w[0], xs + r, ld, acc);
-    }
-}
-
-template <int T>
-__global__ void __launch_bounds__(k_gemv_threads)
-k_exl2_gemv(const uint32_t * __restrict__ q_weight,   // [QR][Np]
-            const uint32_t * __restrict__ q_scale,    // [G][Np/8]
-            const half * __restrict__ q_scale_max,    // [G]  M'_g
-            const int32_t * __restrict__ q_perm,      // [K] or null
-            const int4 * __restrict__ pieces, const int * __restrict__ slice_first,
-            const float * __restrict__ x,             // [T][K]
-            float * __restrict__ y,                   // [T][N], zeroed
-            int K, int N, int Np, int R) {
-    __shared__ float xs[T * k_max_slice];
-    const int slice = blockIdx.y;
-    const int k_begin = slice * R;
-    const int k_n = min(R, K - k_begin);
-    // The piece range is read before the gather so that its latency overlaps the gather's.
-    const int p_begin = slice_first[slice], p_end = slice_first[slice + 1];
-    for (int i = threadIdx.x; i < k_n; i += blockDim.x) {
-        const int k = k_begin + i;
-        const int src = q_perm ? q_perm[k] : k;
-#pragma unroll
-        for (int t = 0; t < T; t++) xs[t * R + i] = x[(size_t)t * K + src];
-    }
-    __syncthreads();
-
-    const int n = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
-    if (n >= Np) return;
-    float total[T][4];
-#pragma unroll
-    for (int t = 0; t < T; t++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) total[t][c] = 0.0f;
-
-    for (int p = p_begin; p < p_end; p++) {
-        const int4 pc = pieces[p];
-        const int bits = pc.z & 15, g = pc.z >> 4;
-        // scale inputs first: their loads fly while the piece's weights stream in
-        const uint32_t sw = q_scale[(size_t)g * (Np / 8) + n / 8] >> (4 * (n % 8));
-        const float m = __half2float(q_scale_max[g]);
-        float acc[T][4];
-#pragma unroll
-        for (int t = 0; t < T; t++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) acc[t][c] = 0.0f;
-        const float * xp = xs + (pc.x - k_begin);
-        switch (bits) {
-            case 8: exl2_piece<8, T>(q_weight, Np, n, pc.y, pc.w, xp, R, acc); break;
-            case 6: exl2_piece<6, T>(q_weight, Np, n, pc.y, pc.w, xp, R, acc); break;
-            case 5: exl2_piece<5, T>(q_weight, Np, n, pc.y, pc.w, xp, R, acc); break;
-            case 4: exl2_piece<4, T>(q_weight, Np, n, pc.y, pc.w, xp, R, acc); break;
-            case 3: exl2_piece<3, T>(q_weight, Np, n, pc.y, pc.w, xp, R, acc); break;
-            default: exl2_piece<2, T>(q_weight, Np, n, pc.y, pc.w, xp, R, acc); break;
-        }
-        // scale = h(h((c+1)^2) * M'_g); (c+1)^2 is exact in fp16
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const float code = (float)(((sw >> (4 * c)) & 15) + 1);
-            const float sc = __half2float(__float2half_rn(code * code * m));
-#pragma unroll
-            for (int t = 0; t < T; t++) total[t][c] = fmaf(acc[t][c], sc, total[t][c]);
-        }
-    }
-#pragma unroll
-    for (int c = 0; c < 4; c++)
-        if (n + c < N)
-#pragma unroll
-            for (int t = 0; t < T; t++) atomicAdd(&y[(size_t)t * N + n + c], total[t][c]);
-}
+using qextra = ggx_cuda_qextra;
 
 // GPTQ: 4-bit rows, per (group, column) zero and scale. Pieces here are plain: {k0, k0/8, g, rows}.
 template <int T>
@@ -495,7 +348,7 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
         ggx_set_error("cuda: %s: EXL2 groups cover %d rows, K is %d", t->name, k, q->K);
         return bail(GGX_STATUS_FAILED);
     }
-    const int R = pick_slice_rows(q->K, q->Np, ctx.n_sm);
+    const int R = ggx_cuda_qgemv_slice_rows(q->K, q->Np, ctx.n_sm);
     const int n_slices = (q->K + R - 1) / R;
     std::vector<int4> pieces;
     std::vector<int> first(n_slices + 1);
@@ -556,9 +409,6 @@ static void launch_t(int T, dim3 grid, cudaStream_t s, Args... args) {
         default: K<8>::launch(grid, s, args...); break;
     }
 }
-template <int T> struct exl2_gemv_l {
-    template <typename... A> static void launch(dim3 g, cudaStream_t s, A... a) { k_exl2_gemv<T><<<g, k_gemv_threads, 0, s>>>(a...); }
-};
 template <int T> struct gptq_gemv_l {
     template <typename... A> static void launch(dim3 g, cudaStream_t s, A... a) { k_gptq_gemv<T><<<g, k_gemv_threads, 0, s>>>(a...); }
 };
@@ -576,18 +426,14 @@ ggx_status ggx_cuda_op_qmatmul(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
     if (T == 0) return GGX_STATUS_OK;
     const bool exl2 = w->type == GGX_TYPE_EXL2;
 
+    if (T <= GGX_CUDA_QGEMV_MAX_T && exl2) {   // decode, unfused (fusion.cu fuses where it can)
+        return ggx_cuda_qgemv_run(ctx, ggx_cuda_qgemv_single(dst));
+    }
     if (T <= GGX_CUDA_QGEMV_MAX_T) {
         GGX_CUDA_CHECK(cudaMemsetAsync(y, 0, (size_t)T * N * sizeof(float), ctx.stream));
-        const int Ncols = exl2 ? q->Np : N;
-        dim3 grid((Ncols + k_cols_per_block - 1) / k_cols_per_block, e->n_slices);
-        if (exl2) {
-            launch_t<exl2_gemv_l>((int)T, grid, ctx.stream, (const uint32_t *)q->q_weight, (const uint32_t *)q->q_scale,
-                                  (const half *)q->q_scale_max, (const int32_t *)q->q_perm, (const int4 *)e->pieces,
-                                  (const int *)e->slice_first, x, y, K, N, q->Np, e->slice_rows);
-        } else {
-            launch_t<gptq_gemv_l>((int)T, grid, ctx.stream, (const uint32_t *)q->q_weight, (const uint32_t *)q->qzeros,
-                                  (const half *)q->scales, (const int32_t *)q->q_perm, x, y, K, N, e->slice_rows, q->group_size);
-        }
+        dim3 grid((N + k_cols_per_block - 1) / k_cols_per_block, e->n_slices);
+        launch_t<gptq_gemv_l>((int)T, grid, ctx.stream, (const uint32_t *)q->q_weight, (const uint32_t *)q->qzeros,
+                              (const half *)q->scales, (const int32_t *)q->q_perm, x, y, K, N, e->slice_rows, q->group_size);
         GGX_CUDA_LAUNCH_CHECK();
         return GGX_STATUS_OK;
     }

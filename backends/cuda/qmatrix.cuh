@@ -12,6 +12,19 @@
 
 #define GGX_CUDA_QGEMV_MAX_T 8
 
+// Per-matrix tables in device memory (ggx_qmatrix::backend_extra). The rows are cut into slices of
+// slice_rows (a multiple of 32, so a chunk boundary at every width); EXL2 slices are described by
+// "pieces" (slice ∩ group) int4 {k0, qrow0, group << 4 | bits, rows}, slice s owning
+// pieces[slice_first[s] .. slice_first[s + 1]).
+struct ggx_cuda_qextra {
+    int    slice_rows = 0;
+    int    n_slices = 0;
+    int4 * pieces = nullptr;
+    int *  slice_first = nullptr;   // [n_slices + 1]
+    int4 * groups = nullptr;        // per group {k0, qrow0, bits, rows} (EXL2 prefill)
+    int    n_groups = 0;
+};
+
 // Builds the per-matrix tables (group walk, K slices) in device memory; sets backend_extra.
 enum ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, struct ggx_tensor * t);
 void            ggx_cuda_qmatrix_release(ggx_cuda_ctx & ctx, struct ggx_tensor * t);

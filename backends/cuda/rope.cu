@@ -1,8 +1,6 @@
 // ROPE: one thread per rotated pair, pass-through dims copied by the same grid.
-// angle_i = pos * pos_scale * theta^(-2i/n_rot) / freq_div[i]; (cos, sin) * attn_factor; the
-// optional YaRN ramp (ext_factor != 0) follows backends/cpu/cpu-rope.cpp exactly.
-// NEOX pairs (i, i + n_rot/2); INTERLEAVE pairs (2i, 2i + 1). The angle is formed in double:
-// at positions ~1e5 a float angle is off by ~1e-2 rad.
+// angle_i = pos * pos_scale * theta^(-2i/n_rot) / freq_div[i]; (cos, sin) * attn_factor, formed by
+// ggx_rope_cos_sin (rope.cuh). NEOX pairs (i, i + n_rot/2); INTERLEAVE pairs (2i, 2i + 1).
 #include "rope.cuh"
 
 namespace {
@@ -25,19 +23,8 @@ __global__ void k_rope(const float * __restrict__ x,        // [T][H][hd]
         const int pi = (int)(i % half);
         const int64_t row = i / half;            // t * H + h
         const int t = (int)(row / H);
-        double inv = pow((double)p.theta, -2.0 * pi / p.n_rot);
-        if (freq_div) inv /= (double)freq_div[pi];
-        double factor = p.pos_scale;
-        if (p.ext_factor != 0.0f) {         // YaRN ramp between extrapolated and interpolated dims
-            const double two_pi = 6.283185307179586;
-            const double lo = fmax(0.0, floor(p.n_rot * log((double)p.n_ctx_orig / (two_pi * p.beta_fast)) / (2.0 * log((double)p.theta))));
-            const double hi = fmin((double)p.n_rot - 1, ceil(p.n_rot * log((double)p.n_ctx_orig / (two_pi * p.beta_slow)) / (2.0 * log((double)p.theta))));
-            const double ramp = fmin(1.0, fmax(0.0, (pi - lo) / fmax(hi - lo, 0.001)));
-            const double mix = (1.0 - ramp) * p.ext_factor;
-            factor = p.pos_scale * (1.0 - mix) + mix;
-        }
-        const double ang = (double)pos[t] * inv * factor;
-        const float c = (float)(cos(ang) * p.attn_factor), s = (float)(sin(ang) * p.attn_factor);
+        float c, s;
+        ggx_rope_cos_sin(pos[t], pi, freq_div, p, c, s);
         const int64_t base = row * hd;
         const int64_t i0 = base + (p.mode == GGX_ROPE_NEOX ? pi : 2 * pi);
         const int64_t i1 = base + (p.mode == GGX_ROPE_NEOX ? pi + half : 2 * pi + 1);

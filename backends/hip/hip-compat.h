@@ -32,6 +32,9 @@
 #define cudaStreamCaptureModeThreadLocal hipStreamCaptureModeThreadLocal
 #define cudaFuncAttributeMaxDynamicSharedMemorySize hipFuncAttributeMaxDynamicSharedMemorySize
 
+// Kernel parameters are read in place on AMD anyway.
+#define __grid_constant__
+
 // ---- runtime calls ------------------------------------------------------------------------------
 #define cudaGetErrorString          hipGetErrorString
 #define cudaGetErrorName            hipGetErrorName
@@ -45,6 +48,8 @@
 #define cudaMemGetInfo              hipMemGetInfo
 #define cudaMemcpyAsync             hipMemcpyAsync
 #define cudaMemsetAsync             hipMemsetAsync
+#define cudaMemset                  hipMemset
+#define cudaFuncSetAttribute(f, attr, v) hipFuncSetAttribute((const void *)(f), attr, v)
 #define cudaStreamCreateWithFlags   hipStreamCreateWithFlags
 #define cudaStreamDestroy           hipStreamDestroy
 #define cudaStreamSynchronize       hipStreamSynchronize

@@ -1,0 +1,91 @@
+// Unpacking EXL2 columns on the GPU: shared by the decode GEMV (qgemv.cu) and the GPTQ GEMV
+// (qmatrix.cu; GPTQ rows are 4-bit chunks of the same shape).
+//
+// A thread owns 4 adjacent columns and reads one uint4 per packed row (one 512-byte coalesced
+// segment per warp). A "chunk" is the smallest row run that fills whole words:
+//
+//   bits   8   6   5   4   3   2
+//   rows   4  16  32   8  32  16
+//   words  1   3   5   1   3   1
+#pragma once
+
+#include "common.cuh"
+
+namespace ggx_exl2_unpack {
+
+// Value j (0-based, compile-time) of width B from the words w[] of one column's chunk.
+template <int B, int J>
+__device__ __forceinline__ uint32_t extract(const uint32_t * w) {
+    constexpr int bit = J * B, wi = bit / 32, s = bit % 32;
+    if constexpr (s + B <= 32) {
+        return (w[wi] >> s) & ((1u << B) - 1);
+    } else {
+        return __funnelshift_r(w[wi], w[wi + 1], s) & ((1u << B) - 1);
+    }
+}
+
+template <int B> struct chunk_shape;
+template <> struct chunk_shape<8> { static constexpr int rows = 4, words = 1; };
+template <> struct chunk_shape<6> { static constexpr int rows = 16, words = 3; };
+template <> struct chunk_shape<5> { static constexpr int rows = 32, words = 5; };
+template <> struct chunk_shape<4> { static constexpr int rows = 8, words = 1; };
+template <> struct chunk_shape<3> { static constexpr int rows = 32, words = 3; };
+template <> struct chunk_shape<2> { static constexpr int rows = 16, words = 1; };
+
+template <int B, int T, int J>
+struct chunk_dot {
+    // acc[t][c] += sum_j (v_j - z) * xs[t][j]  for the 4 columns c held in w[c][]
+    static __device__ __forceinline__ void run(const uint32_t (&w)[4][chunk_shape<B>::words], const float * xs, int ld,
+                                               float (&acc)[T][4]) {
+        // (2^23 + v) - (2^23 + z) = v - z exactly: one subtraction for the conversion and the zero
+        constexpr float bias = 8388608.0f + (float)(1 << (B - 1));
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const float v = __int_as_float(0x4B000000u | extract<B, J>(w[c])) - bias;
+#pragma unroll
+            for (int t = 0; t < T; t++) acc[t][c] = fmaf(v, xs[t * ld + J], acc[t][c]);
+        }
+        if constexpr (J + 1 < chunk_shape<B>::rows) chunk_dot<B, T, J + 1>::run(w, xs, ld, acc);
+    }
+};
+
+// Chunks loaded back to back before use: enough 16-byte loads in flight per thread to cover
+// memory latency (about 128 bytes for the common widths) without spilling registers.
+template <int B> struct chunk_unroll { static constexpr int n = 2; };
+template <> struct chunk_unroll<8> { static constexpr int n = 8; };
+template <> struct chunk_unroll<4> { static constexpr int n = 8; };
+template <> struct chunk_unroll<2> { static constexpr int n = 4; };
+
+template <int B, int U>
+__device__ __forceinline__ void load_chunks(const uint32_t * __restrict__ qw, int Np, int n, int qrow,
+                                            uint32_t (&w)[U][4][chunk_shape<B>::words]) {
+    constexpr int CW = chunk_shape<B>::words;
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int i = 0; i < CW; i++) {
+            const uint4 v = __ldg((const uint4 *)(qw + (size_t)(qrow + u * CW + i) * Np + n));
+            w[u][0][i] = v.x; w[u][1][i] = v.y; w[u][2][i] = v.z; w[u][3][i] = v.w;
+        }
+}
+
+// One piece (rows of one group inside the block's slice) for 4 columns starting at n.
+template <int B, int T, int U = chunk_unroll<B>::n>
+__device__ __forceinline__ void exl2_piece(const uint32_t * __restrict__ qw, int Np, int n, int qrow, int rows,
+                                           const float * xs, int ld, float (&acc)[T][4]) {
+    constexpr int CR = chunk_shape<B>::rows, CW = chunk_shape<B>::words;
+    int r = 0;
+    for (; r + U * CR <= rows; r += U * CR, qrow += U * CW) {
+        uint32_t w[U][4][CW];
+        load_chunks<B, U>(qw, Np, n, qrow, w);
+#pragma unroll
+        for (int u = 0; u < U; u++) chunk_dot<B, T, 0>::run(w[u], xs + r + u * CR, ld, acc);
+    }
+    for (; r < rows; r += CR, qrow += CW) {
+        uint32_t w[1][4][CW];
+        load_chunks<B, 1>(qw, Np, n, qrow, w);
+        chunk_dot<B, T, 0>::run(w[0], xs + r, ld, acc);
+    }
+}
+
+}  // namespace ggx_exl2_unpack

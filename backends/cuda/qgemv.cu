@@ -1,0 +1,504 @@
+// Fused EXL2 decode GEMV (see qgemv.cuh).
+//
+// The rows are cut into fine slices (ggx_cuda_qextra: slice_rows rows, described by "pieces").
+// Grid: one block per (matrix, column tile of 512, run of W fine slices); 128*W threads, warp
+// group g (128 threads, 4 adjacent columns each) takes fine slice W*b + g, so the block splits K
+// W ways and sums the groups in shared memory (W = 4 for one or two rows, fewer for more rows,
+// whose x slices take more shared memory). A block
+//   1. warms L2 with its slices of packed weights (static data) and only then waits for the
+//      previous kernel (programmatic dependent launch on sm_90: griddepcontrol.wait, so this
+//      prefetch overlaps the previous kernel's tail; elsewhere the wait is a no-op);
+//   2. gathers its rows of x through q_perm into shared memory, RMS-normalised if asked (the
+//      block computes the row's inverse RMS itself: K floats from L2, cheaper than a launch);
+//   3. streams its pieces (slice ∩ group) with 16-byte loads, applying each group's scale once;
+//   4. writes its partial sums, and the last block of the tile to arrive (an atomic counter that
+//      it resets for the next launch) adds the blocks' partials in order and runs the epilogue.
+#include "qgemv.cuh"
+
+#include "activation.cuh"
+#include "exl2-unpack.cuh"
+#include "qmatrix.cuh"
+#include "rope.cuh"
+
+#include <algorithm>
+
+namespace {
+
+using namespace ggx_exl2_unpack;
+
+constexpr int k_group = 128;                  // threads of one warp group: one column tile
+constexpr int k_tile = 4 * k_group;           // columns per tile
+constexpr int k_max_rows = 1024;              // fine slice height cap (x slices in shared memory)
+constexpr int k_target_threads = 65536;       // decode GEMV threads per matrix: ~4 MB of loads in flight
+
+// Warp groups per block for T rows: shared memory holds T * W fine slices of x.
+constexpr int groups_for(int T) { return T <= 2 ? 4 : T <= 4 ? 2 : 1; }
+
+struct gemv_mat {
+    const uint32_t * qw;
+    const uint32_t * qs;
+    const half *     qsmax;
+    const int32_t *  perm;
+    const int4 *     pieces;
+    const int *      slice_first;
+    int K, N, Np, R, n_fine, n_slices, n_tiles;   // R rows per fine slice; n_slices blocks per tile
+    int block0;        // first block of this matrix in the grid
+    int counter0;      // first tile counter
+    int arrivals;      // blocks reporting to each tile counter (both matrices' slices for GLU)
+    float * partial;   // [n_slices][T][Np]
+    const float * bias;
+    float * y;         // [T][N] result (null when writing to cache)
+    const float * resid;
+    void * cache;      // [C][N] rows at pos[t]
+    int cache_type;
+    int cache_rows;
+    int epi, rope, pair, is_gate;
+};
+
+struct gemv_args {
+    gemv_mat m[GGX_QGEMV_MAX_MATS];
+    int n_mat, K;
+    const float * x;
+    const void * norm_w;
+    int norm, norm_type;
+    float norm_eps;
+    const int32_t * pos;
+    const float * freq_div;
+    ggx_params_rope rope;
+    int head_dim, act;
+    int prefetch;
+    int * counters;
+};
+
+// ---- programmatic dependent launch (sm_90) -----------------------------------------------------
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(GGX_USE_HIP)
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_next() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(GGX_USE_HIP)
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+__device__ __forceinline__ void prefetch_l2(const void * p) {
+#if defined(__CUDA_ARCH__) && !defined(GGX_USE_HIP)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#else
+    (void)p;
+#endif
+}
+
+__device__ __forceinline__ float load_any(const void * p, int type, int i) {
+    switch (type) {
+        case GGX_TYPE_F16:  return __half2float(((const half *)p)[i]);
+        case GGX_TYPE_BF16: return __bfloat162float(((const nv_bfloat16 *)p)[i]);
+        default:            return ((const float *)p)[i];
+    }
+}
+__device__ __forceinline__ void store_any(void * p, int type, int64_t i, float v) {
+    switch (type) {
+        case GGX_TYPE_F16:  ((half *)p)[i] = __float2half_rn(v); break;
+        case GGX_TYPE_BF16: ((nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v); break;
+        default:            ((float *)p)[i] = v; break;
+    }
+}
+
+// Sum of the slices' partials for this thread's 4 columns (slice order: deterministic).
+template <int T>
+__device__ __forceinline__ void sum_partials(const gemv_mat & M, int n, float (&v)[T][4]) {
+#pragma unroll
+    for (int t = 0; t < T; t++) v[t][0] = v[t][1] = v[t][2] = v[t][3] = 0.0f;
+    if (n >= M.Np) return;
+    for (int s = 0; s < M.n_slices; s++)
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            const float4 p = __ldcg((const float4 *)(M.partial + ((size_t)s * T + t) * M.Np + n));
+            v[t][0] += p.x; v[t][1] += p.y; v[t][2] += p.z; v[t][3] += p.w;
+        }
+    if (M.bias)
+#pragma unroll
+        for (int c = 0; c < 4; c++)
+            if (n + c < M.N)
+#pragma unroll
+                for (int t = 0; t < T; t++) v[t][c] += M.bias[n + c];
+}
+
+template <int T, int W>
+__global__ void __launch_bounds__(k_group * W) k_qgemv(const __grid_constant__ gemv_args a) {
+    constexpr int NT = k_group * W;
+    extern __shared__ float4 smem4[];
+    float * smem = (float *)smem4;    // x rows [T][W * R] (or the groups' sums), then the RoPE tile [T][k_tile]
+    __shared__ float red[T][NT / GGX_CUDA_WARP];
+    __shared__ int last;
+
+    int mi = 0;
+#pragma unroll
+    for (int i = 1; i < GGX_QGEMV_MAX_MATS; i++)
+        if (i < a.n_mat && (int)blockIdx.x >= a.m[i].block0) mi = i;
+    const gemv_mat & M = a.m[mi];
+    const int grp = threadIdx.x / k_group, lt = threadIdx.x % k_group;
+    const int local = blockIdx.x - M.block0;
+    const int tile = local / M.n_slices, slice = local - tile * M.n_slices;
+    const int fine = slice * W + grp;
+    const bool active = fine < M.n_fine;
+    const int k_begin = slice * W * M.R, k_n = min(W * M.R, M.K - k_begin);
+    const int ldx = W * M.R;
+    const int n = tile * k_tile + lt * 4;
+    const int p_begin = active ? M.slice_first[fine] : 0, p_end = active ? M.slice_first[fine + 1] : 0;
+
+    // 1. static data first: this slice's packed rows into L2
+    if (a.prefetch && n < M.Np && p_end > p_begin) {
+        const int4 pf = M.pieces[p_begin], pl = M.pieces[p_end - 1];
+        const int q1 = pl.y + pl.w * (pl.z & 15) / 32;
+        for (int r = pf.y; r < q1; r++) prefetch_l2(M.qw + (size_t)r * M.Np + n);
+    }
+    pdl_wait();
+    pdl_launch_next();
+
+    // 2. x rows of this block (through q_perm), optionally RMS-normalised
+    const int K = a.K;
+    float rinv[T];
+#pragma unroll
+    for (int t = 0; t < T; t++) rinv[t] = 1.0f;
+    if (a.norm) {
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            float ss = 0.0f;
+            for (int i = threadIdx.x * 4; i < K; i += NT * 4) {
+                const float4 v = *(const float4 *)(a.x + (size_t)t * K + i);
+                ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+            }
+            ss = ggx_warp_sum(ss);
+            if (threadIdx.x % GGX_CUDA_WARP == 0) red[t][threadIdx.x / GGX_CUDA_WARP] = ss;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            float s = 0.0f;
+#pragma unroll
+            for (int w = 0; w < NT / GGX_CUDA_WARP; w++) s += red[t][w];
+            rinv[t] = rsqrtf(s / (float)K + a.norm_eps);
+        }
+    }
+    float * xs = smem;
+    for (int i = threadIdx.x; i < k_n; i += NT) {
+        const int k = k_begin + i;
+        const int src = M.perm ? M.perm[k] : k;
+        const float w = a.norm && a.norm_w ? load_any(a.norm_w, a.norm_type, src) : 1.0f;
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            const float xv = a.x[(size_t)t * K + src];
+            xs[t * ldx + i] = a.norm ? xv * rinv[t] * w : xv;
+        }
+    }
+    __syncthreads();
+
+    // 3. this group's fine slice
+    float v[T][4];
+#pragma unroll
+    for (int t = 0; t < T; t++) v[t][0] = v[t][1] = v[t][2] = v[t][3] = 0.0f;
+    if (n < M.Np) {
+        for (int p = p_begin; p < p_end; p++) {
+            const int4 pc = M.pieces[p];
+            const int bits = pc.z & 15, g = pc.z >> 4;
+            const uint32_t sw = M.qs[(size_t)g * (M.Np / 8) + n / 8] >> (4 * (n % 8));
+            const float mx = __half2float(M.qsmax[g]);
+            float acc[T][4];
+#pragma unroll
+            for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+            const float * xp = xs + (pc.x - k_begin);
+            switch (bits) {
+                case 8: exl2_piece<8, T>(M.qw, M.Np, n, pc.y, pc.w, xp, ldx, acc); break;
+                case 6: exl2_piece<6, T>(M.qw, M.Np, n, pc.y, pc.w, xp, ldx, acc); break;
+                case 5: exl2_piece<5, T>(M.qw, M.Np, n, pc.y, pc.w, xp, ldx, acc); break;
+                case 4: exl2_piece<4, T>(M.qw, M.Np, n, pc.y, pc.w, xp, ldx, acc); break;
+                case 3: exl2_piece<3, T>(M.qw, M.Np, n, pc.y, pc.w, xp, ldx, acc); break;
+                default: exl2_piece<2, T>(M.qw, M.Np, n, pc.y, pc.w, xp, ldx, acc); break;
+            }
+            // scale = h(h((c+1)^2) * M'_g); (c+1)^2 is exact in fp16
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const float code = (float)(((sw >> (4 * c)) & 15) + 1);
+                const float sc = __half2float(__float2half_rn(code * code * mx));
+#pragma unroll
+                for (int t = 0; t < T; t++) v[t][c] = fmaf(acc[t][c], sc, v[t][c]);
+            }
+        }
+    }
+    // the groups' sums, in group order, end up in group 0
+    if constexpr (W > 1) {
+        __syncthreads();   // xs is dead: reuse it
+        float4 * gs = (float4 *)smem;   // [W][T][k_group]
+        if (grp > 0)
+#pragma unroll
+            for (int t = 0; t < T; t++) gs[((grp - 1) * T + t) * k_group + lt] = make_float4(v[t][0], v[t][1], v[t][2], v[t][3]);
+        __syncthreads();
+        if (grp == 0)
+#pragma unroll
+            for (int g = 1; g < W; g++)
+#pragma unroll
+                for (int t = 0; t < T; t++) {
+                    const float4 o = gs[((g - 1) * T + t) * k_group + lt];
+                    v[t][0] += o.x; v[t][1] += o.y; v[t][2] += o.z; v[t][3] += o.w;
+                }
+    }
+    const bool lead = grp == 0;   // group 0 finishes the tile; the others only join barriers
+
+    // 4. partials; the last block of the tile finishes it
+    if (M.arrivals == 1) {
+        if (M.bias)
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+                if (n + c < M.N)
+#pragma unroll
+                    for (int t = 0; t < T; t++) v[t][c] += M.bias[n + c];
+    } else {
+        if (lead && n < M.Np)
+#pragma unroll
+            for (int t = 0; t < T; t++)
+                *(float4 *)(M.partial + ((size_t)slice * T + t) * M.Np + n) = make_float4(v[t][0], v[t][1], v[t][2], v[t][3]);
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int * ctr = a.counters + M.counter0 + tile;
+            last = atomicAdd(ctr, 1) == M.arrivals - 1;
+            if (last) *ctr = 0;   // ready for the next launch
+        }
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        if (lead) {
+            if (M.epi == GGX_QGEMV_GLU) {
+                const gemv_mat & G = M.is_gate ? M : a.m[M.pair];
+                const gemv_mat & U = M.is_gate ? a.m[M.pair] : M;
+                float u[T][4];
+                sum_partials<T>(G, n, v);
+                sum_partials<T>(U, n, u);
+#pragma unroll
+                for (int t = 0; t < T; t++)
+#pragma unroll
+                    for (int c = 0; c < 4; c++)
+                        v[t][c] = (a.act == GGX_ACT_SILU ? silu_f(v[t][c]) : gelu_f(v[t][c])) * u[t][c];
+            } else {
+                sum_partials<T>(M, n, v);
+            }
+        }
+    }
+
+    // RoPE: a tile holds whole heads (k_tile % head_dim == 0), so pairs are inside the block
+    if (M.rope) {
+        float * tb = smem + T * max(ldx, (W - 1) * k_tile);   // past both x rows and group sums
+        if (lead)
+#pragma unroll
+            for (int t = 0; t < T; t++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) tb[t * k_tile + lt * 4 + c] = v[t][c];
+        __syncthreads();
+        const int hd = a.head_dim, half = a.rope.n_rot / 2;
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int lc = lt * 4 + c;   // column in the tile
+            const int d = lc % hd, base = lc - d;
+            if (!lead || d >= a.rope.n_rot) continue;
+            int i, j0, j1;
+            if (a.rope.mode == GGX_ROPE_NEOX) { i = d < half ? d : d - half; j0 = i; j1 = i + half; }
+            else                              { i = d / 2; j0 = 2 * i; j1 = 2 * i + 1; }
+            const bool first = d == j0;
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                float cs, sn;
+                ggx_rope_cos_sin(a.pos[t], i, a.freq_div, a.rope, cs, sn);
+                const float x0 = tb[t * k_tile + base + j0], x1 = tb[t * k_tile + base + j1];
+                v[t][c] = first ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
+            }
+        }
+    }
+
+    if (!lead || n >= M.Np) return;
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        if (M.cache) {
+            const int p = a.pos[t];
+            if (p < 0 || p >= M.cache_rows) continue;
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+                if (n + c < M.N) store_any(M.cache, M.cache_type, (int64_t)p * M.N + n + c, v[t][c]);
+        } else {
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                if (n + c >= M.N) continue;
+                const size_t o = (size_t)t * M.N + n + c;
+                M.y[o] = M.epi == GGX_QGEMV_ADD ? M.resid[o] + v[t][c] : v[t][c];
+            }
+        }
+    }
+}
+
+template <int T>
+ggx_status launch(ggx_cuda_ctx & ctx, const gemv_args & a, int blocks, size_t smem) {
+    constexpr int W = groups_for(T);
+    static bool configured = false;   // one attribute call per instantiation (per process)
+    if (!configured) {
+        GGX_CUDA_CHECK(cudaFuncSetAttribute(k_qgemv<T, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
+        configured = true;
+    }
+#if !defined(GGX_USE_HIP)
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)blocks);
+    cfg.blockDim = dim3(k_group * W);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = ctx.stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = ctx.pdl ? 1 : 0;
+    GGX_CUDA_CHECK(cudaLaunchKernelEx(&cfg, k_qgemv<T, W>, a));
+#else
+    k_qgemv<T, W><<<blocks, k_group * W, smem, ctx.stream>>>(a);
+    GGX_CUDA_LAUNCH_CHECK();
+#endif  // GGX_USE_HIP
+    return GGX_STATUS_OK;
+}
+
+size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+}  // namespace
+
+int ggx_cuda_qgemv_slice_rows(int K, int Np, int n_sm) {
+    // Enough threads (columns/4 x fine slices) to keep a few MB of loads in flight; a fine slice
+    // has at least 64 rows (per-block overhead) and at most k_max_rows (shared memory).
+    (void)n_sm;
+    const int cols4 = std::max(1, Np / 4);
+    const int slices = std::max(1, (k_target_threads + cols4 - 1) / cols4);
+    const int R = (K + slices - 1) / slices;
+    return std::max(64, std::min(k_max_rows, (R + 31) / 32 * 32));
+}
+
+bool ggx_cuda_qgemv_supports(const ggx_tensor * mm) {
+    const ggx_tensor * w = mm->src[0];
+    const ggx_tensor * x = mm->src[1];
+    if (w->type != GGX_TYPE_EXL2 || !w->extra || x->type != GGX_TYPE_F32 || !ggx_is_contiguous(x)) return false;
+    const ggx_qmatrix * q = (const ggx_qmatrix *)w->extra;
+    const ggx_cuda_qextra * e = (const ggx_cuda_qextra *)q->backend_extra;
+    const int64_t T = ggx_nrows(x);
+    return e && e->slice_rows <= k_max_rows && x->ne[0] == q->K && T >= 1 && T <= GGX_CUDA_QGEMV_MAX_T &&
+           q->K % 4 == 0 && q->Np % 4 == 0;
+}
+
+ggx_qgemv_job ggx_cuda_qgemv_single(ggx_tensor * mm) {
+    ggx_qgemv_job job;
+    job.n_mat = 1;
+    job.T = (int)ggx_nrows(mm->src[1]);
+    job.x = mm->src[1];
+    job.m[0].w = mm->src[0];
+    job.m[0].out = mm;
+    return job;
+}
+
+// Blocks per column tile of a matrix: its fine slices in runs of W.
+static int block_slices(const ggx_cuda_qextra * e, int T) {
+    const int W = groups_for(T);
+    return (e->n_slices + W - 1) / W;
+}
+
+size_t ggx_cuda_qgemv_scratch(const ggx_qgemv_job & job) {
+    size_t total = 0;
+    for (int i = 0; i < job.n_mat; i++) {
+        const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
+        const ggx_cuda_qextra * e = (const ggx_cuda_qextra *)q->backend_extra;
+        total += align256((size_t)block_slices(e, job.T) * job.T * q->Np * sizeof(float));
+    }
+    return total;
+}
+
+ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
+    gemv_args a = {};
+    a.n_mat = job.n_mat;
+    a.x = (const float *)job.x->data;
+    a.K = (int)job.x->ne[0];
+    a.norm = job.norm;
+    a.norm_w = job.norm_w ? job.norm_w->data : nullptr;
+    a.norm_type = job.norm_w ? (int)job.norm_w->type : (int)GGX_TYPE_F32;
+    a.norm_eps = job.norm_eps;
+    a.pos = job.pos ? (const int32_t *)job.pos->data : nullptr;
+    a.freq_div = job.freq_div ? (const float *)job.freq_div->data : nullptr;
+    a.rope = job.rope;
+    a.head_dim = job.head_dim;
+    a.act = job.act;
+    a.counters = ctx.counters;
+    a.prefetch = ctx.prefetch;
+    if (job.n_mat < 1 || job.n_mat > GGX_QGEMV_MAX_MATS || job.T < 1 || job.T > GGX_CUDA_QGEMV_MAX_T) {
+        ggx_set_error("cuda: decode matmul job with %d matrices and %d rows", job.n_mat, job.T);
+        return GGX_STATUS_FAILED;
+    }
+    char * part = (char *)ctx.scratch;
+    int blocks = 0, counters = 0, max_r = 0;
+    bool rope = false;
+    for (int i = 0; i < job.n_mat; i++) {
+        const ggx_qgemv_job_mat & jm = job.m[i];
+        const ggx_qmatrix * q = (const ggx_qmatrix *)jm.w->extra;
+        const ggx_cuda_qextra * e = (const ggx_cuda_qextra *)q->backend_extra;
+        if (!e) { ggx_set_error("cuda: %s: quantized matrix not prepared for this backend", jm.w->name); return GGX_STATUS_FAILED; }
+        gemv_mat & M = a.m[i];
+        M.qw = q->q_weight;
+        M.qs = q->q_scale;
+        M.qsmax = (const half *)q->q_scale_max;
+        M.perm = q->q_perm;
+        M.pieces = e->pieces;
+        M.slice_first = e->slice_first;
+        M.K = q->K;
+        M.N = q->N;
+        M.Np = q->Np;
+        M.R = e->slice_rows;
+        M.n_fine = e->n_slices;
+        M.n_slices = block_slices(e, job.T);
+        M.n_tiles = (q->Np + k_tile - 1) / k_tile;
+        M.block0 = blocks;
+        blocks += M.n_tiles * M.n_slices;
+        M.partial = (float *)part;
+        part += align256((size_t)M.n_slices * job.T * q->Np * sizeof(float));
+        M.bias = jm.bias ? (const float *)jm.bias->data : nullptr;
+        M.y = jm.cache ? nullptr : (float *)jm.out->data;
+        M.resid = jm.resid ? (const float *)jm.resid->data : nullptr;
+        M.cache = jm.cache ? jm.cache->data : nullptr;
+        M.cache_type = jm.cache ? (int)jm.cache->type : 0;
+        M.cache_rows = jm.cache ? (int)(ggx_nelements(jm.cache) / q->N) : 0;
+        M.epi = jm.epi;
+        M.rope = jm.rope;
+        M.pair = jm.pair;
+        M.is_gate = jm.is_gate;
+        rope |= jm.rope;
+        max_r = std::max(max_r, M.R);
+        if (jm.epi == GGX_QGEMV_GLU && jm.pair < i) {   // the second of a pair shares the first's counters
+            M.counter0 = a.m[jm.pair].counter0;
+            a.m[jm.pair].arrivals = M.arrivals = a.m[jm.pair].n_slices + M.n_slices;
+        } else {
+            M.counter0 = counters;
+            counters += M.n_tiles;
+            M.arrivals = M.n_slices;
+        }
+    }
+    if ((size_t)(part - (char *)ctx.scratch) > ctx.scratch_size) {
+        ggx_set_error("cuda: scratch too small for the decode matmul of %s", job.m[0].w->name);
+        return GGX_STATUS_FAILED;
+    }
+    if (counters > ctx.n_counters) {
+        ggx_set_error("cuda: decode matmul of %s needs %d tile counters (have %d)", job.m[0].w->name, counters, ctx.n_counters);
+        return GGX_STATUS_FAILED;
+    }
+    const int W = groups_for(job.T);
+    const size_t rows = std::max((size_t)W * max_r, W > 1 ? (size_t)(W - 1) * k_tile : 0);
+    const size_t smem = (size_t)job.T * (rows + (rope ? k_tile : 0)) * sizeof(float);
+    switch (job.T) {
+        case 1: return launch<1>(ctx, a, blocks, smem);
+        case 2: return launch<2>(ctx, a, blocks, smem);
+        case 3: return launch<3>(ctx, a, blocks, smem);
+        case 4: return launch<4>(ctx, a, blocks, smem);
+        case 5: return launch<5>(ctx, a, blocks, smem);
+        case 6: return launch<6>(ctx, a, blocks, smem);
+        case 7: return launch<7>(ctx, a, blocks, smem);
+        default: return launch<8>(ctx, a, blocks, smem);
+    }
+}
