@@ -10,7 +10,8 @@
 //      prefetch overlaps the previous kernel's tail; elsewhere the wait is a no-op);
 //   2. gathers its rows of x through q_perm into shared memory, RMS-normalised if asked (the
 //      block computes the row's inverse RMS itself: K floats from L2, cheaper than a launch);
-//   3. streams its pieces (slice ∩ group) with 16-byte loads, applying each group's scale once;
+//   3. streams its pieces (slice ∩ group, at most 32 rows) with 16-byte loads, two pieces in
+//      flight, applying each group's scale once per piece;
 //   4. writes its partial sums, and the last block of the tile to arrive (an atomic counter that
 //      it resets for the next launch) adds the blocks' partials in order and runs the epilogue.
 #include "qgemv.cuh"
@@ -21,6 +22,7 @@
 #include "rope.cuh"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace {
 
@@ -124,6 +126,68 @@ __device__ __forceinline__ void sum_partials(const gemv_mat & M, int n, float (&
                 for (int t = 0; t < T; t++) v[t][c] += M.bias[n + c];
 }
 
+// One piece (at most 32 rows of one group; qmatrix.cu cuts them so) for a thread's 4 columns:
+// its packed words (a 32-row piece is `bits` words per column, at most 8) and its scale.
+struct piece_regs {
+    uint4    w[8];
+    int4     pc;   // {k0, qrow0, group << 4 | bits, rows}
+    uint32_t sw;   // the 4 columns' scale codes in the low 16 bits
+    float    mx;   // M'_g
+};
+
+__device__ __forceinline__ void piece_load(const gemv_mat & M, int p, int n, piece_regs & s) {
+    s.pc = __ldg(M.pieces + p);
+    const int bits = s.pc.z & 15, g = s.pc.z >> 4;
+    const int nw = s.pc.w * bits / 32;
+    const uint32_t * base = M.qw + (size_t)s.pc.y * M.Np + n;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        if (i < nw) s.w[i] = __ldg((const uint4 *)(base + (size_t)i * M.Np));
+    s.sw = __ldg(M.qs + (size_t)g * (M.Np / 8) + n / 8) >> (4 * (n % 8));
+    s.mx = __half2float(M.qsmax[g]);
+}
+
+template <int B, int T>
+__device__ __forceinline__ void piece_dot(const uint4 (&w)[8], int rows, const float * xs, int ld, float (&acc)[T][4]) {
+    constexpr int CR = chunk_shape<B>::rows, CW = chunk_shape<B>::words, NC = 32 / CR;
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+        if (c * CR >= rows) break;   // 16-row pieces (2-bit only)
+        uint32_t cw[4][CW];
+#pragma unroll
+        for (int i = 0; i < CW; i++) {
+            const uint4 u = w[c * CW + i];
+            cw[0][i] = u.x; cw[1][i] = u.y; cw[2][i] = u.z; cw[3][i] = u.w;
+        }
+        chunk_dot<B, T, 0>::run(cw, xs + c * CR, ld, acc);
+    }
+}
+
+// v[t][c] += scale_c * sum over the piece's rows of (q - z) x[t][row]
+template <int T>
+__device__ __forceinline__ void piece_apply(const piece_regs & s, const float * xb, int ld, float (&v)[T][4]) {
+    float acc[T][4];
+#pragma unroll
+    for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+    const float * xp = xb + s.pc.x;
+    switch (s.pc.z & 15) {
+        case 8: piece_dot<8, T>(s.w, s.pc.w, xp, ld, acc); break;
+        case 6: piece_dot<6, T>(s.w, s.pc.w, xp, ld, acc); break;
+        case 5: piece_dot<5, T>(s.w, s.pc.w, xp, ld, acc); break;
+        case 4: piece_dot<4, T>(s.w, s.pc.w, xp, ld, acc); break;
+        case 3: piece_dot<3, T>(s.w, s.pc.w, xp, ld, acc); break;
+        default: piece_dot<2, T>(s.w, s.pc.w, xp, ld, acc); break;
+    }
+    // scale = h(h((c+1)^2) * M'_g); (c+1)^2 is exact in fp16
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        const float code = (float)(((s.sw >> (4 * c)) & 15) + 1);
+        const float sc = __half2float(__float2half_rn(code * code * s.mx));
+#pragma unroll
+        for (int t = 0; t < T; t++) v[t][c] = fmaf(acc[t][c], sc, v[t][c]);
+    }
+}
+
 template <int T, int W>
 __global__ void __launch_bounds__(k_group * W) k_qgemv(const __grid_constant__ gemv_args a) {
     constexpr int NT = k_group * W;
@@ -198,32 +262,18 @@ __global__ void __launch_bounds__(k_group * W) k_qgemv(const __grid_constant__ g
     float v[T][4];
 #pragma unroll
     for (int t = 0; t < T; t++) v[t][0] = v[t][1] = v[t][2] = v[t][3] = 0.0f;
-    if (n < M.Np) {
-        for (int p = p_begin; p < p_end; p++) {
-            const int4 pc = M.pieces[p];
-            const int bits = pc.z & 15, g = pc.z >> 4;
-            const uint32_t sw = M.qs[(size_t)g * (M.Np / 8) + n / 8] >> (4 * (n % 8));
-            const float mx = __half2float(M.qsmax[g]);
-            float acc[T][4];
-#pragma unroll
-            for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
-            const float * xp = xs + (pc.x - k_begin);
-            switch (bits) {
-                case 8: exl2_piece<8, T>(M.qw, M.Np, n, pc.y, pc.w, xp, ldx, acc); break;
-                case 6: exl2_piece<6, T>(M.qw, M.Np, n, pc.y, pc.w, xp, ldx, acc); break;
-                case 5: exl2_piece<5, T>(M.qw, M.Np, n, pc.y, pc.w, xp, ldx, acc); break;
-                case 4: exl2_piece<4, T>(M.qw, M.Np, n, pc.y, pc.w, xp, ldx, acc); break;
-                case 3: exl2_piece<3, T>(M.qw, M.Np, n, pc.y, pc.w, xp, ldx, acc); break;
-                default: exl2_piece<2, T>(M.qw, M.Np, n, pc.y, pc.w, xp, ldx, acc); break;
-            }
-            // scale = h(h((c+1)^2) * M'_g); (c+1)^2 is exact in fp16
-#pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const float code = (float)(((sw >> (4 * c)) & 15) + 1);
-                const float sc = __half2float(__float2half_rn(code * code * mx));
-#pragma unroll
-                for (int t = 0; t < T; t++) v[t][c] = fmaf(acc[t][c], sc, v[t][c]);
-            }
+    if (n < M.Np && p_begin < p_end) {
+        // two pieces in flight: the next one's words load while this one is multiplied
+        piece_regs A, B;
+        piece_load(M, p_begin, n, A);
+        if (p_begin + 1 < p_end) piece_load(M, p_begin + 1, n, B);
+        const float * xb = xs - k_begin;
+        for (int p = p_begin; p < p_end; p += 2) {
+            piece_apply<T>(A, xb, ldx, v);
+            if (p + 2 < p_end) piece_load(M, p + 2, n, A);
+            if (p + 1 >= p_end) break;
+            piece_apply<T>(B, xb, ldx, v);
+            if (p + 3 < p_end) piece_load(M, p + 3, n, B);
         }
     }
     // the groups' sums, in group order, end up in group 0
@@ -370,8 +420,13 @@ int ggx_cuda_qgemv_slice_rows(int K, int Np, int n_sm) {
     // Enough threads (columns/4 x fine slices) to keep a few MB of loads in flight; a fine slice
     // has at least 64 rows (per-block overhead) and at most k_max_rows (shared memory).
     (void)n_sm;
+    static const int target = [] {   // GGX_QGEMV_THREADS: tuning experiments only
+        const char * e = getenv("GGX_QGEMV_THREADS");
+        const int v = e ? atoi(e) : 0;
+        return v >= 1024 ? v : k_target_threads;
+    }();
     const int cols4 = std::max(1, Np / 4);
-    const int slices = std::max(1, (k_target_threads + cols4 - 1) / cols4);
+    const int slices = std::max(1, (target + cols4 - 1) / cols4);
     const int R = (K + slices - 1) / slices;
     return std::max(64, std::min(k_max_rows, (R + 31) / 32 * 32));
 }

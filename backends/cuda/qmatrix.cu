@@ -359,8 +359,11 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
         while (g < q->n_groups && gtab[g].x + gtab[g].w <= s0) g++;
         for (int gg = g; gg < q->n_groups && gtab[gg].x < s1; gg++) {
             const int a = std::max(s0, gtab[gg].x), b = std::min(s1, gtab[gg].x + gtab[gg].w);
-            const int qrow = gtab[gg].y + (a - gtab[gg].x) * gtab[gg].z / 32;
-            pieces.push_back(make_int4(a, qrow, (gg << 4) | gtab[gg].z, b - a));
+            // pieces of at most 32 rows: the decode GEMV double-buffers whole pieces in registers
+            for (int r = a; r < b; r += 32) {
+                const int qrow = gtab[gg].y + (r - gtab[gg].x) * gtab[gg].z / 32;
+                pieces.push_back(make_int4(r, qrow, (gg << 4) | gtab[gg].z, std::min(32, b - r)));
+            }
         }
     }
     first[n_slices] = (int)pieces.size();
