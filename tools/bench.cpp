@@ -215,13 +215,18 @@ int main(int argc, char ** argv) {
     }
 
     const double vram = have_mem1 ? (double)(free0 - free1) : 0;
+    // Scratch and compute buffers grow on first use: the figure after the tests includes them.
+    uint64_t free2 = 0;
+    const bool have_mem2 = have_mem && exl2_device_memory(o.device.c_str(), &free2, &total) == EXL2_OK;
+    const double vram_after = have_mem2 ? (double)(free0 - free2) : 0;
     const std::string name = o.synthetic.empty() ? o.model_dir : o.synthetic + " (synthetic)";
     if (o.output == "json") {
         printf("{\n  \"model\": \"%s\",\n  \"desc\": \"%s\",\n  \"device\": \"%s\",\n", json_escape(name).c_str(),
                json_escape(exl2_model_desc(model)).c_str(), json_escape(o.device).c_str());
         if (!o.synthetic.empty()) printf("  \"bpw\": %.3f,\n  \"layers\": %d,\n", o.bpw, exl2_model_n_layer(model));
-        printf("  \"load_s\": %.3f,\n  \"weight_bytes_per_token\": %llu,\n  \"vram_used_bytes\": %.0f,\n  \"copy_bandwidth_bytes_per_s\": %.0f,\n  \"results\": [\n",
-               t_load, (unsigned long long)wbytes, vram, copy_bw > 0 ? copy_bw : 0.0);
+        printf("  \"load_s\": %.3f,\n  \"weight_bytes_per_token\": %llu,\n  \"vram_used_bytes\": %.0f,\n"
+               "  \"vram_after_tests_bytes\": %.0f,\n  \"copy_bandwidth_bytes_per_s\": %.0f,\n  \"results\": [\n",
+               t_load, (unsigned long long)wbytes, vram, vram_after, copy_bw > 0 ? copy_bw : 0.0);
         for (size_t i = 0; i < results.size(); i++) {
             const Result & r = results[i];
             printf("    {\"test\": \"%s\", \"tokens\": %d, \"seconds\": %.6f, \"tokens_per_s\": %.2f", r.test.c_str(), r.n_tokens,
@@ -239,6 +244,7 @@ int main(int argc, char ** argv) {
         printf("device:  %s   load %.1f s\n", o.device.c_str(), t_load);
         printf("weights: %.1f MiB read per token", wbytes / 1048576.0);
         if (have_mem1) printf("   VRAM used (model + context): %.1f MiB of %.1f GiB", vram / 1048576.0, total / 1073741824.0);
+        if (have_mem2 && o.device != "cpu") printf(", %.1f MiB after the tests (with scratch)", vram_after / 1048576.0);
         printf("\n");
         if (copy_bw > 0) printf("copy bandwidth (read + write): %.0f GB/s -> decode limit %.1f tok/s from weights alone\n",
                                 copy_bw / 1e9, copy_bw / (double)wbytes);
