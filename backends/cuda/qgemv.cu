@@ -91,6 +91,24 @@ __device__ __forceinline__ void prefetch_l2(const void * p) {
 #endif
 }
 
+// Loads the last block reads after __threadfence(): past L1 on CUDA (other SMs wrote them); on
+// AMD the fence's acquire already invalidated the cache, so a plain load is fresh.
+__device__ __forceinline__ float4 load_cg(const float4 * p) {
+#if defined(GGX_USE_HIP)
+    return *p;
+#else
+    return __ldcg(p);
+#endif
+}
+// Read-only loads of static tables (the pieces) through the non-coherent cache where there is one.
+template <typename V> __device__ __forceinline__ V load_ro(const V * p) {
+#if defined(GGX_USE_HIP)
+    return *p;
+#else
+    return __ldg(p);
+#endif
+}
+
 __device__ __forceinline__ float load_any(const void * p, int type, int i) {
     switch (type) {
         case GGX_TYPE_F16:  return __half2float(((const half *)p)[i]);
@@ -115,7 +133,7 @@ __device__ __forceinline__ void sum_partials(const gemv_mat & M, int n, float (&
     for (int s = 0; s < M.n_slices; s++)
 #pragma unroll
         for (int t = 0; t < T; t++) {
-            const float4 p = __ldcg((const float4 *)(M.partial + ((size_t)s * T + t) * M.Np + n));
+            const float4 p = load_cg((const float4 *)(M.partial + ((size_t)s * T + t) * M.Np + n));
             v[t][0] += p.x; v[t][1] += p.y; v[t][2] += p.z; v[t][3] += p.w;
         }
     if (M.bias)
@@ -136,14 +154,14 @@ struct piece_regs {
 };
 
 __device__ __forceinline__ void piece_load(const gemv_mat & M, int p, int n, piece_regs & s) {
-    s.pc = __ldg(M.pieces + p);
+    s.pc = load_ro(M.pieces + p);
     const int bits = s.pc.z & 15, g = s.pc.z >> 4;
     const int nw = s.pc.w * bits / 32;
     const uint32_t * base = M.qw + (size_t)s.pc.y * M.Np + n;
 #pragma unroll
     for (int i = 0; i < 8; i++)
-        if (i < nw) s.w[i] = __ldg((const uint4 *)(base + (size_t)i * M.Np));
-    s.sw = __ldg(M.qs + (size_t)g * (M.Np / 8) + n / 8) >> (4 * (n % 8));
+        if (i < nw) s.w[i] = load_ro((const uint4 *)(base + (size_t)i * M.Np));
+    s.sw = load_ro(M.qs + (size_t)g * (M.Np / 8) + n / 8) >> (4 * (n % 8));
     s.mx = __half2float(M.qsmax[g]);
 }
 
@@ -388,9 +406,10 @@ __global__ void __launch_bounds__(k_group * W) k_qgemv(const __grid_constant__ g
 template <int T>
 ggx_status launch(ggx_cuda_ctx & ctx, const gemv_args & a, int blocks, size_t smem) {
     constexpr int W = groups_for(T);
+    void (*kernel)(gemv_args) = k_qgemv<T, W>;
     static bool configured = false;   // one attribute call per instantiation (per process)
     if (!configured) {
-        GGX_CUDA_CHECK(cudaFuncSetAttribute(k_qgemv<T, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
+        GGX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
         configured = true;
     }
 #if !defined(GGX_USE_HIP)
@@ -404,9 +423,9 @@ ggx_status launch(ggx_cuda_ctx & ctx, const gemv_args & a, int blocks, size_t sm
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = ctx.pdl ? 1 : 0;
-    GGX_CUDA_CHECK(cudaLaunchKernelEx(&cfg, k_qgemv<T, W>, a));
+    GGX_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
 #else
-    k_qgemv<T, W><<<blocks, k_group * W, smem, ctx.stream>>>(a);
+    kernel<<<blocks, k_group * W, smem, ctx.stream>>>(a);
     GGX_CUDA_LAUNCH_CHECK();
 #endif  // GGX_USE_HIP
     return GGX_STATUS_OK;
