@@ -1,8 +1,5 @@
-// Decode fusion planning (see fusion.cuh).
-#include "fusion.cuh"
-
-#include "getrows.cuh"
-#include "rope.cuh"
+// Decode fusion planning (see decode-plan.h). Host code only.
+#include "decode-plan.h"
 
 #include <algorithm>
 #include <cstring>
@@ -57,6 +54,7 @@ bool same_data(const ggx_tensor * s, const ggx_tensor * t) {
 }
 
 bool plain_f32(const ggx_tensor * t) { return t->type == GGX_TYPE_F32 && ggx_is_contiguous(t); }
+bool float_type(ggx_type t) { return t == GGX_TYPE_F32 || t == GGX_TYPE_F16 || t == GGX_TYPE_BF16; }
 
 struct range { const char * b; const char * e; };
 range range_of(const ggx_tensor * t) {
@@ -207,11 +205,11 @@ bool is_decode_matmul(const ggx_tensor * n) { return n->op == GGX_OP_MUL_MAT && 
 
 }  // namespace
 
-void ggx_cuda_plan_graph(const ggx_cuda_ctx & ctx, ggx_graph * g, ggx_cuda_plan & plan) {
+void ggx_cuda_plan_graph(bool fuse, ggx_graph * g, ggx_cuda_plan & plan) {
     const int n = ggx_graph_n_nodes(g);
     plan.action.assign(n, ggx_cuda_plan::RUN);
     plan.jobs.clear();
-    if (!ctx.fuse) return;
+    if (!fuse) return;
     graph_index gi;
     gi.g = g;
     for (int i = 0; i < n; i++) {
@@ -269,7 +267,7 @@ void ggx_cuda_plan_graph(const ggx_cuda_ctx & ctx, ggx_graph * g, ggx_cuda_plan 
         auto xi = gi.pos.find(x);
         if (x->op == GGX_OP_RMS_NORM && xi != gi.pos.end() && plain_f32(x->src[0]) &&
             ggx_nelements(x->src[0]) == ggx_nelements(x) &&
-            (!x->src[1] || (ggx_cuda_is_ftype(x->src[1]->type) && ggx_nelements(x->src[1]) == x->ne[0])) &&
+            (!x->src[1] || (float_type(x->src[1]->type) && ggx_nelements(x->src[1]) == x->ne[0])) &&
             x->ne[0] % 4 == 0) {
             std::vector<int> r, v;
             bool only_group = readers(gi, x, r, v) && v.empty();

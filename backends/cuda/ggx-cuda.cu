@@ -11,10 +11,10 @@
 
 #include "attn.cuh"
 #include "elementwise.cuh"
-#include "fusion.cuh"
 #include "getrows.cuh"
 #include "mmf.cuh"
 #include "norm.cuh"
+#include "qgemv.cuh"
 #include "qmatrix.cuh"
 #include "rope.cuh"
 #include "softmax.cuh"
@@ -239,7 +239,7 @@ ggx_status graph_compute(ggx_backend * be, ggx_graph * g) {
         need = std::max(need, node_scratch(ctx, n));
     }
     ggx_cuda_plan plan;
-    ggx_cuda_plan_graph(ctx, g, plan);
+    ggx_cuda_plan_graph(ctx.fuse, g, plan);
     for (const ggx_qgemv_job & job : plan.jobs) need = std::max(need, ggx_cuda_qgemv_scratch(job));
     GGX_RETURN_IF_ERR(ensure_scratch(ctx, need));
     if (!ctx.use_graphs || ctx.profile) return run_nodes(ctx, g, plan);

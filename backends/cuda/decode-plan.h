@@ -1,0 +1,98 @@
+// Host-side data of the CUDA backend's quantized decode path, with no CUDA device code so that
+// host-only tests can include it: the per-matrix tables, the fused GEMV jobs (qgemv.cuh runs
+// them) and the plan that finds them in a graph (fusion.cu).
+//
+// Decode fusion: finds, in a bound ggx graph, the EXL2 matmuls with at most 8 rows and the ops
+// around them that the fused GEMV (qgemv.cuh) can absorb:
+//
+//   RMS_NORM -> {MUL_MAT ...} sharing one input        the norm runs in the GEMV prologue
+//   MUL_MAT -> ADD(bias)                                bias in the epilogue
+//   MUL_MAT -> ROPE [-> KV_STORE]                       RoPE, and the store into the cache rows
+//   MUL_MAT -> KV_STORE                                 store into the cache rows
+//   MUL_MAT -> ADD(residual)                            residual add
+//   MUL_MAT(gate), MUL_MAT(up) -> GLU                   the activation product
+//
+// A job runs at the position of its first matmul, so its outputs are written earlier than the
+// graph says. The plan only fuses when the memory the planner assigned makes that safe: no byte
+// the job writes is read or written by a node it passes over, and nothing it reads is
+// overwritten in between. Otherwise each matmul runs alone, where the graph puts it.
+#pragma once
+
+#include "ggx/ggx.h"
+#include "ggx/ggx-qmatrix.h"
+
+#if defined(GGX_USE_HIP)
+#include <hip/hip_vector_types.h>
+#else
+#include <vector_types.h>   // int4
+#endif  // GGX_USE_HIP
+
+#include <stddef.h>
+#include <vector>
+
+#define GGX_CUDA_QGEMV_MAX_T 8
+
+// Per-matrix tables in device memory (ggx_qmatrix::backend_extra). The rows are cut into slices of
+// slice_rows (a multiple of 32, so a chunk boundary at every width); EXL2 slices are described by
+// "pieces" (slice ∩ group) int4 {k0, qrow0, group << 4 | bits, rows}, slice s owning
+// pieces[slice_first[s] .. slice_first[s + 1]).
+struct ggx_cuda_qextra {
+    int    slice_rows = 0;
+    int    n_slices = 0;
+    int4 * pieces = nullptr;
+    int *  slice_first = nullptr;   // [n_slices + 1]
+    int4 * groups = nullptr;        // per group {k0, qrow0, bits, rows} (EXL2 prefill)
+    int    n_groups = 0;
+};
+
+#define GGX_QGEMV_MAX_MATS 4
+
+enum ggx_qgemv_epi {
+    GGX_QGEMV_STORE = 0,   // y = W x (+ bias)
+    GGX_QGEMV_ADD   = 1,   // y = resid + W x (+ bias)
+    GGX_QGEMV_GLU   = 2,   // y = act(W_gate x) * (W_up x); the pair is two matrices of one job
+};
+
+struct ggx_qgemv_job_mat {
+    const struct ggx_tensor * w = nullptr;       // EXL2 matrix {K, N}
+    const struct ggx_tensor * bias = nullptr;    // f32 {N} or null
+    struct ggx_tensor *       out = nullptr;     // result tensor [T][N] (unused when cache is set)
+    const struct ggx_tensor * resid = nullptr;   // GGX_QGEMV_ADD
+    struct ggx_tensor *       cache = nullptr;   // KV cache {N, C}: rows pos[t] receive the result
+    int  epi = GGX_QGEMV_STORE;
+    bool rope = false;                           // RoPE over heads of job.head_dim columns
+    int  pair = -1;                              // GLU: index of the partner matrix
+    bool is_gate = false;
+};
+
+struct ggx_qgemv_job {
+    int n_mat = 0;
+    int T = 0;
+    const struct ggx_tensor * x = nullptr;       // f32 [T][K]
+    bool norm = false;                           // RMS-normalise x first
+    const struct ggx_tensor * norm_w = nullptr;  // norm weights {K} (f32/f16/bf16) or null
+    float norm_eps = 0.0f;
+    const struct ggx_tensor * pos = nullptr;     // i32 {T} (rope, cache rows)
+    const struct ggx_tensor * freq_div = nullptr;
+    struct ggx_params_rope rope = {};
+    int head_dim = 0;
+    int act = 0;                                 // enum ggx_act for GLU
+    ggx_qgemv_job_mat m[GGX_QGEMV_MAX_MATS];
+};
+
+struct ggx_cuda_plan {
+    enum { RUN = -1, SKIP = -2 };
+    std::vector<int>           action;   // per node: RUN, SKIP (folded into a job) or a job index
+    std::vector<ggx_qgemv_job> jobs;
+};
+
+// Plans a bound graph (data pointers set). With fuse false every decode matmul is its own job.
+void          ggx_cuda_plan_graph(bool fuse, struct ggx_graph * g, ggx_cuda_plan & plan);
+// Whether a MUL_MAT node can run as a decode GEMV job (EXL2 weights prepared for CUDA, f32 input
+// of at most GGX_CUDA_QGEMV_MAX_T rows).
+bool          ggx_cuda_qgemv_supports(const struct ggx_tensor * mul_mat);
+// The job of one MUL_MAT node on its own: y = W x into the node's result.
+ggx_qgemv_job ggx_cuda_qgemv_single(struct ggx_tensor * mul_mat);
+// Host predicates of other ops, used by the plan (defined with their kernels).
+bool          ggx_cuda_supports_rows(const struct ggx_tensor * dst);
+bool          ggx_cuda_supports_rope(const struct ggx_tensor * dst);

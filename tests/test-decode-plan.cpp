@@ -1,0 +1,208 @@
+// The CUDA backend's decode fusion plan (backends/cuda/fusion.cu) on Llama-shaped decode graphs.
+// The plan is host code: it reads only tensor metadata and the addresses the planner assigned,
+// so it is checked here without a GPU, on EXL2 tensors that look prepared (their tables are
+// never read). Built when the CUDA backend is (GGX_USE_CUDA).
+#if defined(GGX_USE_CUDA)
+
+#include "backends/cuda/decode-plan.h"
+#include "ggx/ggx-backend.h"
+#include "ggx/ggx.h"
+
+#include <doctest/doctest.h>
+
+#include <memory>
+#include <vector>
+
+namespace {
+
+// An EXL2 matrix as qmatrix_prepare leaves it, without data.
+struct FakeExl2 {
+    ggx_qmatrix     q = {};
+    ggx_cuda_qextra e;
+};
+
+struct DecodeGraph {
+    ggx_context * ctx = ggx_context_new();
+    ggx_graph * g = nullptr;
+    std::vector<std::unique_ptr<FakeExl2>> mats;
+    std::vector<std::vector<uint8_t>> leaf_data;   // weights, caches: memory the planner does not own
+    std::vector<uint8_t> arena;                    // the planned compute buffer
+    ggx_tensor * logits = nullptr;
+    std::vector<ggx_tensor *> k_cache, v_cache;
+    ~DecodeGraph() { ggx_context_free(ctx); }
+
+    ggx_tensor * weight(ggx_type type, int64_t ne0, int64_t ne1 = 1) {
+        ggx_tensor * t = ggx_new_tensor_2d(ctx, type, ne0, ne1);
+        leaf_data.emplace_back(ggx_nbytes(t) + 16);
+        t->data = leaf_data.back().data();
+        t->flags |= GGX_FLAG_WEIGHT;
+        return t;
+    }
+    ggx_tensor * exl2(int K, int N) {
+        auto m = std::make_unique<FakeExl2>();
+        m->q.K = K;
+        m->q.N = N;
+        m->q.Np = (N + 31) / 32 * 32;
+        m->e.slice_rows = 64;
+        m->e.n_slices = K / 64;
+        m->q.backend_extra = &m->e;
+        ggx_tensor * t = ggx_new_tensor_2d(ctx, GGX_TYPE_EXL2, K, N);
+        leaf_data.emplace_back(16);
+        t->data = leaf_data.back().data();
+        t->extra = &m->q;
+        t->flags |= GGX_FLAG_WEIGHT;
+        mats.push_back(std::move(m));
+        return t;
+    }
+    ggx_tensor * input(ggx_type type, int64_t ne0, int64_t ne1 = 1) {
+        ggx_tensor * t = ggx_new_tensor_2d(ctx, type, ne0, ne1);
+        t->flags |= GGX_FLAG_INPUT;
+        return t;
+    }
+
+    // Llama decoder (D = 256, 4 heads of 64, 2 KV heads, FFN 512) over T tokens, n_layer layers.
+    void build(int T, int n_layer) {
+        const int D = 256, hd = 64, H = 4, Hkv = 2, F = 512, V = 1000, C = 64;
+        ggx_tensor * ids = input(GGX_TYPE_I32, T);
+        ggx_tensor * pos = input(GGX_TYPE_I32, T);
+        ggx_tensor * x = ggx_get_rows(ctx, weight(GGX_TYPE_F16, D, V), ids);
+        ggx_params_rope rp = {};
+        rp.n_rot = hd;
+        rp.mode = GGX_ROPE_NEOX;
+        rp.theta = 10000.0f;
+        rp.pos_scale = 1.0f;
+        rp.attn_factor = 1.0f;
+        ggx_params_attn ap = {};
+        ap.scale = 0.125f;
+        for (int il = 0; il < n_layer; il++) {
+            k_cache.push_back(weight(GGX_TYPE_F16, hd * Hkv, C));
+            v_cache.push_back(weight(GGX_TYPE_F16, hd * Hkv, C));
+            ggx_tensor * h = ggx_rms_norm(ctx, x, weight(GGX_TYPE_F16, D), 1e-5f);
+            ggx_tensor * q = ggx_mul_mat(ctx, exl2(D, hd * H), h);
+            ggx_tensor * k = ggx_mul_mat(ctx, exl2(D, hd * Hkv), h);
+            ggx_tensor * v = ggx_mul_mat(ctx, exl2(D, hd * Hkv), h);
+            q = ggx_rope(ctx, ggx_reshape_3d(ctx, q, hd, H, T), pos, nullptr, rp);
+            k = ggx_rope(ctx, ggx_reshape_3d(ctx, k, hd, Hkv, T), pos, nullptr, rp);
+            ggx_tensor * kc = ggx_kv_store(ctx, ggx_reshape_2d(ctx, k, hd * Hkv, T), k_cache.back(), pos);
+            ggx_tensor * vc = ggx_kv_store(ctx, v, v_cache.back(), pos);
+            ggx_tensor * a = ggx_attn(ctx, q, ggx_reshape_3d(ctx, kc, hd, Hkv, C), ggx_reshape_3d(ctx, vc, hd, Hkv, C), pos, ap);
+            x = ggx_add(ctx, x, ggx_mul_mat(ctx, exl2(hd * H, D), ggx_reshape_2d(ctx, a, hd * H, T)));
+            h = ggx_rms_norm(ctx, x, weight(GGX_TYPE_F16, D), 1e-5f);
+            ggx_tensor * gu = ggx_glu(ctx, ggx_mul_mat(ctx, exl2(D, F), h), ggx_mul_mat(ctx, exl2(D, F), h), GGX_ACT_SILU);
+            x = ggx_add(ctx, x, ggx_mul_mat(ctx, exl2(F, D), gu));
+        }
+        logits = ggx_mul_mat(ctx, exl2(D, V), ggx_rms_norm(ctx, x, weight(GGX_TYPE_F16, D), 1e-5f));
+        logits->flags |= GGX_FLAG_OUTPUT;
+        g = ggx_graph_new(ctx);
+        ggx_graph_build(g, logits);
+        arena.resize(ggx_graph_plan(g, 256) + 256);
+        ggx_graph_bind(g, arena.data());
+    }
+
+    int count(const ggx_cuda_plan & p, int action) const {
+        int n = 0;
+        for (int a : p.action) n += a == action;
+        return n;
+    }
+    int node_index(const ggx_tensor * t) const {
+        for (int i = 0; i < ggx_graph_n_nodes(g); i++)
+            if (ggx_graph_node(g, i) == t) return i;
+        return -1;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("decode plan: a Llama layer becomes four fused GEMV jobs and attention, the head one more job") {
+    DecodeGraph G;
+    G.build(1, 2);
+    ggx_cuda_plan p;
+    ggx_cuda_plan_graph(true, G.g, p);
+    REQUIRE(p.jobs.size() == 2 * 4 + 1);
+    // nothing but attention, the embedding lookup and views runs on its own
+    for (int i = 0; i < ggx_graph_n_nodes(G.g); i++) {
+        const ggx_tensor * n = ggx_graph_node(G.g, i);
+        if (n->op == GGX_OP_ATTN || n->op == GGX_OP_GET_ROWS || n->op == GGX_OP_NONE) continue;
+        CHECK_MESSAGE(p.action[i] != ggx_cuda_plan::RUN, "node " << i << " op " << ggx_op_name(n->op) << " runs unfused");
+    }
+    for (int il = 0; il < 2; il++) {
+        const ggx_qgemv_job & qkv = p.jobs[4 * il];
+        CHECK(qkv.n_mat == 3);
+        CHECK(qkv.norm);
+        CHECK(qkv.head_dim == 64);
+        CHECK((qkv.m[0].rope && !qkv.m[0].cache && qkv.m[0].out->op == GGX_OP_ROPE));
+        CHECK((qkv.m[1].rope && qkv.m[1].cache == G.k_cache[il]));
+        CHECK((!qkv.m[2].rope && qkv.m[2].cache == G.v_cache[il]));
+        const ggx_qgemv_job & o = p.jobs[4 * il + 1];
+        CHECK((o.n_mat == 1 && !o.norm && o.m[0].epi == GGX_QGEMV_ADD && o.m[0].out->op == GGX_OP_ADD));
+        const ggx_qgemv_job & ffn = p.jobs[4 * il + 2];
+        CHECK((ffn.n_mat == 2 && ffn.norm && ffn.m[0].epi == GGX_QGEMV_GLU && ffn.m[1].epi == GGX_QGEMV_GLU));
+        CHECK((ffn.m[0].pair == 1 && ffn.m[1].pair == 0 && ffn.m[0].is_gate && !ffn.m[1].is_gate));
+        CHECK(ffn.m[0].out->op == GGX_OP_GLU);
+        const ggx_qgemv_job & down = p.jobs[4 * il + 3];
+        CHECK((down.n_mat == 1 && down.m[0].epi == GGX_QGEMV_ADD));
+    }
+    const ggx_qgemv_job & head = p.jobs.back();
+    CHECK((head.n_mat == 1 && head.norm && head.m[0].epi == GGX_QGEMV_STORE && head.m[0].out == G.logits));
+}
+
+TEST_CASE("decode plan: without fusion every node runs as it is") {
+    DecodeGraph G;
+    G.build(3, 1);
+    ggx_cuda_plan p;
+    ggx_cuda_plan_graph(false, G.g, p);
+    CHECK(p.jobs.empty());
+    CHECK(G.count(p, ggx_cuda_plan::RUN) == ggx_graph_n_nodes(G.g));
+}
+
+TEST_CASE("decode plan: prompts longer than 8 tokens are not decode work") {
+    DecodeGraph G;
+    G.build(9, 1);
+    ggx_cuda_plan p;
+    ggx_cuda_plan_graph(true, G.g, p);
+    CHECK(p.jobs.empty());
+    CHECK(G.count(p, ggx_cuda_plan::SKIP) == 0);
+}
+
+TEST_CASE("decode plan: a residual computed after the matmul is not added early") {
+    // y = W x + s(x2) where s(x2) is a node after the matmul: the add must stay where it is
+    DecodeGraph G;
+    ggx_tensor * x = G.input(GGX_TYPE_F32, 256);
+    ggx_tensor * x2 = G.input(GGX_TYPE_F32, 128);
+    ggx_tensor * mm = ggx_mul_mat(G.ctx, G.exl2(256, 128), x);
+    ggx_tensor * s = ggx_scale(G.ctx, x2, 2.0f);
+    ggx_tensor * y = ggx_add(G.ctx, mm, s);
+    y->flags |= GGX_FLAG_OUTPUT;
+    G.g = ggx_graph_new(G.ctx);
+    ggx_graph_build(G.g, y);
+    G.arena.resize(ggx_graph_plan(G.g, 256) + 256);
+    ggx_graph_bind(G.g, G.arena.data());
+    REQUIRE(G.node_index(mm) < G.node_index(s));
+    ggx_cuda_plan p;
+    ggx_cuda_plan_graph(true, G.g, p);
+    REQUIRE(p.jobs.size() == 1);
+    CHECK(p.jobs[0].m[0].epi == GGX_QGEMV_STORE);
+    CHECK(p.jobs[0].m[0].out == mm);
+    CHECK(p.action[G.node_index(y)] == ggx_cuda_plan::RUN);
+}
+
+TEST_CASE("decode plan: a matmul result read twice keeps its own output") {
+    DecodeGraph G;
+    ggx_tensor * x = G.input(GGX_TYPE_F32, 256, 2);
+    ggx_tensor * r = G.input(GGX_TYPE_F32, 128, 2);
+    ggx_tensor * mm = ggx_mul_mat(G.ctx, G.exl2(256, 128), x);
+    ggx_tensor * y = ggx_add(G.ctx, ggx_add(G.ctx, r, mm), ggx_scale(G.ctx, mm, 0.5f));
+    y->flags |= GGX_FLAG_OUTPUT;
+    G.g = ggx_graph_new(G.ctx);
+    ggx_graph_build(G.g, y);
+    G.arena.resize(ggx_graph_plan(G.g, 256) + 256);
+    ggx_graph_bind(G.g, G.arena.data());
+    ggx_cuda_plan p;
+    ggx_cuda_plan_graph(true, G.g, p);
+    REQUIRE(p.jobs.size() == 1);
+    CHECK(p.jobs[0].T == 2);
+    CHECK(p.jobs[0].m[0].out == mm);
+    CHECK(G.count(p, ggx_cuda_plan::SKIP) == 0);
+}
+
+#endif  // GGX_USE_CUDA
