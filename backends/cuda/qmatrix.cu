@@ -1,19 +1,14 @@
-// EXL2 / GPTQ matrix multiply (see qmatrix.cuh for the two paths).
+// EXL2 / GPTQ matrix multiply (see qmatrix.cuh for the paths), and the per-matrix tables.
 //
 // Packed layout used as is (docs/exl2-format.md section 3): q_weight[QR][Np] u32, each column an
-// independent little-endian bit string per group. A thread owns 4 adjacent columns and reads one
-// uint4 per packed row (one 512-byte coalesced segment per warp). A "chunk" is the smallest row
-// run that fills whole words:
+// independent little-endian bit string per group; exl2-unpack.cuh has the chunk shapes.
 //
-//   bits   8   6   5   4   3   2
-//   rows   4  16  32   8  32  16
-//   words  1   3   5   1   3   1
-//
-// Work split: the quantized rows are cut into slices of R rows (R a multiple of 32, chosen per
-// matrix so that the grid fills the GPU); a block handles one slice for 4*blockDim columns. The
-// host precomputes each slice's "pieces" (slice ∩ group) as int4 {k0, qrow0, group<<4 | bits,
-// rows}. Any multiple of 32 rows is a chunk boundary for every width, because only 2-bit groups
-// may have 16-row sizes and they come last.
+// Tables (ggx_cuda_qmatrix_prepare): the quantized rows are cut into slices of R rows (R a
+// multiple of 32, chosen by ggx_cuda_qgemv_slice_rows so that the decode grid fills the GPU); the
+// host lists each slice's "pieces" (slice ∩ group, at most 32 rows) as int4 {k0, qrow0,
+// group<<4 | bits, rows}. Any multiple of 32 rows is a chunk boundary for every width, because
+// only 2-bit groups may have 16-row sizes and they come last. The EXL2 decode GEMV (qgemv.cu)
+// walks the pieces; the GPTQ GEMV here cuts its slices on the fly (one group size, 4 bits).
 #include "qmatrix.cuh"
 
 #include "exl2-unpack.cuh"
