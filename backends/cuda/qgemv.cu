@@ -142,7 +142,17 @@ __device__ __forceinline__ void store_any(void * p, int type, int64_t i, float v
     }
 }
 
-// Sum of the slices' partials for this thread's 4 columns (slice order: deterministic).
+template <int T>
+__device__ __forceinline__ void add_bias(const gemv_mat & M, int n, float (&v)[T][4]) {
+    if (!M.bias) return;
+#pragma unroll
+    for (int c = 0; c < 4; c++)
+        if (n + c < M.N)
+#pragma unroll
+            for (int t = 0; t < T; t++) v[t][c] += M.bias[n + c];
+}
+
+// Sum of the slices' partials for this thread's 4 columns (slice order: deterministic), + bias.
 template <int T>
 __device__ __forceinline__ void sum_partials(const gemv_mat & M, int n, float (&v)[T][4]) {
 #pragma unroll
@@ -154,12 +164,7 @@ __device__ __forceinline__ void sum_partials(const gemv_mat & M, int n, float (&
             const float4 p = load_cg((const float4 *)(M.partial + ((size_t)s * T + t) * M.Np + n));
             v[t][0] += p.x; v[t][1] += p.y; v[t][2] += p.z; v[t][3] += p.w;
         }
-    if (M.bias)
-#pragma unroll
-        for (int c = 0; c < 4; c++)
-            if (n + c < M.N)
-#pragma unroll
-                for (int t = 0; t < T; t++) v[t][c] += M.bias[n + c];
+    add_bias<T>(M, n, v);
 }
 
 // One piece (at most 32 rows of one group; qmatrix.cu cuts them so) for a thread's 4 columns:
@@ -340,12 +345,7 @@ __global__ void __launch_bounds__(k_group * W, MINB) k_qgemv(const __grid_consta
 
     // 4. partials; the last block of the tile finishes it
     if (M.arrivals == 1) {
-        if (M.bias)
-#pragma unroll
-            for (int c = 0; c < 4; c++)
-                if (n + c < M.N)
-#pragma unroll
-                    for (int t = 0; t < T; t++) v[t][c] += M.bias[n + c];
+        add_bias<T>(M, n, v);
     } else {
         if (lead && n < M.Np)
 #pragma unroll
