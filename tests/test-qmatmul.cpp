@@ -127,6 +127,22 @@ int check_layer(const QLayerHost & L, const std::vector<uint16_t> & W, const Run
     return bad;
 }
 
+// Runs the layer at T rows with the SIMD and with the scalar kernel; keeps each one's worst
+// error / tolerance ratio in worst[0] (SIMD) and worst[1] (scalar).
+void check_simd_and_scalar(const QLayerHost & L, const std::vector<uint16_t> & W, int T, int nth, uint32_t seed,
+                           double (&worst)[2]) {
+    for (bool simd : {true, false}) {
+        CAPTURE(simd);
+        Run r;
+        r.T = T;
+        r.simd = simd;
+        r.nth = nth;
+        double ratio;
+        CHECK(check_layer(L, W, r, seed, &ratio) == 0);
+        worst[simd ? 0 : 1] = std::max(worst[simd ? 0 : 1], ratio);
+    }
+}
+
 std::vector<uint16_t> dequant(const QLayerHost & L) {
     std::vector<uint16_t> W((size_t)L.K * L.N);
     qmatrix_dequant(qlayer_host_view(L), L.format == QFormat::EXL2 ? GGX_TYPE_EXL2 : GGX_TYPE_GPTQ, W.data());
@@ -190,20 +206,12 @@ TEST_CASE("qmatmul: synthetic EXL2 layers, every width, odd T, N not a multiple 
             std::vector<int> Ts = {1, 8, 17};
             if (N == 100)
                 for (int T = 3; T <= 33; T += 2) Ts.push_back(T);
-            for (int T : Ts)
-                for (bool simd : {true, false}) {
-                    CAPTURE(lay);
-                    CAPTURE(N);
-                    CAPTURE(T);
-                    CAPTURE(simd);
-                    Run r;
-                    r.T = T;
-                    r.simd = simd;
-                    r.nth = 1 + T % 4;
-                    double ratio;
-                    CHECK(check_layer(L, W, r, (uint32_t)(idx * 100 + T), &ratio) == 0);
-                    worst[simd ? 0 : 1] = std::max(worst[simd ? 0 : 1], ratio);
-                }
+            for (int T : Ts) {
+                CAPTURE(lay);
+                CAPTURE(N);
+                CAPTURE(T);
+                check_simd_and_scalar(L, W, T, 1 + T % 4, (uint32_t)(idx * 100 + T), worst);
+            }
             idx++;
         }
     }
@@ -229,22 +237,14 @@ TEST_CASE("qmatmul: synthetic GPTQ layers, act-order and not, v1 and v2") {
                     lo.gptq_v2 = v2;
                     const QLayerHost L = qlayer_load(st, "L", lo);
                     const std::vector<uint16_t> W = dequant(L);
-                    for (int T : {1, 3, 8, 15, 33})
-                        for (bool simd : {true, false}) {
-                            CAPTURE(act);
-                            CAPTURE(v2);
-                            CAPTURE(gs);
-                            CAPTURE(N);
-                            CAPTURE(T);
-                            CAPTURE(simd);
-                            Run r;
-                            r.T = T;
-                            r.simd = simd;
-                            r.nth = 1 + T % 3;
-                            double ratio;
-                            CHECK(check_layer(L, W, r, (uint32_t)(idx * 100 + T), &ratio) == 0);
-                            worst[simd ? 0 : 1] = std::max(worst[simd ? 0 : 1], ratio);
-                        }
+                    for (int T : {1, 3, 8, 15, 33}) {
+                        CAPTURE(act);
+                        CAPTURE(v2);
+                        CAPTURE(gs);
+                        CAPTURE(N);
+                        CAPTURE(T);
+                        check_simd_and_scalar(L, W, T, 1 + T % 3, (uint32_t)(idx * 100 + T), worst);
+                    }
                     idx++;
                 }
     MESSAGE("synthetic GPTQ: worst error / tolerance = " << worst[0] << " (SIMD), " << worst[1] << " (scalar)");
