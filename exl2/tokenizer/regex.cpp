@@ -749,9 +749,11 @@ struct Regex::Impl {
     }
 
     // ASCII characters that can start a match from `start` in program `prog` (followed through
-    // SPLIT, JMP and optional repeats). False when the path can match without consuming a
-    // character or meets an assertion: then no guard is possible.
-    bool first_set(const std::vector<Inst> & code, int start, uint64_t out[2]) const {
+    // SPLIT, JMP and, with follow_optional, repeats that may match nothing). False when the path
+    // can match without consuming a character or meets an assertion (or, without follow_optional,
+    // an optional repeat): then no guard is possible. *any_class: some class was met.
+    bool first_set(const std::vector<Inst> & code, int start, bool follow_optional, uint64_t out[2],
+                   bool * any_class = nullptr) const {
         std::vector<int> todo{start};
         std::vector<bool> seen(code.size(), false);
         while (!todo.empty()) {
@@ -765,10 +767,11 @@ struct Regex::Impl {
                 todo.push_back(in.b);
             } else if (in.op == JMP) {
                 todo.push_back(in.a);
-            } else if (in.op == CLASS || in.op == REPEAT) {
+            } else if (in.op == CLASS || (in.op == REPEAT && (follow_optional || in.min > 0))) {
                 const CharClass & c = classes[(size_t)in.a];
                 for (uint32_t cp = 0; cp < 128; cp++)
                     if (c.matches(cp)) out[cp >> 6] |= 1ull << (cp & 63);
+                if (any_class) *any_class = true;
                 if (in.op == REPEAT && in.min == 0) todo.push_back(pc + 1);
             } else {
                 return false;
@@ -782,7 +785,7 @@ struct Regex::Impl {
             for (auto & in : prog.code)
                 if (in.op == SPLIT) {
                     uint64_t g[2] = {0, 0};
-                    in.guarded = first_set(prog.code, in.a, g);
+                    in.guarded = first_set(prog.code, in.a, true, g);
                     in.guard[0] = g[0];
                     in.guard[1] = g[1];
                 }
@@ -793,29 +796,7 @@ struct Regex::Impl {
         // contributes; anything else (assertions, nullable) means "could start anywhere".
         uint64_t fa[2] = {0, 0};
         bool fna = false;
-        std::vector<int> todo{0};
-        std::vector<bool> seen(progs[(size_t)main].code.size(), false);
-        const auto & code = progs[(size_t)main].code;
-        while (!todo.empty()) {
-            int pc = todo.back();
-            todo.pop_back();
-            if (seen[(size_t)pc]) continue;
-            seen[(size_t)pc] = true;
-            const Inst & in = code[(size_t)pc];
-            if (in.op == SPLIT) {
-                todo.push_back(in.a);
-                todo.push_back(in.b);
-            } else if (in.op == JMP) {
-                todo.push_back(in.a);
-            } else if (in.op == CLASS || (in.op == REPEAT && in.min > 0)) {
-                const CharClass & c = classes[(size_t)in.a];
-                for (uint32_t cp = 0; cp < 128; cp++)
-                    if (c.matches(cp)) fa[cp >> 6] |= 1ull << (cp & 63);
-                fna = true;
-            } else {
-                return;  // keep "anything"
-            }
-        }
+        if (!first_set(progs[(size_t)main].code, 0, false, fa, &fna)) return;   // keep "anything"
         first_ascii[0] = fa[0];
         first_ascii[1] = fa[1];
         first_non_ascii = fna;
