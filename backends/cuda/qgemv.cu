@@ -32,6 +32,7 @@ constexpr int k_group = 128;                  // threads of one warp group: one 
 constexpr int k_tile = 4 * k_group;           // columns per tile
 constexpr int k_max_rows = 1024;              // fine slice height cap (x slices in shared memory)
 constexpr int k_target_threads = 65536;       // decode GEMV threads per matrix: ~4 MB of loads in flight
+constexpr int k_prefetch_rows = 2;            // L2 warm-up rows per thread (see prefetch_rows; measured)
 
 // Warp groups per block for T rows: shared memory holds T * W fine slices of x.
 constexpr int groups_for(int T) { return T <= 2 ? 4 : T <= 4 ? 2 : 1; }
@@ -252,10 +253,11 @@ __global__ void __launch_bounds__(k_group * W, MINB) k_qgemv(const __grid_consta
     const int n = tile * k_tile + lt * 4;
     const int p_begin = active ? M.slice_first[fine] : 0, p_end = active ? M.slice_first[fine + 1] : 0;
 
-    // 1. static data first: this slice's packed rows into L2
-    if (a.prefetch && n < M.Np && p_end > p_begin) {
+    // 1. static data first: the start of this slice's packed rows into L2 (a.prefetch rows of
+    //    words; the whole slice overflowed L2 on the head, 546 MB read for 394 MB of weights)
+    if (a.prefetch > 0 && n < M.Np && p_end > p_begin) {
         const int4 pf = M.pieces[p_begin], pl = M.pieces[p_end - 1];
-        const int q1 = pl.y + pl.w * (pl.z & 15) / 32;
+        const int q1 = min(pl.y + pl.w * (pl.z & 15) / 32, pf.y + a.prefetch);
         for (int r = pf.y; r < q1; r++) prefetch_l2(M.qw + (size_t)r * M.Np + n);
     }
     pdl_wait();
@@ -472,6 +474,17 @@ ggx_status launch(ggx_cuda_ctx & ctx, const gemv_args & a, int blocks, size_t sm
 
 size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
+// Rows of packed words each thread warms in L2 before the PDL wait (GGX_QGEMV_PREFETCH, for
+// measurements; 0 = the whole slice).
+int prefetch_rows() {
+    static const int v = [] {
+        const char * e = getenv("GGX_QGEMV_PREFETCH");
+        const int i = e ? atoi(e) : k_prefetch_rows;
+        return i > 0 ? i : 1 << 30;
+    }();
+    return v;
+}
+
 }  // namespace
 
 int ggx_cuda_qgemv_slice_rows(int K, int Np, int n_sm) {
@@ -541,7 +554,7 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     a.head_dim = job.head_dim;
     a.act = job.act;
     a.counters = ctx.counters;
-    a.prefetch = ctx.prefetch;
+    a.prefetch = ctx.prefetch ? prefetch_rows() : 0;
     if (job.n_mat < 1 || job.n_mat > GGX_QGEMV_MAX_MATS || job.T < 1 || job.T > GGX_CUDA_QGEMV_MAX_T) {
         ggx_set_error("cuda: decode matmul job with %d matrices and %d rows", job.n_mat, job.T);
         return GGX_STATUS_FAILED;
