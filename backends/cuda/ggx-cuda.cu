@@ -225,9 +225,9 @@ ggx_status run_nodes(ggx_cuda_ctx & ctx, ggx_graph * g, const ggx_cuda_plan & pl
     return GGX_STATUS_OK;
 }
 
-ggx_status graph_compute(ggx_backend * be, ggx_graph * g) {
+// Checks every node, plans the fused decode jobs and sizes the scratch buffer for them.
+ggx_status prepare(ggx_backend * be, ggx_graph * g, ggx_cuda_plan & plan) {
     ggx_cuda_ctx & ctx = *ctx_of(be);
-    GGX_CUDA_CHECK(cudaSetDevice(ctx.device));
     size_t need = 0;
     for (int i = 0; i < ggx_graph_n_nodes(g); i++) {
         const ggx_tensor * n = ggx_graph_node(g, i);
@@ -238,17 +238,32 @@ ggx_status graph_compute(ggx_backend * be, ggx_graph * g) {
         }
         need = std::max(need, node_scratch(ctx, n));
     }
-    ggx_cuda_plan plan;
     ggx_cuda_plan_graph(ctx.fuse, g, plan);
     for (const ggx_qgemv_job & job : plan.jobs) need = std::max(need, ggx_cuda_qgemv_scratch(job));
-    GGX_RETURN_IF_ERR(ensure_scratch(ctx, need));
-    if (!ctx.use_graphs || ctx.profile) return run_nodes(ctx, g, plan);
+    return ensure_scratch(ctx, need);
+}
 
+ggx_status graph_compute(ggx_backend * be, ggx_graph * g) {
+    ggx_cuda_ctx & ctx = *ctx_of(be);
+    GGX_CUDA_CHECK(cudaSetDevice(ctx.device));
+    ggx_cuda_plan plan;
+    if (!ctx.use_graphs || ctx.profile) {
+        GGX_RETURN_IF_ERR(prepare(be, g, plan));
+        return run_nodes(ctx, g, plan);
+    }
+
+    // A captured graph replays as long as every data pointer (and the scratch buffer) is the
+    // same: then the nodes were checked and planned when it was captured, and the step costs the
+    // host only the signature (the GPU waits for the host between tokens).
     void ** slot = ggx_graph_backend_cache(g);
     graph_cache * gc = (graph_cache *)*slot;
-    std::vector<void *> sig = graph_signature(ctx, g);
-    if (gc && (gc->be != be || gc->sig != sig)) {
-        if (gc->exec) (void)cudaGraphExecDestroy(gc->exec);
+    if (gc && gc->exec && gc->be == be && gc->sig == graph_signature(ctx, g)) {
+        GGX_CUDA_CHECK(cudaGraphLaunch(gc->exec, ctx.stream));
+        return GGX_STATUS_OK;
+    }
+    GGX_RETURN_IF_ERR(prepare(be, g, plan));   // may grow (move) the scratch buffer
+    if (gc && gc->exec) {
+        (void)cudaGraphExecDestroy(gc->exec);
         gc->exec = nullptr;
     }
     if (!gc) {
@@ -256,25 +271,23 @@ ggx_status graph_compute(ggx_backend * be, ggx_graph * g) {
         *slot = gc;
         ggx_graph_set_backend_cache_free(g, graph_cache_free);
     }
-    if (!gc->exec) {
-        gc->be = be;
-        gc->sig = sig;
-        cudaGraph_t graph = nullptr;
-        GGX_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
-        ggx_status st = run_nodes(ctx, g, plan);
-        cudaError_t err = cudaStreamEndCapture(ctx.stream, &graph);
-        if (st != GGX_STATUS_OK) {
-            if (graph) (void)cudaGraphDestroy(graph);
-            (void)cudaGetLastError();
-            return st;
-        }
-        if (err != cudaSuccess) return ggx_cuda_fail(err, "cudaStreamEndCapture", __FILE__, __LINE__);
-        err = cudaGraphInstantiate(&gc->exec, graph, 0);
-        (void)cudaGraphDestroy(graph);
-        if (err != cudaSuccess) {
-            gc->exec = nullptr;
-            return ggx_cuda_fail(err, "cudaGraphInstantiate", __FILE__, __LINE__);
-        }
+    gc->be = be;
+    gc->sig = graph_signature(ctx, g);
+    cudaGraph_t graph = nullptr;
+    GGX_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
+    ggx_status st = run_nodes(ctx, g, plan);
+    cudaError_t err = cudaStreamEndCapture(ctx.stream, &graph);
+    if (st != GGX_STATUS_OK) {
+        if (graph) (void)cudaGraphDestroy(graph);
+        (void)cudaGetLastError();
+        return st;
+    }
+    if (err != cudaSuccess) return ggx_cuda_fail(err, "cudaStreamEndCapture", __FILE__, __LINE__);
+    err = cudaGraphInstantiate(&gc->exec, graph, 0);
+    (void)cudaGraphDestroy(graph);
+    if (err != cudaSuccess) {
+        gc->exec = nullptr;
+        return ggx_cuda_fail(err, "cudaGraphInstantiate", __FILE__, __LINE__);
     }
     GGX_CUDA_CHECK(cudaGraphLaunch(gc->exec, ctx.stream));
     return GGX_STATUS_OK;
