@@ -37,23 +37,11 @@ constexpr int k_prefetch_rows = 2;            // L2 warm-up rows per thread (see
 // Warp groups per block for T rows: shared memory holds T * W fine slices of x.
 constexpr int groups_for(int T) { return T <= 2 ? 4 : T <= 4 ? 2 : 1; }
 
-// Launch shapes for one row, to compare on a device (GGX_QGEMV_T1=0..4; 0, the default, is the
-// measured one): warp groups per block, two pieces in flight or one, and the blocks per SM the
-// register allocation must allow (__launch_bounds__ minimum).
-struct t1_shape { int W; bool DB; int MINB; };
-constexpr t1_shape k_t1_shapes[] = {{4, true, 1}, {4, false, 2}, {2, true, 2}, {2, false, 4}, {1, false, 8}};
-constexpr int k_n_t1_shapes = (int)(sizeof k_t1_shapes / sizeof k_t1_shapes[0]);
-
-int t1_variant() {
-    static const int v = [] {
-        const char * e = getenv("GGX_QGEMV_T1");
-        const int i = e ? atoi(e) : 0;
-        return i >= 0 && i < k_n_t1_shapes ? i : 0;
-    }();
-    return v;
+// Integer tuning knobs from the environment (measurements only): `def` when unset.
+int env_int(const char * name, int def) {
+    const char * e = getenv(name);
+    return e ? atoi(e) : def;
 }
-
-int warp_groups(int T) { return T == 1 ? k_t1_shapes[t1_variant()].W : groups_for(T); }
 
 struct gemv_mat {
     const uint32_t * qw;
@@ -230,8 +218,8 @@ __device__ __forceinline__ void piece_apply(const piece_regs & s, const float * 
     }
 }
 
-template <int T, int W, bool DB, int MINB>
-__global__ void __launch_bounds__(k_group * W, MINB) k_qgemv(const __grid_constant__ gemv_args a) {
+template <int T, int W = groups_for(T)>
+__global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant__ gemv_args a) {
     constexpr int NT = k_group * W;
     extern __shared__ float4 smem4[];
     float * smem = (float *)smem4;    // x rows [T][W * R] (or the groups' sums), then the RoPE tile [T][k_tile]
@@ -305,14 +293,7 @@ __global__ void __launch_bounds__(k_group * W, MINB) k_qgemv(const __grid_consta
     float v[T][4];
 #pragma unroll
     for (int t = 0; t < T; t++) v[t][0] = v[t][1] = v[t][2] = v[t][3] = 0.0f;
-    if (!DB && n < M.Np) {
-        const float * xb = xs - k_begin;
-        for (int p = p_begin; p < p_end; p++) {
-            piece_regs A;
-            piece_load(M, p, n, A);
-            piece_apply<T>(A, xb, ldx, v);
-        }
-    } else if (n < M.Np && p_begin < p_end) {
+    if (n < M.Np && p_begin < p_end) {
         // two pieces in flight: the next one's words load while this one is multiplied
         piece_regs A, B;
         piece_load(M, p_begin, n, A);
@@ -430,9 +411,10 @@ __global__ void __launch_bounds__(k_group * W, MINB) k_qgemv(const __grid_consta
     }
 }
 
-template <int T, int W, bool DB, int MINB>
-ggx_status launch_shape(ggx_cuda_ctx & ctx, const gemv_args & a, int blocks, size_t smem) {
-    void (*kernel)(gemv_args) = k_qgemv<T, W, DB, MINB>;
+template <int T>
+ggx_status launch(ggx_cuda_ctx & ctx, const gemv_args & a, int blocks, size_t smem) {
+    constexpr int W = groups_for(T);
+    void (*kernel)(gemv_args) = k_qgemv<T>;
     static bool configured = false;   // one attribute call per instantiation (per process)
     if (!configured) {
         GGX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
@@ -457,29 +439,13 @@ ggx_status launch_shape(ggx_cuda_ctx & ctx, const gemv_args & a, int blocks, siz
     return GGX_STATUS_OK;
 }
 
-template <int T>
-ggx_status launch(ggx_cuda_ctx & ctx, const gemv_args & a, int blocks, size_t smem) {
-    if constexpr (T == 1) {
-        switch (t1_variant()) {
-            case 1: return launch_shape<1, k_t1_shapes[1].W, k_t1_shapes[1].DB, k_t1_shapes[1].MINB>(ctx, a, blocks, smem);
-            case 2: return launch_shape<1, k_t1_shapes[2].W, k_t1_shapes[2].DB, k_t1_shapes[2].MINB>(ctx, a, blocks, smem);
-            case 3: return launch_shape<1, k_t1_shapes[3].W, k_t1_shapes[3].DB, k_t1_shapes[3].MINB>(ctx, a, blocks, smem);
-            case 4: return launch_shape<1, k_t1_shapes[4].W, k_t1_shapes[4].DB, k_t1_shapes[4].MINB>(ctx, a, blocks, smem);
-            default: return launch_shape<1, k_t1_shapes[0].W, k_t1_shapes[0].DB, k_t1_shapes[0].MINB>(ctx, a, blocks, smem);
-        }
-    } else {
-        return launch_shape<T, groups_for(T), true, 1>(ctx, a, blocks, smem);
-    }
-}
-
 size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 // Rows of packed words each thread warms in L2 before the PDL wait (GGX_QGEMV_PREFETCH, for
 // measurements; 0 = the whole slice).
 int prefetch_rows() {
     static const int v = [] {
-        const char * e = getenv("GGX_QGEMV_PREFETCH");
-        const int i = e ? atoi(e) : k_prefetch_rows;
+        const int i = env_int("GGX_QGEMV_PREFETCH", k_prefetch_rows);
         return i > 0 ? i : 1 << 30;
     }();
     return v;
@@ -487,13 +453,11 @@ int prefetch_rows() {
 
 }  // namespace
 
-int ggx_cuda_qgemv_slice_rows(int K, int Np, int n_sm) {
+int ggx_cuda_qgemv_slice_rows(int K, int Np) {
     // Enough threads (columns/4 x fine slices) to keep a few MB of loads in flight; a fine slice
     // has at least 64 rows (per-block overhead) and at most k_max_rows (shared memory).
-    (void)n_sm;
     static const int target = [] {   // GGX_QGEMV_THREADS: tuning experiments only
-        const char * e = getenv("GGX_QGEMV_THREADS");
-        const int v = e ? atoi(e) : 0;
+        const int v = env_int("GGX_QGEMV_THREADS", 0);
         return v >= 1024 ? v : k_target_threads;
     }();
     const int cols4 = std::max(1, Np / 4);
@@ -525,7 +489,7 @@ ggx_qgemv_job ggx_cuda_qgemv_single(ggx_tensor * mm) {
 
 // Blocks per column tile of a matrix: its fine slices in runs of W.
 static int block_slices(const ggx_cuda_qextra * e, int T) {
-    const int W = warp_groups(T);
+    const int W = groups_for(T);
     return (e->n_slices + W - 1) / W;
 }
 
@@ -614,7 +578,7 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
         ggx_set_error("cuda: decode matmul of %s needs %d tile counters (have %d)", job.m[0].w->name, counters, ctx.n_counters);
         return GGX_STATUS_FAILED;
     }
-    const int W = warp_groups(job.T);
+    const int W = groups_for(job.T);
     const size_t rows = std::max((size_t)W * max_r, W > 1 ? (size_t)(W - 1) * k_tile : 0);
     const size_t smem = (size_t)job.T * (rows + (rope ? k_tile : 0)) * sizeof(float);
     switch (job.T) {

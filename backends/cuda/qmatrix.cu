@@ -343,7 +343,7 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
         ggx_set_error("cuda: %s: EXL2 groups cover %d rows, K is %d", t->name, k, q->K);
         return bail(GGX_STATUS_FAILED);
     }
-    const int R = ggx_cuda_qgemv_slice_rows(q->K, q->Np, ctx.n_sm);
+    const int R = ggx_cuda_qgemv_slice_rows(q->K, q->Np);
     const int n_slices = (q->K + R - 1) / R;
     std::vector<int4> pieces;
     std::vector<int> first(n_slices + 1);
