@@ -383,6 +383,12 @@ __global__ void k_probe(int * p) { if (p) *p = 1; }
 
 }  // namespace
 
+// A switch from the environment: set, non-empty and not "0".
+static bool env_flag(const char * name) {
+    const char * v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
 extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     int n_dev = 0;
     cudaError_t err = cudaGetDeviceCount(&n_dev);
@@ -424,16 +430,11 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
 #else
     ctx->smem_optin = prop.sharedMemPerBlockOptin;
 #endif  // GGX_USE_HIP
-    const char * ng = getenv("GGX_CUDA_NO_GRAPH");
-    ctx->use_graphs = !(ng && *ng && strcmp(ng, "0") != 0);
-    const char * pf = getenv("GGX_CUDA_PROFILE");
-    ctx->profile = pf && *pf && strcmp(pf, "0") != 0;
-    const char * np = getenv("GGX_CUDA_NO_PDL");
-    ctx->pdl = prop.major >= 9 && !(np && *np && strcmp(np, "0") != 0);
-    const char * nf = getenv("GGX_CUDA_NO_FUSE");
-    ctx->fuse = !(nf && *nf && strcmp(nf, "0") != 0);
-    const char * npf = getenv("GGX_CUDA_NO_PREFETCH");
-    ctx->prefetch = !(npf && *npf && strcmp(npf, "0") != 0);
+    ctx->use_graphs = !env_flag("GGX_CUDA_NO_GRAPH");
+    ctx->profile = env_flag("GGX_CUDA_PROFILE");
+    ctx->pdl = prop.major >= 9 && !env_flag("GGX_CUDA_NO_PDL");
+    ctx->fuse = !env_flag("GGX_CUDA_NO_FUSE");
+    ctx->prefetch = !env_flag("GGX_CUDA_NO_PREFETCH");
     snprintf(ctx->name, sizeof ctx->name, "cuda:%d", device);
     auto fail_init = [&](const char * what, int code) {
         ggx_set_error("cuda:%d: %s failed (%d)", device, what, code);
