@@ -43,8 +43,8 @@ struct DecodeGraph {
         m->q.K = K;
         m->q.N = N;
         m->q.Np = (N + 31) / 32 * 32;
-        m->e.slice_rows = 64;
-        m->e.n_slices = K / 64;
+        m->e.slice_rows = GGX_QGEMV_FINE_ROWS;   // as qmatrix.cu builds the tables
+        m->e.n_slices = K / GGX_QGEMV_FINE_ROWS;
         m->q.backend_extra = &m->e;
         ggx_tensor * t = ggx_new_tensor_2d(ctx, GGX_TYPE_EXL2, K, N);
         leaf_data.emplace_back(16);

@@ -32,10 +32,14 @@
 
 #define GGX_CUDA_QGEMV_MAX_T 8
 
+// Height of the fine K-slices of an EXL2 matrix's tables: a multiple of 32, so a chunk boundary at
+// every width. The decode GEMV gives each warp group a run of them, its length chosen per launch.
+#define GGX_QGEMV_FINE_ROWS 32
+
 // Per-matrix tables in device memory (ggx_qmatrix::backend_extra). The rows are cut into slices of
-// slice_rows (a multiple of 32, so a chunk boundary at every width); EXL2 slices are described by
-// "pieces" (slice ∩ group) int4 {k0, qrow0, group << 4 | bits, rows}, slice s owning
-// pieces[slice_first[s] .. slice_first[s + 1]).
+// slice_rows (GGX_QGEMV_FINE_ROWS for EXL2, whose slices are described by "pieces" (slice ∩ group)
+// int4 {k0, qrow0, group << 4 | bits, rows}, slice s owning pieces[slice_first[s] ..
+// slice_first[s + 1]); the GPTQ GEMV's own height otherwise).
 struct ggx_cuda_qextra {
     int    slice_rows = 0;
     int    n_slices = 0;

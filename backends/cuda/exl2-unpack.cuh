@@ -11,6 +11,8 @@
 
 #include "common.cuh"
 
+#include <cstring>
+
 namespace ggx_exl2_unpack {
 
 // Value j (0-based, compile-time) of width B from the words w[] of one column's chunk.
@@ -46,6 +48,65 @@ struct chunk_dot {
             for (int t = 0; t < T; t++) acc[t][c] = fmaf(v, xs[t * ld + J], acc[t][c]);
         }
         if constexpr (J + 1 < chunk_shape<B>::rows) chunk_dot<B, T, J + 1>::run(w, xs, ld, acc);
+    }
+};
+
+// ---- fp16 pairs (the decode GEMV) ------------------------------------------------------------------
+//
+// A chunk's values are used in pairs (J, J + rows/2) as one half2: each code goes into the low
+// mantissa bits of 1024.0 (0x6400, whose mantissa unit is exactly 1), so one LOP3 builds
+// (1024 + v_J, 1024 + v_{J+rows/2}) and one HSUB2 of 1024 + z leaves v - z exactly. For 8, 4 and 2 bits
+// the two values of a pair sit exactly 16 bits apart in one word (rows/2 * B = 16), so a single
+// shift places both; the other widths place each value with its own shift or funnel shift.
+
+__device__ __forceinline__ half2 as_half2(uint32_t u) {
+    half2 h;
+    memcpy(&h, &u, sizeof h);
+    return h;
+}
+
+// The value starting at bit P of a chunk's word stream, moved so that it starts at bit D (0 or
+// 16); bits outside D..D+B-1 are left for the caller to mask.
+template <int B, int P, int D>
+__device__ __forceinline__ uint32_t shift_to(const uint32_t * w) {
+    constexpr int wi = P / 32, s = P % 32;
+    if constexpr (s < D) return w[wi] << (D - s);                        // s + B <= 16 + B: inside word wi
+    else if constexpr (s + B <= 32) return w[wi] >> (s - D);
+    else return __funnelshift_r(w[wi], w[wi + 1], s - D);
+}
+
+template <int B, int J>
+__device__ __forceinline__ uint32_t pair_bits(const uint32_t * w) {
+    constexpr int H = chunk_shape<B>::rows / 2;
+    constexpr uint32_t m = (1u << B) - 1, magic = 0x64006400u;
+    if constexpr (chunk_shape<B>::words == 1) {
+        static_assert(H * B == 16, "pairs 16 bits apart");
+        return ((w[0] >> (J * B)) & (m | m << 16)) | magic;
+    } else {
+        const uint32_t lo = shift_to<B, J * B, 0>(w), hi = shift_to<B, (J + H) * B, 16>(w);
+        return ((lo & m) | magic) | (hi & (m << 16));
+    }
+}
+
+// acc[t][c] += (v_J - z, v_{J+H} - z) * (x_J, x_{J+H}) for pairs J..H-1 of one chunk of the 4
+// columns in w[c][]; xu[t][] holds the chunk's x as fp16 pairs of consecutive rows.
+template <int B, int T, int J>
+struct chunk_dot_h2 {
+    static constexpr int H = chunk_shape<B>::rows / 2;
+    static __device__ __forceinline__ void run(const uint32_t (&w)[4][chunk_shape<B>::words], const uint32_t (&xu)[T][H],
+                                               half2 (&acc)[T][4]) {
+        constexpr uint32_t zbits = (0x6400u | (1u << (B - 1))) * 0x10001u;   // (1024 + z, 1024 + z)
+        half2 xp[T];
+#pragma unroll
+        for (int t = 0; t < T; t++)   // (x_J, x_{J+H}): H is even, so both are low or both high halves
+            xp[t] = as_half2(__byte_perm(xu[t][J / 2], xu[t][(J + H) / 2], J % 2 ? 0x7632 : 0x5410));
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const half2 d = __hsub2(as_half2(pair_bits<B, J>(w[c])), as_half2(zbits));
+#pragma unroll
+            for (int t = 0; t < T; t++) acc[t][c] = __hfma2(d, xp[t], acc[t][c]);
+        }
+        if constexpr (J + 1 < H) chunk_dot_h2<B, T, J + 1>::run(w, xu, acc);
     }
 };
 

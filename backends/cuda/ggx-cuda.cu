@@ -79,7 +79,7 @@ int supports_op(ggx_backend *, const ggx_tensor * node) {
 size_t node_scratch(const ggx_cuda_ctx & ctx, const ggx_tensor * node) {
     switch (node->op) {
         case GGX_OP_MUL_MAT:
-            if (ggx_cuda_qgemv_supports(node)) return ggx_cuda_qgemv_scratch(ggx_cuda_qgemv_single((ggx_tensor *)node));
+            if (ggx_cuda_qgemv_supports(node)) return ggx_cuda_qgemv_scratch(ctx, ggx_cuda_qgemv_single((ggx_tensor *)node));
             return is_quantized(node->src[0]) ? ggx_cuda_qmatmul_scratch(ctx, node) : ggx_cuda_mmf_scratch(node);
         case GGX_OP_ATTN:    return ggx_cuda_attn_scratch(node);
         default:             return 0;
@@ -239,7 +239,7 @@ ggx_status prepare(ggx_backend * be, ggx_graph * g, ggx_cuda_plan & plan) {
         need = std::max(need, node_scratch(ctx, n));
     }
     ggx_cuda_plan_graph(ctx.fuse, g, plan);
-    for (const ggx_qgemv_job & job : plan.jobs) need = std::max(need, ggx_cuda_qgemv_scratch(job));
+    for (const ggx_qgemv_job & job : plan.jobs) need = std::max(need, ggx_cuda_qgemv_scratch(ctx, job));
     return ensure_scratch(ctx, need);
 }
 

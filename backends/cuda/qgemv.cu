@@ -1,10 +1,11 @@
 // Fused EXL2 decode GEMV (see qgemv.cuh).
 //
-// The rows are cut into fine slices (ggx_cuda_qextra: slice_rows rows, described by "pieces").
-// Grid: one block per (matrix, column tile of 512, run of W fine slices); 128*W threads, warp
-// group g (128 threads, 4 adjacent columns each) takes fine slice W*b + g, so the block splits K
-// W ways and sums the groups in shared memory (W = 4 for one or two rows, fewer for more rows,
-// whose x slices take more shared memory). A block
+// The rows are cut into fine slices of 32 rows (ggx_cuda_qextra, described by "pieces"). Grid:
+// one block per (matrix, column tile of 512, K-slice); 128*W threads, warp group g (128 threads,
+// 4 adjacent columns each) takes the g-th run of m fine slices of the block's K-slice, so the
+// block splits K W ways and sums the groups in shared memory (W = 4 for one or two rows, fewer
+// for more rows, whose x slices take more shared memory). m is chosen per launch for all of a
+// job's matrices together (group_slices), so that the grid fills whole waves. A block
 //   1. warms L2 with its slices of packed weights (static data) and only then waits for the
 //      previous kernel (programmatic dependent launch on sm_90: griddepcontrol.wait, so this
 //      prefetch overlaps the previous kernel's tail; elsewhere the wait is a no-op);
@@ -30,8 +31,9 @@ using namespace ggx_exl2_unpack;
 
 constexpr int k_group = 128;                  // threads of one warp group: one column tile
 constexpr int k_tile = 4 * k_group;           // columns per tile
-constexpr int k_max_rows = 1024;              // fine slice height cap (x slices in shared memory)
-constexpr int k_target_threads = 65536;       // decode GEMV threads per matrix: ~4 MB of loads in flight
+constexpr int k_fine = GGX_QGEMV_FINE_ROWS;
+constexpr int k_max_rows = 1024;              // rows per warp group cap (x slices in shared memory)
+constexpr int k_block_rows = 230;             // a block's fixed cost in rows (see group_slices)
 constexpr int k_prefetch_rows = 2;            // L2 warm-up rows per thread (see prefetch_rows; measured)
 
 // Warp groups per block for T rows: shared memory holds T * W fine slices of x.
@@ -50,7 +52,8 @@ struct gemv_mat {
     const int32_t *  perm;
     const int4 *     pieces;
     const int *      slice_first;
-    int K, N, Np, R, n_fine, n_slices, n_tiles;   // R rows per fine slice; n_slices blocks per tile
+    int K, N, Np, n_fine, n_slices, n_tiles;   // n_slices blocks per tile
+    int m;             // fine slices per warp group
     int block0;        // first block of this matrix in the grid
     int counter0;      // first tile counter
     int arrivals;      // blocks reporting to each tile counter (both matrices' slices for GLU)
@@ -178,8 +181,8 @@ __device__ __forceinline__ void piece_load(const gemv_mat & M, int p, int n, pie
 }
 
 template <int B, int T>
-__device__ __forceinline__ void piece_dot(const uint4 (&w)[8], int rows, const float * xs, int ld, float (&acc)[T][4]) {
-    constexpr int CR = chunk_shape<B>::rows, CW = chunk_shape<B>::words, NC = 32 / CR;
+__device__ __forceinline__ void piece_dot(const uint4 (&w)[8], int rows, const half * xh, int ld, half2 (&acc)[T][4]) {
+    constexpr int CR = chunk_shape<B>::rows, CW = chunk_shape<B>::words, NC = 32 / CR, H = CR / 2;
 #pragma unroll
     for (int c = 0; c < NC; c++) {
         if (c * CR >= rows) break;   // 16-row pieces (2-bit only)
@@ -189,17 +192,35 @@ __device__ __forceinline__ void piece_dot(const uint4 (&w)[8], int rows, const f
             const uint4 u = w[c * CW + i];
             cw[0][i] = u.x; cw[1][i] = u.y; cw[2][i] = u.z; cw[3][i] = u.w;
         }
-        chunk_dot<B, T, 0>::run(cw, xs + c * CR, ld, acc);
+        // the chunk's x: CR halves per row (pieces start on multiples of 16 rows, so a chunk's x
+        // is 16-byte aligned, 8-byte for the 4-row chunks of 8 bits)
+        uint32_t xu[T][H];
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            if constexpr (H % 4 == 0) {   // 16-byte aligned: chunks of 8 rows or more
+                const uint4 * src = (const uint4 *)(xh + t * ld + c * CR);
+#pragma unroll
+                for (int i = 0; i < H / 4; i++) {
+                    const uint4 u = src[i];
+                    xu[t][4 * i] = u.x; xu[t][4 * i + 1] = u.y; xu[t][4 * i + 2] = u.z; xu[t][4 * i + 3] = u.w;
+                }
+            } else {
+                const uint2 u = *(const uint2 *)(xh + t * ld + c * CR);
+                xu[t][0] = u.x; xu[t][1] = u.y;
+            }
+        }
+        chunk_dot_h2<B, T, 0>::run(cw, xu, acc);
     }
 }
 
-// v[t][c] += scale_c * sum over the piece's rows of (q - z) x[t][row]
+// v[t][c] += scale_c * sum over the piece's rows of (q - z) x[t][row]: the sum in fp16 pairs (at
+// most 16 products per half, x scaled so that it cannot overflow: see the staging), then fp32
 template <int T>
-__device__ __forceinline__ void piece_apply(const piece_regs & s, const float * xb, int ld, float (&v)[T][4]) {
-    float acc[T][4];
+__device__ __forceinline__ void piece_apply(const piece_regs & s, const half * xb, int ld, float (&v)[T][4]) {
+    half2 acc[T][4];
 #pragma unroll
-    for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
-    const float * xp = xb + s.pc.x;
+    for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = __float2half2_rn(0.0f);
+    const half * xp = xb + s.pc.x;
     switch (s.pc.z & 15) {
         case 8: piece_dot<8, T>(s.w, s.pc.w, xp, ld, acc); break;
         case 6: piece_dot<6, T>(s.w, s.pc.w, xp, ld, acc); break;
@@ -214,7 +235,10 @@ __device__ __forceinline__ void piece_apply(const piece_regs & s, const float * 
         const float code = (float)(((s.sw >> (4 * c)) & 15) + 1);
         const float sc = __half2float(__float2half_rn(code * code * s.mx));
 #pragma unroll
-        for (int t = 0; t < T; t++) v[t][c] = fmaf(acc[t][c], sc, v[t][c]);
+        for (int t = 0; t < T; t++) {
+            const float2 f = __half22float2(acc[t][c]);
+            v[t][c] = fmaf(f.x + f.y, sc, v[t][c]);
+        }
     }
 }
 
@@ -222,8 +246,8 @@ template <int T, int W = groups_for(T)>
 __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant__ gemv_args a) {
     constexpr int NT = k_group * W;
     extern __shared__ float4 smem4[];
-    float * smem = (float *)smem4;    // x rows [T][W * R] (or the groups' sums), then the RoPE tile [T][k_tile]
-    __shared__ float red[T][NT / GGX_CUDA_WARP];
+    float * smem = (float *)smem4;    // x rows [T][W * R] in fp32 and fp16 (or the groups' sums), then the RoPE tile [T][k_tile]
+    __shared__ float red[T][NT / GGX_CUDA_WARP], redmax[T][NT / GGX_CUDA_WARP];
     __shared__ int last;
 
     int mi = 0;
@@ -234,19 +258,26 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     const int grp = threadIdx.x / k_group, lt = threadIdx.x % k_group;
     const int local = blockIdx.x - M.block0;
     const int tile = local / M.n_slices, slice = local - tile * M.n_slices;
-    const int fine = slice * W + grp;
+    const int fine = (slice * W + grp) * M.m;   // this group's first fine slice
     const bool active = fine < M.n_fine;
-    const int k_begin = slice * W * M.R, k_n = min(W * M.R, M.K - k_begin);
-    const int ldx = W * M.R;
+    const int ldx = W * M.m * k_fine;
+    const int k_begin = slice * ldx, k_n = min(ldx, M.K - k_begin);
     const int n = tile * k_tile + lt * 4;
-    const int p_begin = active ? M.slice_first[fine] : 0, p_end = active ? M.slice_first[fine + 1] : 0;
+    const int p_begin = active ? M.slice_first[fine] : 0, p_end = active ? M.slice_first[min(fine + M.m, M.n_fine)] : 0;
 
-    // 1. static data first: the start of this slice's packed rows into L2 (a.prefetch rows of
-    //    words; the whole slice overflowed L2 on the head, 546 MB read for 394 MB of weights)
-    if (a.prefetch > 0 && n < M.Np && p_end > p_begin) {
-        const int4 pf = M.pieces[p_begin], pl = M.pieces[p_end - 1];
-        const int q1 = min(pl.y + pl.w * (pl.z & 15) / 32, pf.y + a.prefetch);
-        for (int r = pf.y; r < q1; r++) prefetch_l2(M.qw + (size_t)r * M.Np + n);
+    // 1. static data first, before waiting for the previous kernel: the first two pieces into
+    //    registers, and the next a.prefetch rows of packed words into L2 (the whole slice
+    //    overflowed L2 on the head, 546 MB read for 394 MB of weights)
+    const bool work = n < M.Np && p_begin < p_end;
+    piece_regs A, B;
+    if (work) {
+        piece_load(M, p_begin, n, A);
+        if (p_begin + 1 < p_end) piece_load(M, p_begin + 1, n, B);
+        if (a.prefetch > 0 && p_begin + 2 < p_end) {
+            const int4 pf = M.pieces[p_begin + 2], pl = M.pieces[p_end - 1];
+            const int q1 = min(pl.y + pl.w * (pl.z & 15) / 32, pf.y + a.prefetch);
+            for (int r = pf.y; r < q1; r++) prefetch_l2(M.qw + (size_t)r * M.Np + n);
+        }
     }
     pdl_wait();
     pdl_launch_next();
@@ -277,6 +308,9 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         }
     }
     float * xs = smem;
+    float amax[T];
+#pragma unroll
+    for (int t = 0; t < T; t++) amax[t] = 0.0f;
     for (int i = threadIdx.x; i < k_n; i += NT) {
         const int k = k_begin + i;
         const int src = M.perm ? M.perm[k] : k;
@@ -284,21 +318,47 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
 #pragma unroll
         for (int t = 0; t < T; t++) {
             const float xv = a.x[(size_t)t * K + src];
-            xs[t * ldx + i] = a.norm ? xv * rinv[t] * w : xv;
+            const float y = a.norm ? xv * rinv[t] * w : xv;
+            xs[t * ldx + i] = y;
+            amax[t] = fmaxf(amax[t], fabsf(y));
         }
     }
+    // The products are summed in fp16 (piece_apply): the block's x rows are scaled by a power of
+    // two (exact) that brings their largest magnitude into [8, 16), so that a piece's 16 products
+    // per half stay below 16 * 128 * 16 = 32768 for every width (|q - z| <= 128) and small
+    // values keep their precision; the sums are scaled back in fp32.
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        const float m = ggx_warp_max(amax[t]);
+        if (threadIdx.x % GGX_CUDA_WARP == 0) redmax[t][threadIdx.x / GGX_CUDA_WARP] = m;
+    }
+    __syncthreads();
+    float xscale[T], xunscale[T];
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        float m = 0.0f;
+#pragma unroll
+        for (int w = 0; w < NT / GGX_CUDA_WARP; w++) m = fmaxf(m, redmax[t][w]);
+        // m = f * 2^(field - 126) with f in [0.5, 1) (zero and subnormals: the largest scale);
+        // inf and nan are left unscaled
+        const int field = (__float_as_int(m) >> 23) & 255;
+        const int e = field == 255 ? 0 : max(-120, min(120, 4 - (field - 126)));
+        xscale[t] = __int_as_float((127 + e) << 23);
+        xunscale[t] = __int_as_float((127 - e) << 23);
+    }
+    half * xh = (half *)(xs + T * ldx);   // [T][ldx]
+    for (int i = threadIdx.x; i < k_n; i += NT)
+#pragma unroll
+        for (int t = 0; t < T; t++) xh[t * ldx + i] = __float2half_rn(xs[t * ldx + i] * xscale[t]);
     __syncthreads();
 
     // 3. this group's fine slice
     float v[T][4];
 #pragma unroll
     for (int t = 0; t < T; t++) v[t][0] = v[t][1] = v[t][2] = v[t][3] = 0.0f;
-    if (n < M.Np && p_begin < p_end) {
+    if (work) {
         // two pieces in flight: the next one's words load while this one is multiplied
-        piece_regs A, B;
-        piece_load(M, p_begin, n, A);
-        if (p_begin + 1 < p_end) piece_load(M, p_begin + 1, n, B);
-        const float * xb = xs - k_begin;
+        const half * xb = xh - k_begin;
         for (int p = p_begin; p < p_end; p += 2) {
             piece_apply<T>(A, xb, ldx, v);
             if (p + 2 < p_end) piece_load(M, p + 2, n, A);
@@ -306,6 +366,10 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
             piece_apply<T>(B, xb, ldx, v);
             if (p + 3 < p_end) piece_load(M, p + 3, n, B);
         }
+#pragma unroll
+        for (int t = 0; t < T; t++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) v[t][c] *= xunscale[t];
     }
     // the groups' sums, in group order, end up in group 0
     if constexpr (W > 1) {
@@ -364,7 +428,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
 
     // RoPE: a tile holds whole heads (k_tile % head_dim == 0), so pairs are inside the block
     if (M.rope) {
-        float * tb = smem + T * max(ldx, (W - 1) * k_tile);   // past both x rows and group sums
+        float * tb = smem + T * max(ldx + ldx / 2, (W - 1) * k_tile);   // past the x rows (fp32, fp16) and group sums
         if (lead)
 #pragma unroll
             for (int t = 0; t < T; t++)
@@ -453,19 +517,6 @@ int prefetch_rows() {
 
 }  // namespace
 
-int ggx_cuda_qgemv_slice_rows(int K, int Np) {
-    // Enough threads (columns/4 x fine slices) to keep a few MB of loads in flight; a fine slice
-    // has at least 64 rows (per-block overhead) and at most k_max_rows (shared memory).
-    static const int target = [] {   // GGX_QGEMV_THREADS: tuning experiments only
-        const int v = env_int("GGX_QGEMV_THREADS", 0);
-        return v >= 1024 ? v : k_target_threads;
-    }();
-    const int cols4 = std::max(1, Np / 4);
-    const int slices = std::max(1, (target + cols4 - 1) / cols4);
-    const int R = (K + slices - 1) / slices;
-    return std::max(64, std::min(k_max_rows, (R + 31) / 32 * 32));
-}
-
 bool ggx_cuda_qgemv_supports(const ggx_tensor * mm) {
     const ggx_tensor * w = mm->src[0];
     const ggx_tensor * x = mm->src[1];
@@ -473,7 +524,7 @@ bool ggx_cuda_qgemv_supports(const ggx_tensor * mm) {
     const ggx_qmatrix * q = (const ggx_qmatrix *)w->extra;
     const ggx_cuda_qextra * e = (const ggx_cuda_qextra *)q->backend_extra;
     const int64_t T = ggx_nrows(x);
-    return e && e->slice_rows <= k_max_rows && x->ne[0] == q->K && T >= 1 && T <= GGX_CUDA_QGEMV_MAX_T &&
+    return e && e->slice_rows == k_fine && x->ne[0] == q->K && T >= 1 && T <= GGX_CUDA_QGEMV_MAX_T &&
            q->K % 4 == 0 && q->Np % 4 == 0;
 }
 
@@ -487,18 +538,49 @@ ggx_qgemv_job ggx_cuda_qgemv_single(ggx_tensor * mm) {
     return job;
 }
 
-// Blocks per column tile of a matrix: its fine slices in runs of W.
-static int block_slices(const ggx_cuda_qextra * e, int T) {
-    const int W = groups_for(T);
-    return (e->n_slices + W - 1) / W;
+static const ggx_cuda_qextra * qextra_of(const ggx_qgemv_job_mat & jm) {
+    return (const ggx_cuda_qextra *)((const ggx_qmatrix *)jm.w->extra)->backend_extra;
 }
 
-size_t ggx_cuda_qgemv_scratch(const ggx_qgemv_job & job) {
+// Blocks per column tile of a matrix: its fine slices in runs of W groups x m.
+static int block_slices(const ggx_cuda_qextra * e, int T, int m) {
+    const int W = groups_for(T);
+    return (e->n_slices + W * m - 1) / (W * m);
+}
+
+// Fine slices per warp group for a job. The blocks run in waves of n_sm (one block per SM: the
+// registers and shared memory of a 512-thread block fill it), and a block costs a fixed part
+// (prologue over x, partials, epilogue) plus its rows, so the choice minimises waves x (fixed +
+// rows) over the job's matrices together. ncu on llama3-8b (session 4): a wave of 128 blocks took
+// 11.9 us + 0.052 us per row of each group's slice, i.e. a fixed part worth ~230 rows; the qkv
+// job (q, k, v: 12 tiles) ran 1.5-2 waves of 64-row slices (28.6-30.5 us for 12.9 MB).
+static int group_slices(const ggx_qgemv_job & job, int n_sm) {
+    static const int forced = env_int("GGX_QGEMV_GROUP_ROWS", 0);   // measurements only
+    if (forced >= k_fine) return std::min(k_max_rows, forced) / k_fine;
+    const int W = groups_for(job.T);
+    const int64_t slots = std::max(1, n_sm);
+    int best_m = 1, max_fine = 1;
+    for (int i = 0; i < job.n_mat; i++) max_fine = std::max(max_fine, qextra_of(job.m[i])->n_slices);
+    int64_t best = INT64_MAX;
+    for (int m = 1; m * k_fine <= k_max_rows; m++) {
+        int64_t blocks = 0;
+        for (int i = 0; i < job.n_mat; i++) {
+            const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
+            blocks += (int64_t)((q->Np + k_tile - 1) / k_tile) * block_slices(qextra_of(job.m[i]), job.T, m);
+        }
+        const int64_t cost = (blocks + slots - 1) / slots * (k_block_rows + m * k_fine);
+        if (cost < best) { best = cost; best_m = m; }
+        if (W * m >= max_fine) break;   // one K-slice per tile already
+    }
+    return best_m;
+}
+
+size_t ggx_cuda_qgemv_scratch(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
+    const int m = group_slices(job, ctx.n_sm);
     size_t total = 0;
     for (int i = 0; i < job.n_mat; i++) {
         const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
-        const ggx_cuda_qextra * e = (const ggx_cuda_qextra *)q->backend_extra;
-        total += align256((size_t)block_slices(e, job.T) * job.T * q->Np * sizeof(float));
+        total += align256((size_t)block_slices(qextra_of(job.m[i]), job.T, m) * job.T * q->Np * sizeof(float));
     }
     return total;
 }
@@ -524,7 +606,8 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
         return GGX_STATUS_FAILED;
     }
     char * part = (char *)ctx.scratch;
-    int blocks = 0, counters = 0, max_r = 0;
+    int blocks = 0, counters = 0;
+    const int m = group_slices(job, ctx.n_sm);
     bool rope = false;
     for (int i = 0; i < job.n_mat; i++) {
         const ggx_qgemv_job_mat & jm = job.m[i];
@@ -541,9 +624,9 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
         M.K = q->K;
         M.N = q->N;
         M.Np = q->Np;
-        M.R = e->slice_rows;
+        M.m = m;
         M.n_fine = e->n_slices;
-        M.n_slices = block_slices(e, job.T);
+        M.n_slices = block_slices(e, job.T, m);
         M.n_tiles = (q->Np + k_tile - 1) / k_tile;
         M.block0 = blocks;
         blocks += M.n_tiles * M.n_slices;
@@ -560,7 +643,6 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
         M.pair = jm.pair;
         M.is_gate = jm.is_gate;
         rope |= jm.rope;
-        max_r = std::max(max_r, M.R);
         if (jm.epi == GGX_QGEMV_GLU && jm.pair < i) {   // the second of a pair shares the first's counters
             M.counter0 = a.m[jm.pair].counter0;
             a.m[jm.pair].arrivals = M.arrivals = a.m[jm.pair].n_slices + M.n_slices;
@@ -579,7 +661,7 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
         return GGX_STATUS_FAILED;
     }
     const int W = groups_for(job.T);
-    const size_t rows = std::max((size_t)W * max_r, W > 1 ? (size_t)(W - 1) * k_tile : 0);
+    const size_t rows = std::max((size_t)W * m * k_fine * 3 / 2, W > 1 ? (size_t)(W - 1) * k_tile : 0);   // x in fp32 + fp16
     const size_t smem = (size_t)job.T * (rows + (rope ? k_tile : 0)) * sizeof(float);
     switch (job.T) {
         case 1: return launch<1>(ctx, a, blocks, smem);

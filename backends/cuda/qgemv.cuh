@@ -16,7 +16,5 @@
 #include "decode-plan.h"
 
 // Jobs and plans: decode-plan.h.
-// K-slice height for a matrix of K rows and Np columns (a multiple of 32).
-int             ggx_cuda_qgemv_slice_rows(int K, int Np);
-size_t          ggx_cuda_qgemv_scratch(const ggx_qgemv_job & job);
+size_t          ggx_cuda_qgemv_scratch(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job);
 enum ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job);

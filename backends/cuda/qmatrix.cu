@@ -3,9 +3,9 @@
 // Packed layout used as is (docs/exl2-format.md section 3): q_weight[QR][Np] u32, each column an
 // independent little-endian bit string per group; exl2-unpack.cuh has the chunk shapes.
 //
-// Tables (ggx_cuda_qmatrix_prepare): the quantized rows are cut into slices of R rows (R a
-// multiple of 32, chosen by ggx_cuda_qgemv_slice_rows so that the decode grid fills the GPU); the
-// host lists each slice's "pieces" (slice ∩ group, at most 32 rows) as int4 {k0, qrow0,
+// Tables (ggx_cuda_qmatrix_prepare): the quantized rows are cut into fine slices of
+// GGX_QGEMV_FINE_ROWS rows (the decode GEMV gives each warp group a run of them, chosen per
+// launch so that the grid fills the GPU); the host lists each slice's "pieces" (slice ∩ group, at most 32 rows) as int4 {k0, qrow0,
 // group<<4 | bits, rows}. Any multiple of 32 rows is a chunk boundary for every width, because
 // only 2-bit groups may have 16-row sizes and they come last. The EXL2 decode GEMV (qgemv.cu)
 // walks the pieces; the GPTQ GEMV here cuts its slices on the fly (one group size, 4 bits).
@@ -343,7 +343,7 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
         ggx_set_error("cuda: %s: EXL2 groups cover %d rows, K is %d", t->name, k, q->K);
         return bail(GGX_STATUS_FAILED);
     }
-    const int R = ggx_cuda_qgemv_slice_rows(q->K, q->Np);
+    const int R = GGX_QGEMV_FINE_ROWS;
     const int n_slices = (q->K + R - 1) / R;
     std::vector<int4> pieces;
     std::vector<int> first(n_slices + 1);

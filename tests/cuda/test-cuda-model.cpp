@@ -37,7 +37,11 @@ int argmax(const float * v, int n) { return (int)(std::max_element(v, v + n) - v
 // multi-row GEMV), both following the CPU's greedy choice so that their inputs stay identical.
 // With `plain` (the same model on CUDA with GGX_CUDA_NO_FUSE=1), the fused decode graphs are also
 // checked against unfused ones: both run the same GEMV sums, RoPE and activation code, and differ
-// only in the RMS norm's summation order (a few ulp of the scale), so they agree to 1e-4.
+// only in the RMS norm's summation order (a few fp32 ulp of the scale). The GEMV rounds its
+// input to fp16, so such an ulp now and then flips one input's fp16 rounding (2^-11); random
+// weights amplify that through the layers (1.8e-3 of the largest logit at most, measured on
+// the H200), hence 5e-3: a wrong fused epilogue (RoPE, residual, GLU, cache store) moves logits
+// by O(1).
 void compare_models(Model & cpu, Model & gpu, const std::string & what, const std::vector<int> & steps,
                     double tol = 1e-2, Model * plain = nullptr) {
     const int V = cpu.cfg.n_vocab;
@@ -70,7 +74,7 @@ void compare_models(Model & cpu, Model & gpu, const std::string & what, const st
             CHECK_MESSAGE(e < tol, what << " decode step " << step << " (" << batch.size() << " tokens) row " << t << " rel err " << e);
             if (!pc) continue;
             const double f = rel_err(gc.logits(t), pc->logits(t), V);
-            CHECK_MESSAGE(f < 1e-4, what << " fused vs unfused, decode step " << step << " (" << batch.size() << " tokens) row " << t << " rel err " << f);
+            CHECK_MESSAGE(f < 5e-3, what << " fused vs unfused, decode step " << step << " (" << batch.size() << " tokens) row " << t << " rel err " << f);
         }
         next = argmax(cc.logits(-1), V);
     }
@@ -97,10 +101,11 @@ void compare_synthetic(const char * name, double bpw, int layers) {
     setenv("GGX_CUDA_NO_FUSE", "1", 1);   // read when the backend starts
     auto plain = Model::load_tensors(std::move(c.st), c.config, gpu_p, "", false);
     unsetenv("GGX_CUDA_NO_FUSE");
-    // Random weights have no structure to damp rounding: the fp16 activations of the GPU prefill
-    // (2^-11 relative) reach the cache and move decode logits by up to ~1.5% of the largest one.
-    // The fused-vs-unfused check (1e-4) is the sharp one here.
-    compare_models(*cpu, *gpu, name, {1, 1, 3, 1, 8, 2, 1}, 3e-2, plain.get());
+    // Random weights have no structure to damp rounding: the fp16 activations of the GPU (2^-11
+    // relative; the prefill's reach the cache, the decode GEMV's its sums) move decode logits
+    // by up to ~3.4% of the largest one (measured on the H200), so 5e-2 here. The
+    // fused-vs-unfused check (5e-3) is the sharp one.
+    compare_models(*cpu, *gpu, name, {1, 1, 3, 1, 8, 2, 1}, 5e-2, plain.get());
 }
 
 }  // namespace

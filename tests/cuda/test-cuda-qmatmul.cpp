@@ -2,11 +2,15 @@
 // (1) an independent double-precision product with the reference dequantizer's fp16 weights
 // (exl2/quant/dequant.h, bit-exact with ExLlamaV2), and (2) the CPU backend.
 //
-// Error model: the GEMV path applies each group's scale after summing (v - z) * x in fp32, so a
-// weight is used unrounded (relative difference <= 2^-11 from its fp16 value); the prefill path
-// rounds x to fp16 (2^-11) and accumulates in fp32. With fp32 accumulation over K <= 14336 terms
-// the total stays below 2^-10 * sum_k |w_k x_k| (+1e-6 for outputs near zero); against the CPU
-// backend, which has its own rounding, twice that.
+// Error model, S = sum_k |w_k x_k|: the prefill path rounds x to fp16 (2^-11 relative) and
+// accumulates in fp32: below 2^-10 S. The GEMV path rounds x to fp16 too (after an exact
+// power-of-two scaling), sums (v - z) * x in fp16 pairs over at most 32 rows (16 products per
+// half), then applies each group's scale (unrounded weight, <= 2^-11) in fp32. Its worst case
+// is 16 roundings of 2^-11 per piece, but those roundings are independent and zero-mean, so the
+// error grows like 2^-11 * sqrt(16) * (one piece's partial sums) and, over K/32 pieces, like
+// 2^-11 * 2 * S / sqrt(K): ~5e-5 S at K = 512, far inside 2^-10 S (a wrong weight or scale
+// moves an output by ~S / sqrt(K), above 2^-10 S for any K here). Outputs near zero get +1e-6;
+// against the CPU backend, which has its own rounding, twice the bound.
 #include "cuda-harness.h"
 
 #include "exl2/quant/dequant.h"
