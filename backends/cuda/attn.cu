@@ -8,8 +8,9 @@
 //   softmax: online (running max m, running sum l per head), p kept in shared memory.
 //   values: thread = (key lane, 8-dim group); G x 8 accumulators per thread, key lanes summed
 //           once at the end.
-// With one split the block normalises and writes the output; otherwise it writes (m, l, acc) and
-// k_attn_combine merges the splits.
+// With one split the block normalises and writes the output; otherwise it writes (m, l, acc), and
+// the last block of its (KV head, token) to finish (an atomic counter, reset for the next launch)
+// merges the splits: no second launch.
 // k_attn_prefill (T > 8, f16 cache): FlashAttention-2 style tensor-core kernel, described there.
 #include "attn.cuh"
 
@@ -25,6 +26,9 @@ constexpr int k_threads = 128;
 constexpr int k_tile = k_threads;             // keys per tile: one per thread in the score phase
 constexpr int k_max_g = 8;                    // query heads per KV head
 constexpr int k_max_hd = 256;
+constexpr int k_row_loads = 8;                // 16-byte loads of a K row in flight per thread
+constexpr int k_val_loads = 4;                // V rows in flight per thread
+constexpr int k_merge_loads = 8;              // split partials in flight per thread in the merge
 
 struct attn_args {
     const float * q;       // [T][H][hd]
@@ -32,7 +36,8 @@ struct attn_args {
     const void * v;
     const int32_t * pos;   // [T]
     float * out;           // [T][H][hd]
-    float * part;          // [T][H][n_splits][hd + 2]   (m, l, acc...)
+    float * part;          // [T][H][n_splits][hd + 4]   (m, l, -, -, acc...)
+    int * counters;        // [T][Hkv] blocks done, zero between launches
     int hd, H, Hkv, C, T, chunk, n_splits;
     float scale, softcap;
     int window;
@@ -112,16 +117,24 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(attn_args a) {
 #pragma unroll
             for (int g = 0; g < k_max_g; g++) dot[g] = 0.0f;
             if (jj < nj) {
+                // k_row_loads loads of the row in flight before any is used: the loop used to
+                // wait for each in turn (16 memory latencies per row at hd 128)
                 const TC * kr = K + ((size_t)(j0 + jj) * a.Hkv + kvh) * a.hd;
-                for (int d = 0; d < a.hd; d += 8) {
-                    float kv[8];
-                    load8(kr + d, kv);
+                for (int d0 = 0; d0 < a.hd; d0 += 8 * k_row_loads) {
+                    float kv[k_row_loads][8];
 #pragma unroll
-                    for (int g = 0; g < k_max_g; g++) {
-                        if (g >= G) break;
-                        const float * qg = qs + g * a.hd + d;
+                    for (int u = 0; u < k_row_loads; u++)
+                        if (d0 + 8 * u < a.hd) load8(kr + d0 + 8 * u, kv[u]);
 #pragma unroll
-                        for (int e = 0; e < 8; e++) dot[g] = fmaf(qg[e], kv[e], dot[g]);
+                    for (int u = 0; u < k_row_loads; u++) {
+                        if (d0 + 8 * u >= a.hd) break;
+#pragma unroll
+                        for (int g = 0; g < k_max_g; g++) {
+                            if (g >= G) break;
+                            const float * qg = qs + g * a.hd + d0 + 8 * u;
+#pragma unroll
+                            for (int e = 0; e < 8; e++) dot[g] = fmaf(qg[e], kv[u][e], dot[g]);
+                        }
                     }
                 }
             }
@@ -164,15 +177,22 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(attn_args a) {
 #pragma unroll
                 for (int e = 0; e < 8; e++) acc[g][e] *= r;
             }
-            for (int jj = kl; jj < nj; jj += KL) {
-                float vv[8];
-                load8(V + ((size_t)(j0 + jj) * a.Hkv + kvh) * a.hd + dg * 8, vv);
+            for (int jj0 = kl; jj0 < nj; jj0 += k_val_loads * KL) {   // loads first, as for K
+                float vv[k_val_loads][8];
 #pragma unroll
-                for (int g = 0; g < k_max_g; g++) {
-                    if (g >= G) break;
-                    const float p = ps[g * k_tile + jj];
+                for (int u = 0; u < k_val_loads; u++)
+                    if (jj0 + u * KL < nj) load8(V + ((size_t)(j0 + jj0 + u * KL) * a.Hkv + kvh) * a.hd + dg * 8, vv[u]);
 #pragma unroll
-                    for (int e = 0; e < 8; e++) acc[g][e] = fmaf(p, vv[e], acc[g][e]);
+                for (int u = 0; u < k_val_loads; u++) {
+                    const int jj = jj0 + u * KL;
+                    if (jj >= nj) break;
+#pragma unroll
+                    for (int g = 0; g < k_max_g; g++) {
+                        if (g >= G) break;
+                        const float p = ps[g * k_tile + jj];
+#pragma unroll
+                        for (int e = 0; e < 8; e++) acc[g][e] = fmaf(p, vv[u][e], acc[g][e]);
+                    }
                 }
             }
         }
@@ -187,7 +207,7 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(attn_args a) {
             for (int e = 0; e < 8; e++) red[((size_t)kl * G + g) * a.hd + dg * 8 + e] = acc[g][e];
         }
     __syncthreads();
-    const int stride = a.hd + 2;
+    const int stride = a.hd + 4;   // (m, l, 2 unused, acc): 16-byte aligned rows for the merge
     for (int o = tid; o < G * a.hd; o += k_threads) {
         const int g = o / a.hd, d = o % a.hd;
         float r = 0.0f;
@@ -197,31 +217,67 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(attn_args a) {
             a.out[((size_t)t * a.H + kvh * G + g) * a.hd + d] = l > 0.0f ? r / l : 0.0f;
         } else {
             float * pp = a.part + (((size_t)t * a.H + kvh * G + g) * a.n_splits + split) * stride;
-            pp[2 + d] = r;
+            pp[4 + d] = r;
             if (d == 0) { pp[0] = ms[g]; pp[1] = ls[g]; }
         }
     }
-}
+    if (a.n_splits == 1) return;
 
-// One block per (head, token): out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s.
-__global__ void k_attn_combine(attn_args a) {
-    const int h = blockIdx.x, t = blockIdx.y;
-    const int stride = a.hd + 2;
-    const float * pp = a.part + ((size_t)t * a.H + h) * a.n_splits * stride;
-    float M = -INFINITY;
-    for (int s = 0; s < a.n_splits; s++) M = fmaxf(M, pp[s * stride]);
-    float L = 0.0f;
-    for (int s = 0; s < a.n_splits; s++) {
-        const float m = pp[s * stride];
-        if (m != -INFINITY) L += expf(m - M) * pp[s * stride + 1];
+    // the last block of this (KV head, token) merges the splits in split order (deterministic):
+    // out = sum_s w_s acc_s with w_s = e^(m_s - M) / sum_s e^(m_s - M) l_s
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+        int * ctr = a.counters + t * a.Hkv + kvh;
+        last = atomicAdd(ctr, 1) == a.n_splits - 1;
+        if (last) *ctr = 0;   // ready for the next launch
     }
-    for (int d = threadIdx.x; d < a.hd; d += blockDim.x) {
-        float r = 0.0f;
-        for (int s = 0; s < a.n_splits; s++) {
-            const float m = pp[s * stride];
-            if (m != -INFINITY) r += expf(m - M) * pp[s * stride + 2 + d];
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int ns = a.n_splits;
+    const float * part0 = a.part + ((size_t)t * a.H + kvh * G) * ns * stride;   // [G][ns][stride]
+    float * wt = ps;    // [G][ns] m_s, then w_s (ns <= 32 <= k_tile)
+    float * lt = red;   // [G][ns] l_s
+    for (int i = tid; i < G * ns; i += k_threads) {
+        wt[i] = ggx_load_cg(part0 + (size_t)i * stride);
+        lt[i] = ggx_load_cg(part0 + (size_t)i * stride + 1);
+    }
+    __syncthreads();
+    if (tid < G) {
+        float M = -INFINITY, L = 0.0f;
+        for (int sp = 0; sp < ns; sp++) M = fmaxf(M, wt[tid * ns + sp]);
+        for (int sp = 0; sp < ns; sp++)
+            if (wt[tid * ns + sp] != -INFINITY) L += expf(wt[tid * ns + sp] - M) * lt[tid * ns + sp];
+        ms[tid] = M;
+        ls[tid] = L;
+    }
+    __syncthreads();
+    for (int i = tid; i < G * ns; i += k_threads) {
+        const int g = i / ns;
+        const float m = wt[i];
+        wt[i] = m == -INFINITY || !(ls[g] > 0.0f) ? 0.0f : expf(m - ms[g]) / ls[g];
+    }
+    __syncthreads();
+    // 4 dimensions per thread, k_merge_loads splits' 16-byte loads in flight at a time
+    for (int o4 = tid; o4 < G * a.hd / 4; o4 += k_threads) {
+        const int g = o4 * 4 / a.hd, d = o4 * 4 % a.hd;
+        const float * pp = part0 + (size_t)g * ns * stride + 4 + d;
+        float4 r = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int s0 = 0; s0 < ns; s0 += k_merge_loads) {
+            float4 v[k_merge_loads];
+#pragma unroll
+            for (int u = 0; u < k_merge_loads; u++)
+                if (s0 + u < ns) v[u] = ggx_load_cg((const float4 *)(pp + (size_t)(s0 + u) * stride));
+#pragma unroll
+            for (int u = 0; u < k_merge_loads; u++)
+                if (s0 + u < ns) {
+                    const float w = wt[g * ns + s0 + u];
+                    r.x = fmaf(w, v[u].x, r.x); r.y = fmaf(w, v[u].y, r.y); r.z = fmaf(w, v[u].z, r.z); r.w = fmaf(w, v[u].w, r.w);
+                }
         }
-        a.out[((size_t)t * a.H + h) * a.hd + d] = L > 0.0f ? r / L : 0.0f;
+        *(float4 *)(a.out + ((size_t)t * a.H + kvh * G + g) * a.hd + d) = r;
     }
 }
 
@@ -558,7 +614,7 @@ size_t ggx_cuda_attn_scratch(const ggx_tensor * dst) {
     const plan p = make_plan(dst);
     if (p.n_splits == 1) return 0;
     const ggx_tensor * q = dst->src[0];
-    return sizeof(float) * (size_t)(q->ne[2] * q->ne[3]) * q->ne[1] * p.n_splits * (q->ne[0] + 2);
+    return sizeof(float) * (size_t)(q->ne[2] * q->ne[3]) * q->ne[1] * p.n_splits * (q->ne[0] + 4);
 }
 
 ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
@@ -571,6 +627,7 @@ ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
     a.pos = (const int32_t *)dst->src[3]->data;
     a.out = (float *)dst->data;
     a.part = (float *)ctx.scratch;
+    a.counters = ctx.counters;
     a.hd = (int)q->ne[0];
     a.H = (int)q->ne[1];
     a.T = (int)(q->ne[2] * q->ne[3]);
@@ -607,9 +664,5 @@ ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
         default:            k_attn_split<nv_bfloat16><<<grid, k_threads, smem, ctx.stream>>>(a); break;
     }
     GGX_CUDA_LAUNCH_CHECK();
-    if (a.n_splits > 1) {
-        k_attn_combine<<<dim3(a.H, a.T), 128, 0, ctx.stream>>>(a);
-        GGX_CUDA_LAUNCH_CHECK();
-    }
     return GGX_STATUS_OK;
 }

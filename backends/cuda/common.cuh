@@ -85,6 +85,17 @@ static __device__ __forceinline__ void ggx_store_f(float * p, int64_t i, float v
 static __device__ __forceinline__ void ggx_store_f(half * p, int64_t i, float v) { p[i] = __float2half_rn(v); }
 static __device__ __forceinline__ void ggx_store_f(nv_bfloat16 * p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
 
+// Loads of what other blocks wrote during this kernel, read after __threadfence() (split-K
+// partials): past L1 on CUDA; on AMD the fence's acquire already invalidated the cache, so a plain
+// load is fresh.
+template <typename V> static __device__ __forceinline__ V ggx_load_cg(const V * p) {
+#if defined(GGX_USE_HIP)
+    return *p;
+#else
+    return __ldcg(p);
+#endif
+}
+
 static __device__ __forceinline__ float ggx_warp_sum(float v) {
 #pragma unroll
     for (int o = GGX_CUDA_WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -34,6 +34,8 @@ constexpr int k_tile = 4 * k_group;           // columns per tile
 constexpr int k_fine = GGX_QGEMV_FINE_ROWS;
 constexpr int k_max_rows = 1024;              // rows per warp group cap (x slices in shared memory)
 constexpr int k_block_rows = 230;             // a block's fixed cost in rows (see group_slices)
+constexpr int k_stage = k_max_rows / k_group; // rows of x each thread stages (see the kernel's step 2)
+constexpr int k_max_smem = 96 * 1024;         // dynamic shared memory at most: T = 8 with RoPE (see ggx_cuda_qgemv_run)
 constexpr int k_prefetch_rows = 2;            // L2 warm-up rows per thread (see prefetch_rows; measured)
 
 // Warp groups per block for T rows: shared memory holds T * W fine slices of x.
@@ -101,15 +103,6 @@ __device__ __forceinline__ void prefetch_l2(const void * p) {
 #endif
 }
 
-// Loads the last block reads after __threadfence(): past L1 on CUDA (other SMs wrote them); on
-// AMD the fence's acquire already invalidated the cache, so a plain load is fresh.
-__device__ __forceinline__ float4 load_cg(const float4 * p) {
-#if defined(GGX_USE_HIP)
-    return *p;
-#else
-    return __ldcg(p);
-#endif
-}
 // Read-only loads of static tables (the pieces) through the non-coherent cache where there is one.
 template <typename V> __device__ __forceinline__ V load_ro(const V * p) {
 #if defined(GGX_USE_HIP)
@@ -150,12 +143,22 @@ __device__ __forceinline__ void sum_partials(const gemv_mat & M, int n, float (&
 #pragma unroll
     for (int t = 0; t < T; t++) v[t][0] = v[t][1] = v[t][2] = v[t][3] = 0.0f;
     if (n >= M.Np) return;
-    for (int s = 0; s < M.n_slices; s++)
+    // U slices' loads in flight before any is added (one memory latency per U slices, not per
+    // slice), still added in slice order
+    constexpr int U = 8 / T;
+    for (int s0 = 0; s0 < M.n_slices; s0 += U) {
+        float4 p[U][T];
 #pragma unroll
-        for (int t = 0; t < T; t++) {
-            const float4 p = load_cg((const float4 *)(M.partial + ((size_t)s * T + t) * M.Np + n));
-            v[t][0] += p.x; v[t][1] += p.y; v[t][2] += p.z; v[t][3] += p.w;
-        }
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int t = 0; t < T; t++)
+                if (s0 + u < M.n_slices) p[u][t] = ggx_load_cg((const float4 *)(M.partial + ((size_t)(s0 + u) * T + t) * M.Np + n));
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int t = 0; t < T; t++)
+                if (s0 + u < M.n_slices) { v[t][0] += p[u][t].x; v[t][1] += p[u][t].y; v[t][2] += p[u][t].z; v[t][3] += p[u][t].w; }
+    }
     add_bias<T>(M, n, v);
 }
 
@@ -279,6 +282,38 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
             for (int r = pf.y; r < q1; r++) prefetch_l2(M.qw + (size_t)r * M.Np + n);
         }
     }
+    // RoPE factors of this thread's columns: they depend only on inputs (pos is uploaded before
+    // the graph runs), so they are computed while the weights load; the epilogue of the tile's
+    // last block reads them back (the double-precision angle used to cost ~10 us at the end of
+    // the qkv launch)
+    float * tb = smem + T * max(ldx + ldx / 2, (W - 1) * k_tile);   // RoPE tile, past the x rows (fp32, fp16) and group sums
+    float2 * rcs = (float2 *)(tb + T * k_tile);                      // [T][k_tile] (cos, sin)
+    if (M.rope && grp == 0) {
+        const int hd = a.head_dim, half = a.rope.n_rot / 2;
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int lc = lt * 4 + c, d = lc % hd;
+            if (d >= a.rope.n_rot) continue;
+            const int i = a.rope.mode == GGX_ROPE_NEOX ? (d < half ? d : d - half) : d / 2;
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                float cs, sn;
+                ggx_rope_cos_sin(a.pos[t], i, a.freq_div, a.rope, cs, sn);
+                rcs[t * k_tile + lc] = make_float2(cs, sn);
+            }
+        }
+    }
+
+    // this thread's rows of x: their sources through q_perm and their norm weights are static too
+    // (at most k_stage of them: a block stages W * m * 32 <= 1024 W rows with 128 W threads)
+    int src[k_stage];
+    float nw[k_stage];
+#pragma unroll
+    for (int j = 0; j < k_stage; j++) {
+        const int i = threadIdx.x + j * NT, k = k_begin + i;
+        src[j] = i < k_n ? (M.perm ? M.perm[k] : k) : -1;
+        nw[j] = a.norm && a.norm_w && i < k_n ? load_any(a.norm_w, a.norm_type, src[j]) : 1.0f;
+    }
     pdl_wait();
     pdl_launch_next();
 
@@ -311,15 +346,18 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     float amax[T];
 #pragma unroll
     for (int t = 0; t < T; t++) amax[t] = 0.0f;
-    for (int i = threadIdx.x; i < k_n; i += NT) {
-        const int k = k_begin + i;
-        const int src = M.perm ? M.perm[k] : k;
-        const float w = a.norm && a.norm_w ? load_any(a.norm_w, a.norm_type, src) : 1.0f;
+    float xv[k_stage][T];   // all loads in flight at once
+#pragma unroll
+    for (int j = 0; j < k_stage; j++)
+#pragma unroll
+        for (int t = 0; t < T; t++) xv[j][t] = src[j] >= 0 ? a.x[(size_t)t * K + src[j]] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < k_stage; j++) {
+        if (src[j] < 0) continue;
 #pragma unroll
         for (int t = 0; t < T; t++) {
-            const float xv = a.x[(size_t)t * K + src];
-            const float y = a.norm ? xv * rinv[t] * w : xv;
-            xs[t * ldx + i] = y;
+            const float y = a.norm ? xv[j][t] * rinv[t] * nw[j] : xv[j][t];
+            xs[t * ldx + threadIdx.x + j * NT] = y;
             amax[t] = fmaxf(amax[t], fabsf(y));
         }
     }
@@ -428,7 +466,6 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
 
     // RoPE: a tile holds whole heads (k_tile % head_dim == 0), so pairs are inside the block
     if (M.rope) {
-        float * tb = smem + T * max(ldx + ldx / 2, (W - 1) * k_tile);   // past the x rows (fp32, fp16) and group sums
         if (lead)
 #pragma unroll
             for (int t = 0; t < T; t++)
@@ -447,8 +484,8 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
             const bool first = d == j0;
 #pragma unroll
             for (int t = 0; t < T; t++) {
-                float cs, sn;
-                ggx_rope_cos_sin(a.pos[t], i, a.freq_div, a.rope, cs, sn);
+                const float2 f = rcs[t * k_tile + lc];   // written by this thread before the PDL wait
+                const float cs = f.x, sn = f.y;
                 const float x0 = tb[t * k_tile + base + j0], x1 = tb[t * k_tile + base + j1];
                 v[t][c] = first ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
             }
@@ -481,7 +518,7 @@ ggx_status launch(ggx_cuda_ctx & ctx, const gemv_args & a, int blocks, size_t sm
     void (*kernel)(gemv_args) = k_qgemv<T>;
     static bool configured = false;   // one attribute call per instantiation (per process)
     if (!configured) {
-        GGX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
+        GGX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, k_max_smem));
         configured = true;
     }
 #if !defined(GGX_USE_HIP)
@@ -662,7 +699,11 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     }
     const int W = groups_for(job.T);
     const size_t rows = std::max((size_t)W * m * k_fine * 3 / 2, W > 1 ? (size_t)(W - 1) * k_tile : 0);   // x in fp32 + fp16
-    const size_t smem = (size_t)job.T * (rows + (rope ? k_tile : 0)) * sizeof(float);
+    const size_t smem = (size_t)job.T * (rows + (rope ? 3 * k_tile : 0)) * sizeof(float);   // + RoPE tile and (cos, sin)
+    if (smem > (size_t)k_max_smem) {
+        ggx_set_error("cuda: decode matmul of %s needs %zu bytes of shared memory (at most %d)", job.m[0].w->name, smem, k_max_smem);
+        return GGX_STATUS_FAILED;
+    }
     switch (job.T) {
         case 1: return launch<1>(ctx, a, blocks, smem);
         case 2: return launch<2>(ctx, a, blocks, smem);

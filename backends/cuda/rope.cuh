@@ -26,6 +26,8 @@ static __device__ __forceinline__ void ggx_rope_cos_sin(int32_t pos, int i, cons
         factor = p.pos_scale * (1.0 - mix) + mix;
     }
     const double ang = (double)pos * inv * factor;
-    c = (float)(cos(ang) * p.attn_factor);
-    s = (float)(sin(ang) * p.attn_factor);
+    double sd, cd;
+    sincos(ang, &sd, &cd);   // one range reduction for both
+    c = (float)(cd * p.attn_factor);
+    s = (float)(sd * p.attn_factor);
 }
