@@ -82,6 +82,10 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(attn_args a) {
     const int DG = a.hd / 8, KL = k_threads / DG;
     const int kl = tid / DG, dg = tid % DG;
 
+    // q and the cache rows come from the previous kernel (the qkv GEMV); the next one (the o
+    // GEMV) may start its static loads on the SMs this small grid leaves free
+    ggx_pdl_wait();
+    ggx_pdl_launch_next();
     const int p_t = a.pos[t];
     const int p_vis = a.non_causal ? a.pos[a.T - 1] : p_t;   // last visible key
     int k_lo, k_hi;
@@ -659,10 +663,8 @@ ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
     const size_t smem = smem_bytes(G, a.hd);
     const dim3 grid(a.Hkv, a.n_splits, a.T);
     switch (kc->type) {
-        case GGX_TYPE_F32:  k_attn_split<float><<<grid, k_threads, smem, ctx.stream>>>(a); break;
-        case GGX_TYPE_F16:  k_attn_split<half><<<grid, k_threads, smem, ctx.stream>>>(a); break;
-        default:            k_attn_split<nv_bfloat16><<<grid, k_threads, smem, ctx.stream>>>(a); break;
+        case GGX_TYPE_F32:  return ggx_cuda_launch(ctx, k_attn_split<float>, grid, dim3(k_threads), smem, a);
+        case GGX_TYPE_F16:  return ggx_cuda_launch(ctx, k_attn_split<half>, grid, dim3(k_threads), smem, a);
+        default:            return ggx_cuda_launch(ctx, k_attn_split<nv_bfloat16>, grid, dim3(k_threads), smem, a);
     }
-    GGX_CUDA_LAUNCH_CHECK();
-    return GGX_STATUS_OK;
 }

@@ -76,6 +76,44 @@ struct ggx_cuda_ctx {
     char           name[16] = {0};
 };
 
+// ---- programmatic dependent launch (sm_90) ----------------------------------------------------
+// A kernel launched with ggx_cuda_launch may start while the previous one finishes: it does what
+// depends only on static data first, then ggx_pdl_wait() (returns once the previous grid has
+// completed and its memory is visible), then ggx_pdl_launch_next() lets the following kernel start
+// early in turn. Elsewhere (older GPUs, HIP, ctx.pdl off) both are no-ops and launches are plain.
+static __device__ __forceinline__ void ggx_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(GGX_USE_HIP)
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void ggx_pdl_launch_next() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(GGX_USE_HIP)
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+template <typename... Args, typename... Actual>
+static enum ggx_status ggx_cuda_launch(const ggx_cuda_ctx & ctx, void (*kernel)(Args...), dim3 grid, dim3 block, size_t smem,
+                                       Actual &&... args) {
+#if !defined(GGX_USE_HIP)
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = ctx.stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = ctx.pdl ? 1 : 0;
+    GGX_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Actual &&>(args)...));
+#else
+    kernel<<<grid, block, smem, ctx.stream>>>(static_cast<Actual &&>(args)...);
+    GGX_CUDA_LAUNCH_CHECK();
+#endif  // GGX_USE_HIP
+    return GGX_STATUS_OK;
+}
+
 // ---- device helpers ---------------------------------------------------------------------------
 static __device__ __forceinline__ float ggx_load_f(const float * p, int64_t i) { return p[i]; }
 static __device__ __forceinline__ float ggx_load_f(const half * p, int64_t i) { return __half2float(p[i]); }

@@ -84,17 +84,6 @@ struct gemv_args {
     int * counters;
 };
 
-// ---- programmatic dependent launch (sm_90) -----------------------------------------------------
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(GGX_USE_HIP)
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_launch_next() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(GGX_USE_HIP)
-    asm volatile("griddepcontrol.launch_dependents;");
-#endif
-}
 __device__ __forceinline__ void prefetch_l2(const void * p) {
 #if defined(__CUDA_ARCH__) && !defined(GGX_USE_HIP)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
@@ -314,8 +303,8 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         src[j] = i < k_n ? (M.perm ? M.perm[k] : k) : -1;
         nw[j] = a.norm && a.norm_w && i < k_n ? load_any(a.norm_w, a.norm_type, src[j]) : 1.0f;
     }
-    pdl_wait();
-    pdl_launch_next();
+    ggx_pdl_wait();
+    ggx_pdl_launch_next();
 
     // 2. x rows of this block (through q_perm), optionally RMS-normalised
     const int K = a.K;
@@ -521,23 +510,7 @@ ggx_status launch(ggx_cuda_ctx & ctx, const gemv_args & a, int blocks, size_t sm
         GGX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, k_max_smem));
         configured = true;
     }
-#if !defined(GGX_USE_HIP)
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)blocks);
-    cfg.blockDim = dim3(k_group * W);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = ctx.stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = ctx.pdl ? 1 : 0;
-    GGX_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
-#else
-    kernel<<<blocks, k_group * W, smem, ctx.stream>>>(a);
-    GGX_CUDA_LAUNCH_CHECK();
-#endif  // GGX_USE_HIP
-    return GGX_STATUS_OK;
+    return ggx_cuda_launch(ctx, kernel, dim3((unsigned)blocks), dim3(k_group * W), smem, a);
 }
 
 size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
