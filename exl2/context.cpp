@@ -65,8 +65,10 @@ Context::Context(Model & model, const ContextParams & p)
         model.backend->iface.set(model.backend, rope_buf_, rt.freq_div.data(), rt.freq_div.size() * 4);
         model.backend->iface.synchronize(model.backend);
     }
-    // Reserve the compute buffer for the worst case (a full batch with every row's logits).
-    graph_for(n_batch_, true);
+    // Reserve the compute buffer for a full batch that keeps the last row's logits (prompts and
+    // generation). A batch that keeps every row's logits (perplexity) grows it on first use: for a
+    // 2048-token batch of a 128k vocabulary those logits alone are 1 GB, which a chat never needs.
+    graph_for(n_batch_, false);
 }
 
 Context::~Context() {
@@ -122,8 +124,8 @@ Context::Graph & Context::graph_for(int T, bool all_logits) {
     if (it != graphs_.end()) return it->second;
     Graph G = build(T, all_logits);
     if (G.need > compute_size_) {
-        // Only the first (worst-case) graph should get here; if a later one needs more, grow the
-        // buffer and drop the graphs bound to the old one.
+        // The first graph and the first all-logits batch get here; grow the buffer and drop the
+        // graphs bound to the old one.
         if (compute_buf_) {
             for (auto & kv : graphs_) ggx_context_free(kv.second.ctx);
             graphs_.clear();

@@ -1,6 +1,7 @@
-// An inference context: the KV cache of one sequence, the compute buffer reserved once for the
-// worst case, and one planned graph per shape (number of new tokens, logits wanted), reused for
-// every step. Steady-state decoding allocates nothing.
+// An inference context: the KV cache of one sequence, the compute buffer (reserved at creation
+// for a full batch keeping the last row's logits, grown once if a batch asks for every row's),
+// and one planned graph per shape (number of new tokens, logits wanted), reused for every step.
+// Steady-state decoding allocates nothing.
 #pragma once
 
 #include "model.h"
