@@ -8,9 +8,9 @@
 //   softmax: online (running max m, running sum l per head), p kept in shared memory.
 //   values: thread = (key lane, 8-dim group); G x 8 accumulators per thread, key lanes summed
 //           once at the end.
-// With one split the block normalises and writes the output; otherwise it writes (m, l, acc), and
-// the last block of its (KV head, token) to finish (an atomic counter, reset for the next launch)
-// merges the splits: no second launch.
+// Splits without visible keys exit at once. With one split left the block normalises and writes
+// the output; otherwise each writes (m, l, acc), and the last block of its (KV head, token) to
+// finish (an atomic counter, reset for the next launch) merges the splits: no second launch.
 // k_attn_prefill (T > 8, f16 cache): FlashAttention-2 style tensor-core kernel, described there.
 #include "attn.cuh"
 
@@ -88,8 +88,8 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(attn_args a) {
     ggx_pdl_launch_next();
     const int p_t = a.pos[t];
     const int p_vis = a.non_causal ? a.pos[a.T - 1] : p_t;   // last visible key
-    int k_lo, k_hi;
-    if (a.chunk > 0) {
+    int k_lo, k_hi, n_active = 1;   // n_active: the splits that hold visible keys
+    if (a.chunk > 0) {   // one split (make_plan)
         k_lo = split * a.chunk;
         k_hi = min(min(a.C, k_lo + a.chunk), p_vis + 1);
         if (a.window > 0) k_lo = max(k_lo, p_t - a.window + 1);
@@ -99,6 +99,10 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(attn_args a) {
         const int chunk = ((max(end - lo0, 1) + a.n_splits - 1) / a.n_splits + 31) / 32 * 32;
         k_lo = lo0 + split * chunk;
         k_hi = min(end, k_lo + chunk);
+        n_active = max(1, (end - lo0 + chunk - 1) / chunk);
+        // The others have nothing to add (every block computes the same n_active): at short
+        // contexts one split does all, writes the output itself and nothing is merged.
+        if (split >= n_active) return;
     }
 
     for (int i = tid; i < G * a.hd; i += k_threads) {
@@ -216,7 +220,7 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(attn_args a) {
         const int g = o / a.hd, d = o % a.hd;
         float r = 0.0f;
         for (int k = 0; k < KL; k++) r += red[((size_t)k * G + g) * a.hd + d];
-        if (a.n_splits == 1) {
+        if (n_active == 1) {
             const float l = ls[g];
             a.out[((size_t)t * a.H + kvh * G + g) * a.hd + d] = l > 0.0f ? r / l : 0.0f;
         } else {
@@ -225,28 +229,29 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(attn_args a) {
             if (d == 0) { pp[0] = ms[g]; pp[1] = ls[g]; }
         }
     }
-    if (a.n_splits == 1) return;
+    if (n_active == 1) return;
 
-    // the last block of this (KV head, token) merges the splits in split order (deterministic):
-    // out = sum_s w_s acc_s with w_s = e^(m_s - M) / sum_s e^(m_s - M) l_s
+    // the last active block of this (KV head, token) merges the splits in split order
+    // (deterministic): out = sum_s w_s acc_s with w_s = e^(m_s - M) / sum_s e^(m_s - M) l_s
     __shared__ int last;
     __threadfence();
     __syncthreads();
     if (tid == 0) {
         int * ctr = a.counters + t * a.Hkv + kvh;
-        last = atomicAdd(ctr, 1) == a.n_splits - 1;
+        last = atomicAdd(ctr, 1) == n_active - 1;
         if (last) *ctr = 0;   // ready for the next launch
     }
     __syncthreads();
     if (!last) return;
     __threadfence();
-    const int ns = a.n_splits;
-    const float * part0 = a.part + ((size_t)t * a.H + kvh * G) * ns * stride;   // [G][ns][stride]
+    const int ns = n_active;
+    const float * part0 = a.part + ((size_t)t * a.H + kvh * G) * a.n_splits * stride;   // [G][n_splits][stride]
     float * wt = ps;    // [G][ns] m_s, then w_s (ns <= 32 <= k_tile)
     float * lt = red;   // [G][ns] l_s
     for (int i = tid; i < G * ns; i += k_threads) {
-        wt[i] = ggx_load_cg(part0 + (size_t)i * stride);
-        lt[i] = ggx_load_cg(part0 + (size_t)i * stride + 1);
+        const float * pp = part0 + ((size_t)(i / ns) * a.n_splits + i % ns) * stride;
+        wt[i] = ggx_load_cg(pp);
+        lt[i] = ggx_load_cg(pp + 1);
     }
     __syncthreads();
     if (tid < G) {
@@ -267,7 +272,7 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(attn_args a) {
     // 4 dimensions per thread, k_merge_loads splits' 16-byte loads in flight at a time
     for (int o4 = tid; o4 < G * a.hd / 4; o4 += k_threads) {
         const int g = o4 * 4 / a.hd, d = o4 * 4 % a.hd;
-        const float * pp = part0 + (size_t)g * ns * stride + 4 + d;
+        const float * pp = part0 + (size_t)g * a.n_splits * stride + 4 + d;
         float4 r = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         for (int s0 = 0; s0 < ns; s0 += k_merge_loads) {
             float4 v[k_merge_loads];
