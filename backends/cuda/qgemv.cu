@@ -6,13 +6,17 @@
 // block splits K W ways and sums the groups in shared memory (W = 4 for one or two rows, fewer
 // for more rows, whose x slices take more shared memory). m is chosen per launch for all of a
 // job's matrices together (group_slices), so that the grid fills whole waves. A block
-//   1. warms L2 with its slices of packed weights (static data) and only then waits for the
-//      previous kernel (programmatic dependent launch on sm_90: griddepcontrol.wait, so this
-//      prefetch overlaps the previous kernel's tail; elsewhere the wait is a no-op);
+//   1. does what depends only on static data and inputs first (its first two pieces of packed
+//      weights into registers, a few more rows into L2, q_perm and the norm weights of its x
+//      rows, the RoPE factors of its columns) and only then waits for the previous kernel
+//      (programmatic dependent launch on sm_90: griddepcontrol.wait, so this overlaps the
+//      previous kernel's tail; elsewhere the wait is a no-op);
 //   2. gathers its rows of x through q_perm into shared memory, RMS-normalised if asked (the
-//      block computes the row's inverse RMS itself: K floats from L2, cheaper than a launch);
+//      block computes the row's inverse RMS itself: K floats from L2, cheaper than a launch),
+//      then as fp16 scaled by a power of two;
 //   3. streams its pieces (slice ∩ group, at most 32 rows) with 16-byte loads, two pieces in
-//      flight, applying each group's scale once per piece;
+//      flight, summing (q - z) x in fp16 pairs and applying each group's scale once per piece
+//      in fp32;
 //   4. writes its partial sums, and the last block of the tile to arrive (an atomic counter that
 //      it resets for the next launch) adds the blocks' partials in order and runs the epilogue.
 #include "qgemv.cuh"
@@ -273,8 +277,8 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     }
     // RoPE factors of this thread's columns: they depend only on inputs (pos is uploaded before
     // the graph runs), so they are computed while the weights load; the epilogue of the tile's
-    // last block reads them back (the double-precision angle used to cost ~10 us at the end of
-    // the qkv launch)
+    // last block reads them back (the double-precision angle at the end of the last block made
+    // the qkv launch several us longer)
     float * tb = smem + T * max(ldx + ldx / 2, (W - 1) * k_tile);   // RoPE tile, past the x rows (fp32, fp16) and group sums
     float2 * rcs = (float2 *)(tb + T * k_tile);                      // [T][k_tile] (cos, sin)
     if (M.rope && grp == 0) {
