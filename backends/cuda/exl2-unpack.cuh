@@ -59,10 +59,17 @@ struct chunk_dot {
 // the two values of a pair sit exactly 16 bits apart in one word (rows/2 * B = 16), so a single
 // shift places both; the other widths place each value with its own shift or funnel shift.
 
-__device__ __forceinline__ half2 as_half2(uint32_t u) {
+// Bit casts between a packed pair of fp16 and a 32-bit word (also the prefill dequantizer's).
+__device__ __forceinline__ half2 u32_as_half2(uint32_t u) {
     half2 h;
-    memcpy(&h, &u, sizeof h);
+    static_assert(sizeof(h) == 4, "half2 is 4 bytes");
+    memcpy(&h, &u, 4);
     return h;
+}
+__device__ __forceinline__ uint32_t half2_as_u32(half2 h) {
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
 }
 
 // The value starting at bit P of a chunk's word stream, moved so that it starts at bit D (0 or
@@ -99,10 +106,10 @@ struct chunk_dot_h2 {
         half2 xp[T];
 #pragma unroll
         for (int t = 0; t < T; t++)   // (x_J, x_{J+H}): H is even, so both are low or both high halves
-            xp[t] = as_half2(__byte_perm(xu[t][J / 2], xu[t][(J + H) / 2], J % 2 ? 0x7632 : 0x5410));
+            xp[t] = u32_as_half2(__byte_perm(xu[t][J / 2], xu[t][(J + H) / 2], J % 2 ? 0x7632 : 0x5410));
 #pragma unroll
         for (int c = 0; c < 4; c++) {
-            const half2 d = __hsub2(as_half2(pair_bits<B, J>(w[c])), as_half2(zbits));
+            const half2 d = __hsub2(u32_as_half2(pair_bits<B, J>(w[c])), u32_as_half2(zbits));
 #pragma unroll
             for (int t = 0; t < T; t++) acc[t][c] = __hfma2(d, xp[t], acc[t][c]);
         }

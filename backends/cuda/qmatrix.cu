@@ -102,17 +102,6 @@ k_gptq_gemv(const uint32_t * __restrict__ q_weight,   // [K/8][N]
 constexpr int k_dq_threads = 64;                   // 512 columns per block
 constexpr int k_dq_rows = 32;                      // rows per block
 
-__device__ __forceinline__ half2 u32_as_half2(uint32_t u) {
-    half2 h;
-    static_assert(sizeof(h) == 4, "half2 is 4 bytes");
-    memcpy(&h, &u, 4);
-    return h;
-}
-__device__ __forceinline__ uint32_t half2_as_u32(half2 h) {
-    uint32_t u;
-    memcpy(&u, &h, 4);
-    return u;
-}
 
 // Value j of width B from one column's chunk words (j compile-time after unrolling).
 template <int B>
