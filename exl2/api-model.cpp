@@ -91,6 +91,7 @@ int32_t exl2_model_n_layer(const exl2_model * model) { return model ? model->m->
 int32_t exl2_model_n_embd(const exl2_model * model) { return model ? model->m->cfg.n_embd : EXL2_ERR_INVALID_ARG; }
 uint64_t exl2_model_n_params(const exl2_model * model) { return model ? model->m->n_params : 0; }
 uint64_t exl2_model_weight_bytes(const exl2_model * model) { return model ? model->m->weight_bytes : 0; }
+uint64_t exl2_model_device_bytes(const exl2_model * model) { return model ? model->m->device_bytes : 0; }
 const char * exl2_model_desc(const exl2_model * model) { return model ? model->m->desc.c_str() : ""; }
 
 // ---------------------------------------------------------------------------------------------
@@ -124,6 +125,8 @@ void exl2_context_free(exl2_context * ctx) {
 }
 int32_t exl2_context_n_ctx(const exl2_context * ctx) { return ctx ? ctx->c->n_ctx() : EXL2_ERR_INVALID_ARG; }
 int32_t exl2_context_n_past(const exl2_context * ctx) { return ctx ? ctx->c->n_past() : EXL2_ERR_INVALID_ARG; }
+uint64_t exl2_context_cache_bytes(const exl2_context * ctx) { return ctx ? ctx->c->cache_bytes() : 0; }
+uint64_t exl2_context_compute_bytes(const exl2_context * ctx) { return ctx ? ctx->c->compute_bytes() : 0; }
 int exl2_context_truncate(exl2_context * ctx, int32_t n) {
     if (!ctx || n < 0) {
         exl2_api_set_error("exl2_context_truncate: invalid argument");

@@ -110,6 +110,10 @@ int32_t      exl2_model_n_embd(const exl2_model * model);
 /* Number of parameters, and bytes of weights read per decoded token. */
 uint64_t     exl2_model_n_params(const exl2_model * model);
 uint64_t     exl2_model_weight_bytes(const exl2_model * model);
+/* Bytes the weights occupy on the backend: every tensor uploaded to a GPU (the embedding table
+ * included); on the CPU only the quantized layers' copies (other tensors are used in place from
+ * the file mapping). Backend-side tables and alignment padding are not counted. */
+uint64_t     exl2_model_device_bytes(const exl2_model * model);
 /* One-line description: architecture, size, quantization, device. Owned by the model. */
 const char * exl2_model_desc(const exl2_model * model);
 
@@ -136,6 +140,10 @@ int32_t        exl2_context_n_ctx(const exl2_context * ctx);
 int32_t        exl2_context_n_past(const exl2_context * ctx);
 /* Drop cached tokens from position n on (0 clears). */
 int            exl2_context_truncate(exl2_context * ctx, int32_t n);
+/* Bytes of the KV cache, and of the compute buffer (a full batch's activations, reserved at
+ * creation; it grows once when a batch first keeps every row's logits). */
+uint64_t       exl2_context_cache_bytes(const exl2_context * ctx);
+uint64_t       exl2_context_compute_bytes(const exl2_context * ctx);
 
 /* Runs the model on n tokens appended after the cached ones (longer inputs are split into
  * n_batch chunks). all_logits: keep logits for every token, else only the last.

@@ -87,3 +87,38 @@ TEST_CASE("c api: generate greedily, context full, truncate") {
     exl2_context_free(ctx);
     exl2_model_free(model);
 }
+
+TEST_CASE("c api: memory figures (weights on the backend, KV cache, compute buffer)") {
+    exl2_model_params mp = exl2_model_default_params();
+    mp.n_threads = 1;
+    exl2_model * model = exl2_model_load("models/kjv-6m", mp);
+    REQUIRE_MESSAGE(model, exl2_last_error());
+    // kjv-6m is unquantized: on the CPU its tensors are used in place from the file mapping.
+    CHECK(exl2_model_device_bytes(model) == 0);
+    exl2_context_params cp = exl2_context_default_params();
+    cp.n_ctx = 80;   // n_batch 512 is clamped to the context: 80-token batches
+    cp.cache_type = EXL2_CACHE_F32;
+    exl2_context * ctx = exl2_context_new(model, cp);
+    REQUIRE_MESSAGE(ctx, exl2_last_error());
+    // K and V for 6 layers of 2 KV heads x 64 dims x 80 positions x 4 bytes (40960: already
+    // a multiple of the CPU backend's 64-byte alignment).
+    CHECK(exl2_context_cache_bytes(ctx) == 2ull * 6 * 2 * 64 * 80 * 4);
+    const uint64_t reserved = exl2_context_compute_bytes(ctx);
+    CHECK(reserved > 0);
+    std::vector<int32_t> ids(80);
+    for (int i = 0; i < 80; i++) ids[i] = (i * 37 + 11) % 4096;
+    // A full batch keeping the last row's logits fits what was reserved at creation...
+    REQUIRE(exl2_decode(ctx, ids.data(), 80, 0) == EXL2_OK);
+    CHECK(exl2_context_compute_bytes(ctx) == reserved);
+    // ...and the first batch keeping all 80 rows (80 x 4096 floats of logits alone) grows it.
+    REQUIRE(exl2_context_truncate(ctx, 0) == EXL2_OK);
+    REQUIRE(exl2_decode(ctx, ids.data(), 80, 1) == EXL2_OK);
+    CHECK(exl2_context_compute_bytes(ctx) > reserved);
+    CHECK(exl2_context_compute_bytes(ctx) >= 80ull * 4096 * 4);
+    CHECK(exl2_get_logits(ctx, 79) != nullptr);
+    CHECK(exl2_context_cache_bytes(nullptr) == 0);
+    CHECK(exl2_context_compute_bytes(nullptr) == 0);
+    CHECK(exl2_model_device_bytes(nullptr) == 0);
+    exl2_context_free(ctx);
+    exl2_model_free(model);
+}

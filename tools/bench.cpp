@@ -178,6 +178,8 @@ int main(int argc, char ** argv) {
 
     uint64_t free1 = 0;
     const bool have_mem1 = have_mem && exl2_device_memory(o.device.c_str(), &free1, &total) == EXL2_OK;
+    const uint64_t dev_bytes = exl2_model_device_bytes(model), cache_bytes = exl2_context_cache_bytes(ctx);
+    const uint64_t compute_bytes = exl2_context_compute_bytes(ctx);   // as reserved, before any batch
     const double copy_bw = exl2_device_copy_bandwidth(o.device.c_str(), 0);   // negative: not available
 
     std::mt19937 rng(1234);
@@ -224,9 +226,11 @@ int main(int argc, char ** argv) {
         printf("{\n  \"model\": \"%s\",\n  \"desc\": \"%s\",\n  \"device\": \"%s\",\n", json_escape(name).c_str(),
                json_escape(exl2_model_desc(model)).c_str(), json_escape(o.device).c_str());
         if (!o.synthetic.empty()) printf("  \"bpw\": %.3f,\n  \"layers\": %d,\n", o.bpw, exl2_model_n_layer(model));
-        printf("  \"load_s\": %.3f,\n  \"weight_bytes_per_token\": %llu,\n  \"vram_used_bytes\": %.0f,\n"
+        printf("  \"load_s\": %.3f,\n  \"weight_bytes_per_token\": %llu,\n  \"weights_device_bytes\": %llu,\n"
+               "  \"kv_cache_bytes\": %llu,\n  \"compute_buffer_bytes\": %llu,\n  \"vram_used_bytes\": %.0f,\n"
                "  \"vram_after_tests_bytes\": %.0f,\n  \"copy_bandwidth_bytes_per_s\": %.0f,\n  \"results\": [\n",
-               t_load, (unsigned long long)wbytes, vram, vram_after, copy_bw > 0 ? copy_bw : 0.0);
+               t_load, (unsigned long long)wbytes, (unsigned long long)dev_bytes, (unsigned long long)cache_bytes,
+               (unsigned long long)compute_bytes, vram, vram_after, copy_bw > 0 ? copy_bw : 0.0);
         for (size_t i = 0; i < results.size(); i++) {
             const Result & r = results[i];
             printf("    {\"test\": \"%s\", \"tokens\": %d, \"seconds\": %.6f, \"tokens_per_s\": %.2f", r.test.c_str(), r.n_tokens,
@@ -245,6 +249,15 @@ int main(int argc, char ** argv) {
         printf("weights: %.1f MiB read per token", wbytes / 1048576.0);
         if (have_mem1) printf("   VRAM used (model + context): %.1f MiB of %.1f GiB", vram / 1048576.0, total / 1073741824.0);
         if (have_mem2 && o.device != "cpu") printf(", %.1f MiB after the tests (with scratch)", vram_after / 1048576.0);
+        printf("\n");
+        // What the VRAM figure is made of: the rest is the runtime's own (cuBLAS workspace,
+        // decode tables, scratch, allocation granularity).
+        printf("memory:  weights %.1f MiB + KV cache %.1f MiB (%d tokens) + compute buffer %.1f MiB", dev_bytes / 1048576.0,
+               cache_bytes / 1048576.0, exl2_context_n_ctx(ctx), compute_bytes / 1048576.0);
+        if (have_mem1 && o.device != "cpu") {
+            const double base = (double)dev_bytes + (double)cache_bytes, over = vram - base;
+            printf("; VRAM beyond weights + cache: %.1f MiB (%.1f%%)", over / 1048576.0, base > 0 ? 100.0 * over / base : 0.0);
+        }
         printf("\n");
         if (copy_bw > 0) printf("copy bandwidth (read + write): %.0f GB/s -> decode limit %.1f tok/s from weights alone\n",
                                 copy_bw / 1e9, copy_bw / (double)wbytes);
