@@ -619,6 +619,11 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
         ggx_set_error("cuda: decode matmul job with %d matrices and %d rows", job.n_mat, job.T);
         return GGX_STATUS_FAILED;
     }
+    for (int i = 0; i < job.n_mat; i++)   // before group_slices, which reads the tables
+        if (!qextra_of(job.m[i])) {
+            ggx_set_error("cuda: %s: quantized matrix not prepared for this backend", job.m[i].w->name);
+            return GGX_STATUS_FAILED;
+        }
     char * part = (char *)ctx.scratch;
     int blocks = 0, counters = 0;
     const int m = group_slices(job, ctx.n_sm);
@@ -626,8 +631,7 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     for (int i = 0; i < job.n_mat; i++) {
         const ggx_qgemv_job_mat & jm = job.m[i];
         const ggx_qmatrix * q = (const ggx_qmatrix *)jm.w->extra;
-        const ggx_cuda_qextra * e = (const ggx_cuda_qextra *)q->backend_extra;
-        if (!e) { ggx_set_error("cuda: %s: quantized matrix not prepared for this backend", jm.w->name); return GGX_STATUS_FAILED; }
+        const ggx_cuda_qextra * e = qextra_of(jm);
         gemv_mat & M = a.m[i];
         M.qw = q->q_weight;
         M.qs = q->q_scale;

@@ -5,10 +5,11 @@
 //
 // Tables (ggx_cuda_qmatrix_prepare): the quantized rows are cut into fine slices of
 // GGX_QGEMV_FINE_ROWS rows (the decode GEMV gives each warp group a run of them, chosen per
-// launch so that the grid fills the GPU); the host lists each slice's "pieces" (slice ∩ group, at most 32 rows) as int4 {k0, qrow0,
-// group<<4 | bits, rows}. Any multiple of 32 rows is a chunk boundary for every width, because
-// only 2-bit groups may have 16-row sizes and they come last. The EXL2 decode GEMV (qgemv.cu)
-// walks the pieces; the GPTQ GEMV here cuts its slices on the fly (one group size, 4 bits).
+// launch so that the grid fills the GPU); the host lists each slice's "pieces" (slice ∩ group,
+// at most 32 rows) as int4 {k0, qrow0, group<<4 | bits, rows}. Any multiple of 32 rows is a
+// chunk boundary for every width, because only 2-bit groups may have 16-row sizes and they come
+// last. The EXL2 decode GEMV (qgemv.cu) walks the pieces; the GPTQ GEMV here cuts its slices on
+// the fly (one group size, 4 bits).
 #include "qmatrix.cuh"
 
 #include "exl2-unpack.cuh"
@@ -101,7 +102,6 @@ k_gptq_gemv(const uint32_t * __restrict__ q_weight,   // [K/8][N]
 // product of two fp16 values once, which is h(h(v - z) * scale).
 constexpr int k_dq_threads = 64;                   // 512 columns per block
 constexpr int k_dq_rows = 32;                      // rows per block
-
 
 // Value j of width B from one column's chunk words (j compile-time after unrolling).
 template <int B>
