@@ -82,27 +82,49 @@ __device__ __forceinline__ uint32_t shift_to(const uint32_t * w) {
     else return __funnelshift_r(w[wi], w[wi + 1], s - D);
 }
 
+// (a & Mask) | c in one LOP3 (nvcc emits an AND and an OR when both constants are immediates).
+template <uint32_t Mask>
+__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t c) {
+#if defined(GGX_USE_HIP)
+    return (a & Mask) | c;
+#else
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(a), "n"(Mask), "r"(c));
+    return d;
+#endif
+}
+
+// For 4 bits the odd pairs are taken 4 bits higher without a shift: 1024 + 16 v (exact: at most
+// 1264), summed apart and scaled by 1/16 at the end of the piece (see piece_dot).
+template <int B, int J> struct pair_shape {
+    static constexpr bool x16 = B == 4 && J % 2 == 1;
+};
+
 template <int B, int J>
 __device__ __forceinline__ uint32_t pair_bits(const uint32_t * w) {
     constexpr int H = chunk_shape<B>::rows / 2;
     constexpr uint32_t m = (1u << B) - 1, magic = 0x64006400u;
-    if constexpr (chunk_shape<B>::words == 1) {
+    if constexpr (B == 4) {   // pairs (J, J + 4): J = 0, 1 from w, J = 2, 3 from w >> 8
+        return and_or<(J % 2 ? 0xf0u : 0x0fu) * 0x10001u>(w[0] >> (8 * (J / 2)), magic);
+    } else if constexpr (chunk_shape<B>::words == 1) {
         static_assert(H * B == 16, "pairs 16 bits apart");
-        return ((w[0] >> (J * B)) & (m | m << 16)) | magic;
+        return and_or<(m | m << 16)>(w[0] >> (J * B), magic);
     } else {
         const uint32_t lo = shift_to<B, J * B, 0>(w), hi = shift_to<B, (J + H) * B, 16>(w);
-        return ((lo & m) | magic) | (hi & (m << 16));
+        return and_or<(m << 16)>(hi, and_or<m>(lo, magic));
     }
 }
 
 // acc[t][c] += (v_J - z, v_{J+H} - z) * (x_J, x_{J+H}) for pairs J..H-1 of one chunk of the 4
-// columns in w[c][]; xu[t][] holds the chunk's x as fp16 pairs of consecutive rows.
+// columns in w[c][] (acc16 instead, 16 times that, for the pairs of pair_shape::x16); xu[t][]
+// holds the chunk's x as fp16 pairs of consecutive rows.
 template <int B, int T, int J>
 struct chunk_dot_h2 {
     static constexpr int H = chunk_shape<B>::rows / 2;
     static __device__ __forceinline__ void run(const uint32_t (&w)[4][chunk_shape<B>::words], const uint32_t (&xu)[T][H],
-                                               half2 (&acc)[T][4]) {
-        constexpr uint32_t zbits = (0x6400u | (1u << (B - 1))) * 0x10001u;   // (1024 + z, 1024 + z)
+                                               half2 (&acc)[T][4], half2 (&acc16)[T][4]) {
+        constexpr bool x16 = pair_shape<B, J>::x16;
+        constexpr uint32_t zbits = (0x6400u | (x16 ? 16u : 1u) << (B - 1)) * 0x10001u;   // (1024 + z, 1024 + z), or 16 z
         half2 xp[T];
 #pragma unroll
         for (int t = 0; t < T; t++)   // (x_J, x_{J+H}): H is even, so both are low or both high halves
@@ -111,9 +133,12 @@ struct chunk_dot_h2 {
         for (int c = 0; c < 4; c++) {
             const half2 d = __hsub2(u32_as_half2(pair_bits<B, J>(w[c])), u32_as_half2(zbits));
 #pragma unroll
-            for (int t = 0; t < T; t++) acc[t][c] = __hfma2(d, xp[t], acc[t][c]);
+            for (int t = 0; t < T; t++) {
+                if constexpr (x16) acc16[t][c] = __hfma2(d, xp[t], acc16[t][c]);
+                else               acc[t][c] = __hfma2(d, xp[t], acc[t][c]);
+            }
         }
-        if constexpr (J + 1 < H) chunk_dot_h2<B, T, J + 1>::run(w, xu, acc);
+        if constexpr (J + 1 < H) chunk_dot_h2<B, T, J + 1>::run(w, xu, acc, acc16);
     }
 };
 

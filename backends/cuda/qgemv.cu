@@ -161,7 +161,7 @@ struct piece_regs {
     uint4    w[8];
     int4     pc;   // {k0, qrow0, group << 4 | bits, rows}
     uint32_t sw;   // the 4 columns' scale codes in the low 16 bits
-    float    mx;   // M'_g
+    half     mx;   // M'_g
 };
 
 __device__ __forceinline__ void piece_load(const gemv_mat & M, int p, int n, piece_regs & s) {
@@ -173,12 +173,15 @@ __device__ __forceinline__ void piece_load(const gemv_mat & M, int p, int n, pie
     for (int i = 0; i < 8; i++)
         if (i < nw) s.w[i] = load_ro((const uint4 *)(base + (size_t)i * M.Np));
     s.sw = load_ro(M.qs + (size_t)g * (M.Np / 8) + n / 8) >> (4 * (n % 8));
-    s.mx = __half2float(M.qsmax[g]);
+    s.mx = M.qsmax[g];
 }
 
 template <int B, int T>
 __device__ __forceinline__ void piece_dot(const uint4 (&w)[8], int rows, const half * xh, int ld, half2 (&acc)[T][4]) {
     constexpr int CR = chunk_shape<B>::rows, CW = chunk_shape<B>::words, NC = 32 / CR, H = CR / 2;
+    half2 acc16[T][4];   // the pairs summed 16 times too large (4 bits: see pair_shape)
+#pragma unroll
+    for (int t = 0; t < T; t++) acc16[t][0] = acc16[t][1] = acc16[t][2] = acc16[t][3] = __float2half2_rn(0.0f);
 #pragma unroll
     for (int c = 0; c < NC; c++) {
         if (c * CR >= rows) break;   // 16-row pieces (2-bit only)
@@ -205,7 +208,14 @@ __device__ __forceinline__ void piece_dot(const uint4 (&w)[8], int rows, const h
                 xu[t][0] = u.x; xu[t][1] = u.y;
             }
         }
-        chunk_dot_h2<B, T, 0>::run(cw, xu, acc);
+        chunk_dot_h2<B, T, 0>::run(cw, xu, acc, acc16);
+    }
+    if constexpr (B == 4) {
+        const half2 sixteenth = __float2half2_rn(0.0625f);
+#pragma unroll
+        for (int t = 0; t < T; t++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[t][c] = __hfma2(acc16[t][c], sixteenth, acc[t][c]);
     }
 }
 
@@ -225,15 +235,20 @@ __device__ __forceinline__ void piece_apply(const piece_regs & s, const half * x
         case 3: piece_dot<3, T>(s.w, s.pc.w, xp, ld, acc); break;
         default: piece_dot<2, T>(s.w, s.pc.w, xp, ld, acc); break;
     }
-    // scale = h(h((c+1)^2) * M'_g); (c+1)^2 is exact in fp16
+    // scale = h(h((c+1)^2) * M'_g) for two columns at a time in fp16: the codes c into 1024 + c
+    // (one LOP3), minus 1023 (0x63fe; 0x63ff is 1023.5), squared (exact) and times M'_g (one
+    // rounding, as the format says)
+    const half2 mx2 = __half2half2(s.mx);
 #pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const float code = (float)(((s.sw >> (4 * c)) & 15) + 1);
-        const float sc = __half2float(__float2half_rn(code * code * s.mx));
+    for (int c2 = 0; c2 < 2; c2++) {
+        const uint32_t u = (s.sw >> (8 * c2)) & 0xffu;   // codes of columns 2 c2 (bits 0-3) and 2 c2 + 1 (bits 4-7)
+        const half2 c1 = __hsub2(u32_as_half2(and_or<0x000f000fu>(u * 4097u, 0x64006400u)), u32_as_half2(0x63fe63feu));
+        const float2 sc = __half22float2(__hmul2(__hmul2(c1, c1), mx2));
 #pragma unroll
         for (int t = 0; t < T; t++) {
-            const float2 f = __half22float2(acc[t][c]);
-            v[t][c] = fmaf(f.x + f.y, sc, v[t][c]);
+            const float2 f0 = __half22float2(acc[t][2 * c2]), f1 = __half22float2(acc[t][2 * c2 + 1]);
+            v[t][2 * c2] = fmaf(f0.x + f0.y, sc.x, v[t][2 * c2]);
+            v[t][2 * c2 + 1] = fmaf(f1.x + f1.y, sc.y, v[t][2 * c2 + 1]);
         }
     }
 }
@@ -242,7 +257,7 @@ template <int T, int W = groups_for(T)>
 __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant__ gemv_args a) {
     constexpr int NT = k_group * W;
     extern __shared__ float4 smem4[];
-    float * smem = (float *)smem4;    // x rows [T][W * R] in fp32 and fp16 (or the groups' sums), then the RoPE tile [T][k_tile]
+    float * smem = (float *)smem4;    // x rows [T][W * R] in fp16 (or the groups' sums), then the RoPE tile [T][k_tile]
     __shared__ float red[T][NT / GGX_CUDA_WARP], redmax[T][NT / GGX_CUDA_WARP];
     __shared__ int last;
 
@@ -279,7 +294,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     // the graph runs), so they are computed while the weights load; the epilogue of the tile's
     // last block reads them back (the double-precision angle at the end of the last block made
     // the qkv launch several us longer)
-    float * tb = smem + T * max(ldx + ldx / 2, (W - 1) * k_tile);   // RoPE tile, past the x rows (fp32, fp16) and group sums
+    float * tb = smem + T * max(ldx / 2, (W - 1) * k_tile);   // RoPE tile, past the x rows (fp16) and group sums
     float2 * rcs = (float2 *)(tb + T * k_tile);                      // [T][k_tile] (cos, sin)
     if (M.rope && grp == 0) {
         const int hd = a.head_dim, half = a.rope.n_rot / 2;
@@ -310,8 +325,14 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     ggx_pdl_wait();
     ggx_pdl_launch_next();
 
-    // 2. x rows of this block (through q_perm), optionally RMS-normalised
+    // 2. x rows of this block (through q_perm), optionally RMS-normalised; the rows' loads go out
+    //    before the sum of squares' so that the two round trips overlap
     const int K = a.K;
+    float xv[k_stage][T];
+#pragma unroll
+    for (int j = 0; j < k_stage; j++)
+#pragma unroll
+        for (int t = 0; t < T; t++) xv[j][t] = src[j] >= 0 ? a.x[(size_t)t * K + src[j]] : 0.0f;
     float rinv[T];
 #pragma unroll
     for (int t = 0; t < T; t++) rinv[t] = 1.0f;
@@ -320,8 +341,8 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         for (int t = 0; t < T; t++) {
             float ss = 0.0f;
             for (int i = threadIdx.x * 4; i < K; i += NT * 4) {
-                const float4 v = *(const float4 *)(a.x + (size_t)t * K + i);
-                ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+                const float4 x4 = *(const float4 *)(a.x + (size_t)t * K + i);
+                ss += x4.x * x4.x + x4.y * x4.y + x4.z * x4.z + x4.w * x4.w;
             }
             ss = ggx_warp_sum(ss);
             if (threadIdx.x % GGX_CUDA_WARP == 0) red[t][threadIdx.x / GGX_CUDA_WARP] = ss;
@@ -335,23 +356,16 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
             rinv[t] = rsqrtf(s / (float)K + a.norm_eps);
         }
     }
-    float * xs = smem;
     float amax[T];
 #pragma unroll
     for (int t = 0; t < T; t++) amax[t] = 0.0f;
-    float xv[k_stage][T];   // all loads in flight at once
-#pragma unroll
-    for (int j = 0; j < k_stage; j++)
-#pragma unroll
-        for (int t = 0; t < T; t++) xv[j][t] = src[j] >= 0 ? a.x[(size_t)t * K + src[j]] : 0.0f;
 #pragma unroll
     for (int j = 0; j < k_stage; j++) {
         if (src[j] < 0) continue;
 #pragma unroll
         for (int t = 0; t < T; t++) {
-            const float y = a.norm ? xv[j][t] * rinv[t] * nw[j] : xv[j][t];
-            xs[t * ldx + threadIdx.x + j * NT] = y;
-            amax[t] = fmaxf(amax[t], fabsf(y));
+            if (a.norm) xv[j][t] *= rinv[t] * nw[j];
+            amax[t] = fmaxf(amax[t], fabsf(xv[j][t]));
         }
     }
     // The products are summed in fp16 (piece_apply): the block's x rows are scaled by a power of
@@ -377,10 +391,12 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         xscale[t] = __int_as_float((127 + e) << 23);
         xunscale[t] = __int_as_float((127 - e) << 23);
     }
-    half * xh = (half *)(xs + T * ldx);   // [T][ldx]
-    for (int i = threadIdx.x; i < k_n; i += NT)
+    half * xh = (half *)smem;   // [T][ldx]
 #pragma unroll
-        for (int t = 0; t < T; t++) xh[t * ldx + i] = __float2half_rn(xs[t * ldx + i] * xscale[t]);
+    for (int j = 0; j < k_stage; j++)
+        if (src[j] >= 0)
+#pragma unroll
+            for (int t = 0; t < T; t++) xh[t * ldx + threadIdx.x + j * NT] = __float2half_rn(xv[j][t] * xscale[t]);
     __syncthreads();
 
     // 3. this group's fine slice
@@ -404,7 +420,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     }
     // the groups' sums, in group order, end up in group 0
     if constexpr (W > 1) {
-        __syncthreads();   // xs is dead: reuse it
+        __syncthreads();   // the x rows are dead: reuse them
         float4 * gs = (float4 *)smem;   // [W][T][k_group]
         if (grp > 0)
 #pragma unroll
@@ -679,7 +695,7 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
         return GGX_STATUS_FAILED;
     }
     const int W = groups_for(job.T);
-    const size_t rows = std::max((size_t)W * m * k_fine * 3 / 2, W > 1 ? (size_t)(W - 1) * k_tile : 0);   // x in fp32 + fp16
+    const size_t rows = std::max((size_t)W * m * k_fine / 2, W > 1 ? (size_t)(W - 1) * k_tile : 0);   // x in fp16 (2 rows per float)
     const size_t smem = (size_t)job.T * (rows + (rope ? 3 * k_tile : 0)) * sizeof(float);   // + RoPE tile and (cos, sin)
     if (smem > (size_t)k_max_smem) {
         ggx_set_error("cuda: decode matmul of %s needs %zu bytes of shared memory (at most %d)", job.m[0].w->name, smem, k_max_smem);
