@@ -153,7 +153,9 @@ int exl2_decode(exl2_context * ctx, const int32_t * tokens, int32_t n, int all_l
 
 const float * exl2_get_logits(exl2_context * ctx, int32_t i) {
     if (!ctx) return nullptr;
-    return ctx->c->logits(i);
+    API_BEGIN
+    return ctx->c->logits(i);   // may read them from the device now
+    API_END(nullptr)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -205,12 +207,22 @@ int32_t exl2_sampler_sample(exl2_sampler * smp, exl2_context * ctx, int32_t i) {
         exl2_api_set_error("exl2_sampler_sample: context is NULL");
         return EXL2_ERR_INVALID_ARG;
     }
-    const float * l = ctx->c->logits(i);
+    API_BEGIN
+    exl2::Context & c = *ctx->c;
+    const int rows = c.n_logit_rows();
+    if (smp && smp->s->greedy() && rows > 0 && (i == -1 || i == rows - 1)) {
+        // the argmax where the logits are: one id read back instead of the vocabulary
+        const int32_t id = c.greedy_last();
+        smp->s->accept(id);
+        return id;
+    }
+    const float * l = c.logits(i);
     if (!l) {
         exl2_api_set_error(exl2::strfmt("exl2_sampler_sample: no logits for row %d of the last decode", i).c_str());
         return EXL2_ERR_INVALID_ARG;
     }
     return exl2_sampler_sample_logits(smp, l, ctx->model->m->cfg.n_vocab);
+    API_END_CODE
 }
 
 void exl2_sampler_accept(exl2_sampler * smp, int32_t id) {

@@ -1,6 +1,7 @@
 #include "context.h"
 #include "architecture.h"
 #include "error.h"
+#include "sampler.h"
 
 #include <algorithm>
 #include <cstring>
@@ -104,8 +105,13 @@ Context::Graph Context::build(int T, bool all_logits) {
     G.pos = gb.pos;
     G.out = model_.arch->build(gb);
     G.out->flags |= GGX_FLAG_OUTPUT;
+    if (ggx_nrows(G.out) == 1) {   // greedy generation reads this one id, not the logits
+        G.arg = ggx_argmax(G.ctx, G.out);
+        G.arg->flags |= GGX_FLAG_OUTPUT;
+        ggx_set_name(G.arg, "argmax");
+    }
     G.g = ggx_graph_new(G.ctx);
-    ggx_graph_build(G.g, G.out);
+    ggx_graph_build(G.g, G.arg ? G.arg : G.out);
     ggx_backend * be = model_.backend;
     for (int i = 0; i < ggx_graph_n_nodes(G.g); i++) {
         ggx_tensor * n = ggx_graph_node(G.g, i);
@@ -139,7 +145,7 @@ Context::Graph & Context::graph_for(int T, bool all_logits) {
     return graphs_[key] = G;
 }
 
-void Context::run_chunk(const int32_t * tokens, int n, bool all_logits, float * logits_out) {
+Context::Graph & Context::run_chunk(const int32_t * tokens, int n, bool all_logits, float * logits_out) {
     Graph & G = graph_for(n, all_logits);
     ggx_backend * be = model_.backend;
     pos_host_.resize(n);
@@ -151,6 +157,7 @@ void Context::run_chunk(const int32_t * tokens, int n, bool all_logits, float * 
     if (logits_out && ggx_backend_tensor_get(be, G.out, logits_out, 0, ggx_nbytes(G.out)) != GGX_STATUS_OK)
         fail("decode: reading logits failed: %s", ggx_last_error());
     n_past_ += n;
+    return G;
 }
 
 bool Context::decode(const int32_t * tokens, int n, bool all_logits) {
@@ -161,21 +168,37 @@ bool Context::decode(const int32_t * tokens, int n, bool all_logits) {
         if (tokens[i] < 0 || tokens[i] >= V) fail("token id %d at position %d is outside the vocabulary (0..%d)", tokens[i], i, V - 1);
     n_rows_ = all_logits ? n : 1;
     logits_.resize((size_t)n_rows_ * V);
+    pending_ = nullptr;
     for (int off = 0; off < n; off += n_batch_) {
         const int m = std::min(n_batch_, n - off);
         const bool last = off + m == n;
-        float * out = nullptr;
-        if (all_logits) out = logits_.data() + (size_t)off * V;
-        else if (last) out = logits_.data();
-        run_chunk(tokens + off, m, all_logits, out);
+        float * out = all_logits ? logits_.data() + (size_t)off * V : nullptr;
+        Graph & G = run_chunk(tokens + off, m, all_logits, out);
+        if (last && !all_logits) pending_ = &G;   // read on demand (logits, greedy_last)
     }
     return true;
 }
 
-const float * Context::logits(int i) const {
+const float * Context::logits(int i) {
     if (i < 0) i += n_rows_;
     if (i < 0 || i >= n_rows_) return nullptr;
+    if (pending_) {
+        if (ggx_backend_tensor_get(model_.backend, pending_->out, logits_.data(), 0, ggx_nbytes(pending_->out)) != GGX_STATUS_OK)
+            fail("reading logits failed: %s", ggx_last_error());
+        pending_ = nullptr;
+    }
     return logits_.data() + (size_t)i * model_.cfg.n_vocab;
+}
+
+int32_t Context::greedy_last() {
+    if (n_rows_ == 0) fail("no logits: nothing was decoded yet");
+    if (pending_ && pending_->arg) {
+        int32_t id = -1;
+        if (ggx_backend_tensor_get(model_.backend, pending_->arg, &id, 0, sizeof(id)) != GGX_STATUS_OK)
+            fail("reading the sampled token failed: %s", ggx_last_error());
+        return id;
+    }
+    return argmax(logits(-1), model_.cfg.n_vocab);
 }
 
 }  // namespace exl2

@@ -47,8 +47,12 @@ public:
     // Appends n tokens (split into n_batch chunks) and computes logits. Throws Error on failure;
     // returns false without changing anything when the cache cannot hold the tokens.
     bool decode(const int32_t * tokens, int n, bool all_logits);
-    // Logits of row i of the last decode (i < 0 from the end), or nullptr.
-    const float * logits(int i) const;
+    // Logits of row i of the last decode (i < 0 from the end), or nullptr. A decode that keeps
+    // only the last row's logits leaves them on the device until they are asked for: generation
+    // with greedy_last() reads one token id per step instead of the whole vocabulary.
+    const float * logits(int i);
+    // The lowest id with the largest logit of the last row, computed where the logits are.
+    int32_t greedy_last();
     int n_logit_rows() const { return n_rows_; }
 
     int n_past() const { return n_past_; }
@@ -66,11 +70,12 @@ private:
         ggx_tensor * ids = nullptr;
         ggx_tensor * pos = nullptr;
         ggx_tensor * out = nullptr;
+        ggx_tensor * arg = nullptr;   // argmax of out (graphs of the last row's logits)
         size_t need = 0;
     };
     Graph & graph_for(int T, bool all_logits);
     Graph build(int T, bool all_logits);
-    void run_chunk(const int32_t * tokens, int n, bool all_logits, float * logits_out);
+    Graph & run_chunk(const int32_t * tokens, int n, bool all_logits, float * logits_out);
 
     Model & model_;
     KvCache cache_;
@@ -85,6 +90,7 @@ private:
     void * compute_buf_ = nullptr;
     size_t compute_size_ = 0;
     std::vector<float> logits_;
+    const Graph * pending_ = nullptr;   // the last decode's graph while its logits are not in logits_
     std::vector<int32_t> pos_host_;
     int n_rows_ = 0;
 };

@@ -24,6 +24,10 @@ public:
     int32_t sample(const float * logits, int n_vocab);
     void accept(int32_t id) { history_.push_back(id); }
     const SamplerParams & params() const { return p_; }
+    // The choice is the argmax of the logits as they are (no penalty applies to them).
+    bool greedy() const {
+        return (p_.temperature <= 0.0f || p_.top_k == 1) && (p_.repetition_penalty == 1.0f || history_.empty());
+    }
 
 private:
     struct Cand { int32_t id; float logit; float p; };

@@ -147,9 +147,13 @@ uint64_t       exl2_context_compute_bytes(const exl2_context * ctx);
 
 /* Runs the model on n tokens appended after the cached ones (longer inputs are split into
  * n_batch chunks). all_logits: keep logits for every token, else only the last.
- * Returns EXL2_OK, EXL2_ERR_CONTEXT_FULL (nothing appended) or another negative code. */
+ * Returns EXL2_OK, EXL2_ERR_CONTEXT_FULL (nothing appended) or another negative code.
+ * Without all_logits, a GPU may still be working when it returns: the logits stay on the
+ * device until exl2_get_logits asks for them, and a greedy exl2_sampler_sample reads back
+ * only the chosen id. Either call waits for the decode to finish. */
 int            exl2_decode(exl2_context * ctx, const int32_t * tokens, int32_t n, int all_logits);
-/* Logits of token i of the last decode call (i < 0 counts from the end). NULL when not kept.
+/* Logits of token i of the last decode call (i < 0 counts from the end). NULL when not kept
+ * or when reading them from the device failed (exl2_last_error says why).
  * Owned by the context, valid until the next decode. n_vocab floats. */
 const float *  exl2_get_logits(exl2_context * ctx, int32_t i);
 

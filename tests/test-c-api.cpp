@@ -4,6 +4,7 @@
 
 #include "exl2.h"
 #include "exl2/json.h"
+#include "exl2/sampler.h"
 
 #include <string>
 #include <vector>
@@ -70,6 +71,10 @@ TEST_CASE("c api: generate greedily, context full, truncate") {
     std::vector<int32_t> want;
     for (const auto & x : r.get("greedy_ids").as_array()) want.push_back((int32_t)x.as_int());
     CHECK(out == want);
+    // The greedy path reads only the sampled id; the logits come on demand and agree with it.
+    const float * last = exl2_get_logits(ctx, -1);
+    REQUIRE(last);
+    CHECK(exl2::argmax(last, 4096) == out.back());
     CHECK(exl2_context_n_past(ctx) == n + 63);
     // 80 slots: 67 used, 20 more do not fit and change nothing.
     std::vector<int32_t> more(20, 5);

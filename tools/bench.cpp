@@ -164,6 +164,8 @@ int main(int argc, char ** argv) {
                                              : exl2_model_load_synthetic(o.synthetic.c_str(), o.bpw, o.layers, o.seed, mp);
     if (!model) die(exl2_last_error());
     const double t_load = now_s() - t_load0;
+    uint64_t free_m = 0;   // after the model, before the context: splits the VRAM figure between them
+    const bool have_mem_m = have_mem && exl2_device_memory(o.device.c_str(), &free_m, &total) == EXL2_OK;
     const int V = exl2_model_n_vocab(model);
     const uint64_t wbytes = exl2_model_weight_bytes(model);
 
@@ -187,12 +189,22 @@ int main(int argc, char ** argv) {
     for (int32_t & t : toks) t = 3 + (int32_t)(rng() % (uint32_t)std::max(1, V - 3));
 
     std::vector<Result> results;
+    // Every test samples greedily through the API after its decode, as main does: the figures
+    // include choosing the token and reading it back (on a GPU only the id crosses, the logits
+    // stay there), and the decode is complete when the clock stops (exl2_decode itself may return
+    // while the device still works).
+    struct exl2_sampler_params sp = exl2_sampler_default_params();
+    sp.temperature = 0.0f;
+    sp.repetition_penalty = 1.0f;
+    exl2_sampler * greedy = exl2_sampler_new(sp);
+    if (!greedy) die(exl2_last_error());
     for (int n : o.pp) {
         std::vector<double> ts;
         for (int r = -1; r < o.reps; r++) {   // r = -1: warm-up (graph planning and capture)
             exl2_context_truncate(ctx, 0);
             const double t0 = now_s();
-            if (exl2_decode(ctx, toks.data(), n, 0) != EXL2_OK) die(exl2_last_error());
+            if (exl2_decode(ctx, toks.data(), n, 0) != EXL2_OK || exl2_sampler_sample(greedy, ctx, -1) < 0)
+                die(exl2_last_error());
             if (r >= 0) ts.push_back(now_s() - t0);
         }
         const double s = median(ts);
@@ -200,7 +212,8 @@ int main(int argc, char ** argv) {
     }
     for (int d : (o.n_gen > 0 ? o.depths : std::vector<int>{})) {
         exl2_context_truncate(ctx, 0);
-        if (exl2_decode(ctx, toks.data(), d, 0) != EXL2_OK) die(exl2_last_error());
+        if (exl2_decode(ctx, toks.data(), d, 0) != EXL2_OK || exl2_sampler_sample(greedy, ctx, -1) < 0)
+            die(exl2_last_error());
         std::vector<double> ts;
         for (int r = -1; r < o.reps; r++) {
             exl2_context_truncate(ctx, d);
@@ -208,7 +221,8 @@ int main(int argc, char ** argv) {
             const double t0 = now_s();
             for (int i = 0; i < o.n_gen; i++) {
                 if (exl2_decode(ctx, &next, 1, 0) != EXL2_OK) die(exl2_last_error());
-                next = 3 + (next * 7919 + i) % std::max(1, V - 3);
+                next = exl2_sampler_sample(greedy, ctx, -1);
+                if (next < 0) die(exl2_last_error());
             }
             if (r >= 0) ts.push_back(now_s() - t0);
         }
@@ -217,6 +231,7 @@ int main(int argc, char ** argv) {
     }
 
     const double vram = have_mem1 ? (double)(free0 - free1) : 0;
+    const double vram_model = have_mem_m ? (double)(free0 - free_m) : 0;
     // Scratch and compute buffers grow on first use: the figure after the tests includes them.
     uint64_t free2 = 0;
     const bool have_mem2 = have_mem && exl2_device_memory(o.device.c_str(), &free2, &total) == EXL2_OK;
@@ -228,9 +243,10 @@ int main(int argc, char ** argv) {
         if (!o.synthetic.empty()) printf("  \"bpw\": %.3f,\n  \"layers\": %d,\n", o.bpw, exl2_model_n_layer(model));
         printf("  \"load_s\": %.3f,\n  \"weight_bytes_per_token\": %llu,\n  \"weights_device_bytes\": %llu,\n"
                "  \"kv_cache_bytes\": %llu,\n  \"compute_buffer_bytes\": %llu,\n  \"vram_used_bytes\": %.0f,\n"
-               "  \"vram_after_tests_bytes\": %.0f,\n  \"copy_bandwidth_bytes_per_s\": %.0f,\n  \"results\": [\n",
+               "  \"vram_model_bytes\": %.0f,\n  \"vram_after_tests_bytes\": %.0f,\n  \"copy_bandwidth_bytes_per_s\": %.0f,\n"
+               "  \"results\": [\n",
                t_load, (unsigned long long)wbytes, (unsigned long long)dev_bytes, (unsigned long long)cache_bytes,
-               (unsigned long long)compute_bytes, vram, vram_after, copy_bw > 0 ? copy_bw : 0.0);
+               (unsigned long long)compute_bytes, vram, vram_model, vram_after, copy_bw > 0 ? copy_bw : 0.0);
         for (size_t i = 0; i < results.size(); i++) {
             const Result & r = results[i];
             printf("    {\"test\": \"%s\", \"tokens\": %d, \"seconds\": %.6f, \"tokens_per_s\": %.2f", r.test.c_str(), r.n_tokens,
@@ -257,6 +273,10 @@ int main(int argc, char ** argv) {
         if (have_mem1 && o.device != "cpu") {
             const double base = (double)dev_bytes + (double)cache_bytes, over = vram - base;
             printf("; VRAM beyond weights + cache: %.1f MiB (%.1f%%)", over / 1048576.0, base > 0 ? 100.0 * over / base : 0.0);
+            if (have_mem_m)   // which of the two holds the rest
+                printf(" = model %.1f + context %.1f MiB beyond weights, cache and compute buffer",
+                       (vram_model - (double)dev_bytes) / 1048576.0,
+                       (vram - vram_model - (double)cache_bytes - (double)compute_bytes) / 1048576.0);
         }
         printf("\n");
         if (copy_bw > 0) printf("copy bandwidth (read + write): %.0f GB/s -> decode limit %.1f tok/s from weights alone\n",
@@ -272,6 +292,7 @@ int main(int argc, char ** argv) {
             }
         }
     }
+    exl2_sampler_free(greedy);
     exl2_context_free(ctx);
     exl2_model_free(model);
     return 0;

@@ -78,6 +78,15 @@ void compare_models(Model & cpu, Model & gpu, const std::string & what, const st
         }
         next = argmax(cc.logits(-1), V);
     }
+    // A decode that keeps only the last row leaves its logits on the device until asked for: the
+    // argmax taken there is the host's argmax of the same numbers (exact: a comparison), and the
+    // logits read afterwards still match the CPU's.
+    REQUIRE(cc.decode(&next, 1, false));
+    REQUIRE(gc.decode(&next, 1, false));
+    const int32_t on_device = gc.greedy_last();
+    CHECK(on_device == argmax(gc.logits(-1), V));
+    CHECK_MESSAGE(rel_err(gc.logits(-1), cc.logits(-1), V) < tol, what << " last-row decode");
+    CHECK(gc.greedy_last() == on_device);   // now from the host copy
 }
 
 void compare_model(const std::string & dir) {
