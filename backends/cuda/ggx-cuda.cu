@@ -298,7 +298,14 @@ ggx_status be_alloc(ggx_backend * be, size_t size, void ** out) {
     ggx_cuda_ctx & ctx = *ctx_of(be);
     *out = nullptr;
     GGX_CUDA_CHECK(cudaSetDevice(ctx.device));
+#if defined(GGX_USE_HIP)
     cudaError_t err = cudaMalloc(out, std::max<size_t>(size, 1));
+#else
+    // From the device's stream-ordered pool, which packs allocations into large chunks
+    // (cudaMalloc gave each quantized layer its own whole pages: see RESULTS.md, session 5).
+    cudaError_t err = cudaMallocAsync(out, std::max<size_t>(size, 1), ctx.stream);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(ctx.stream);   // usable from any stream or copy
+#endif  // GGX_USE_HIP
     if (err != cudaSuccess) {
         (void)cudaGetLastError();
         size_t fr = 0, tot = 0;
@@ -314,7 +321,12 @@ ggx_status be_alloc(ggx_backend * be, size_t size, void ** out) {
 void be_dealloc(ggx_backend * be, void * p) {
     if (!p) return;
     (void)cudaStreamSynchronize(ctx_of(be)->stream);
+#if defined(GGX_USE_HIP)
     (void)cudaFree(p);
+#else
+    (void)cudaFreeAsync(p, ctx_of(be)->stream);
+    (void)cudaStreamSynchronize(ctx_of(be)->stream);   // the pool returns the memory here
+#endif  // GGX_USE_HIP
 }
 
 ggx_status be_set(ggx_backend * be, void * dst, const void * src, size_t n) {
