@@ -105,7 +105,7 @@ __device__ __forceinline__ uint32_t pair_bits(const uint32_t * w) {
     constexpr int H = chunk_shape<B>::rows / 2;
     constexpr uint32_t m = (1u << B) - 1, magic = 0x64006400u;
     if constexpr (B == 4) {   // pairs (J, J + 4): J = 0, 1 from w, J = 2, 3 from w >> 8
-        return and_or<(J % 2 ? 0xf0u : 0x0fu) * 0x10001u>(w[0] >> (8 * (J / 2)), magic);
+        return and_or<(pair_shape<B, J>::x16 ? 0xf0u : 0x0fu) * 0x10001u>(w[0] >> (8 * (J / 2)), magic);
     } else if constexpr (chunk_shape<B>::words == 1) {
         static_assert(H * B == 16, "pairs 16 bits apart");
         return and_or<(m | m << 16)>(w[0] >> (J * B), magic);
@@ -141,6 +141,15 @@ struct chunk_dot_h2 {
         if constexpr (J + 1 < H) chunk_dot_h2<B, T, J + 1>::run(w, xu, acc, acc16);
     }
 };
+
+// The scales of two adjacent columns, h(h((c+1)^2) * M'_g), from their 4-bit codes in bits 0-3
+// and 4-7 of `codes`: the codes go into fp16 1024 + c (one LOP3), minus 1023 (0x63fe; 0x63ff is
+// 1023.5), squared (exact) and times M'_g (one rounding, as the format says).
+__device__ __forceinline__ half2 scale_pair(uint32_t codes, half2 mx2) {
+    const uint32_t u = (codes & 0xffu) * 4097u;   // code 1 also at bits 16-19
+    const half2 c1 = __hsub2(u32_as_half2(and_or<0x000f000fu>(u, 0x64006400u)), u32_as_half2(0x63fe63feu));
+    return __hmul2(__hmul2(c1, c1), mx2);
+}
 
 // Chunks loaded back to back before use: enough 16-byte loads in flight per thread to cover
 // memory latency (about 128 bytes for the common widths) without spilling registers.

@@ -235,15 +235,10 @@ __device__ __forceinline__ void piece_apply(const piece_regs & s, const half * x
         case 3: piece_dot<3, T>(s.w, s.pc.w, xp, ld, acc); break;
         default: piece_dot<2, T>(s.w, s.pc.w, xp, ld, acc); break;
     }
-    // scale = h(h((c+1)^2) * M'_g) for two columns at a time in fp16: the codes c into 1024 + c
-    // (one LOP3), minus 1023 (0x63fe; 0x63ff is 1023.5), squared (exact) and times M'_g (one
-    // rounding, as the format says)
     const half2 mx2 = __half2half2(s.mx);
 #pragma unroll
-    for (int c2 = 0; c2 < 2; c2++) {
-        const uint32_t u = (s.sw >> (8 * c2)) & 0xffu;   // codes of columns 2 c2 (bits 0-3) and 2 c2 + 1 (bits 4-7)
-        const half2 c1 = __hsub2(u32_as_half2(and_or<0x000f000fu>(u * 4097u, 0x64006400u)), u32_as_half2(0x63fe63feu));
-        const float2 sc = __half22float2(__hmul2(__hmul2(c1, c1), mx2));
+    for (int c2 = 0; c2 < 2; c2++) {   // columns 2 c2 and 2 c2 + 1
+        const float2 sc = __half22float2(scale_pair(s.sw >> (8 * c2), mx2));
 #pragma unroll
         for (int t = 0; t < T; t++) {
             const float2 f0 = __half22float2(acc[t][2 * c2]), f1 = __half22float2(acc[t][2 * c2 + 1]);
