@@ -121,7 +121,8 @@ __device__ __forceinline__ void dq_exl2_rows(const uint32_t * __restrict__ qw, i
     const half2 bias = u32_as_half2(0x64006400u + 0x00010001u * (1u << (B - 1)));   // 1024 + z, twice
     if (FULL) rows = k_dq_rows;
 #pragma unroll
-    for (int r = 0; r < (FULL ? k_dq_rows : rows); r += CR, qrow += CW) {
+    for (int r = 0; r < k_dq_rows; r += CR, qrow += CW) {
+        if (!FULL && r >= rows) break;   // a constant trip count unrolls on every compiler
         uint32_t w[8][CW];
 #pragma unroll
         for (int i = 0; i < CW; i++) {
@@ -172,15 +173,11 @@ k_exl2_dequant(const uint32_t * __restrict__ q_weight, const uint32_t * __restri
         const int4 gr = groups[g];
         const int rows = min(k_hi, gr.x + gr.w) - k;
         const int qrow = gr.y + (k - gr.x) * gr.z / 32;
-        // scale = h(h((c+1)^2) * M'_g); (c+1)^2 * M'_g is exact in f32, so one rounding
         const uint32_t code = q_scale[(size_t)g * (Np / 8) + n / 8];
-        const float m = __half2float(q_scale_max[g]);
+        const half2 mx2 = __half2half2(q_scale_max[g]);
         half2 sc[4];
 #pragma unroll
-        for (int p = 0; p < 4; p++) {
-            const float c0 = (float)(((code >> (8 * p)) & 15) + 1), c1 = (float)(((code >> (8 * p + 4)) & 15) + 1);
-            sc[p] = __floats2half2_rn(c0 * c0 * m, c1 * c1 * m);
-        }
+        for (int p = 0; p < 4; p++) sc[p] = scale_pair(code >> (8 * p), mx2);
         switch (gr.z) {
             case 8: dq_exl2_piece<8>(q_weight, Np, n, qrow, k, rows, sc, perm, out, ldw, j); break;
             case 6: dq_exl2_piece<6>(q_weight, Np, n, qrow, k, rows, sc, perm, out, ldw, j); break;
