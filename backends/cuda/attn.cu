@@ -2,9 +2,11 @@
 //
 // k_attn_split (decode, and the fallback for any T): grid (Hkv, n_splits, T), 128 threads. The
 // block owns keys [s*chunk, (s+1)*chunk) (decode: of the keys visible at pos, so the work follows
-// the cache depth, not its capacity) and walks them in tiles of 128:
-//   scores: one key per thread, the whole K row read with 16-byte loads and dotted with the G
-//           query heads of this KV head (shared memory, pre-scaled); softcap; causal/window mask.
+// the cache depth, not its capacity) and walks them in tiles of up to 64 keys that async copies
+// bring into shared memory, two tiles in flight; the first two tiles' rows written by earlier
+// steps are requested before the PDL wait:
+//   scores: a few lanes per key (one 8-value piece of the row each, summed by shuffles), the G
+//           query heads of this KV head in registers; softcap.
 //   softmax: online (running max m, running sum l per head), p kept in shared memory.
 //   values: thread = (key lane, 8-dim group); G x 8 accumulators per thread, key lanes summed
 //           once at the end.
@@ -13,6 +15,8 @@
 // finish (an atomic counter, reset for the next launch) merges the splits: no second launch.
 // k_attn_prefill (T > 8, f16 cache): FlashAttention-2 style tensor-core kernel, described there.
 #include "attn.cuh"
+#include "async-copy.cuh"
+#include "trace.cuh"
 
 #include <algorithm>
 
@@ -23,11 +27,9 @@
 namespace {
 
 constexpr int k_threads = 128;
-constexpr int k_tile = k_threads;             // keys per tile: one per thread in the score phase
 constexpr int k_max_g = 8;                    // query heads per KV head
 constexpr int k_max_hd = 256;
-constexpr int k_row_loads = 8;                // 16-byte loads of a K row in flight per thread
-constexpr int k_val_loads = 4;                // V rows in flight per thread
+constexpr int k_tile_bytes = 16 * 1024;       // K + V rows of one decode tile: 64 keys at hd 128, f16
 constexpr int k_merge_loads = 8;              // split partials in flight per thread in the merge
 
 struct attn_args {
@@ -39,9 +41,11 @@ struct attn_args {
     float * part;          // [T][H][n_splits][hd + 4]   (m, l, -, -, acc...)
     int * counters;        // [T][Hkv] blocks done, zero between launches
     int hd, H, Hkv, C, T, chunk, n_splits;
+    int tile_keys;         // keys per shared-memory tile (k_attn_split)
     float scale, softcap;
     int window;
     int non_causal;       // every query sees keys 0..pos[T-1]
+    ggx_trace_dev trace;  // GGX_CUDA_TRACE only
 };
 
 // 8 consecutive cache values as floats (one 16-byte load for f16/bf16, two for f32).
@@ -62,30 +66,53 @@ __device__ __forceinline__ void load8(const float * p, float (&v)[8]) {
     v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
 }
 
-// Scores: one key per thread (a whole K row with 16-byte loads, dotted with the G queries held
-// in shared memory). Values: thread = (key lane kl, 8-dim group dg); each key lane sums its keys
-// into G x 8 registers, and the key lanes are added up once at the end.
-template <typename TC>
-__global__ void __launch_bounds__(k_threads) k_attn_split(attn_args a) {
-    extern __shared__ float sm[];
-    const int G = a.H / a.Hkv;
+// Lanes that share one key in the score phase: its 8-value pieces, padded to a power of two so
+// that the partial dot products add up with xor shuffles inside a warp.
+__host__ __device__ inline int score_lanes(int hd) {
+    int p = 1;
+    while (p < hd / 8) p *= 2;
+    return p;
+}
+
+// Shared memory of k_attn_split: two stages of K and V tiles (reused for the key lanes' partial
+// outputs [KL][G][hd] after the last tile), then ps [G][max(tk, 32)], and ms, ls, al [G].
+__host__ __device__ inline int tiles_bytes(int G, int hd, int tk, int elem) {
+    const int kl = k_threads / (hd / 8);
+    return max(4 * tk * hd * elem, kl * G * hd * (int)sizeof(float));
+}
+__host__ __device__ inline int ps_ld(int tk) { return max(tk, 32); }
+
+// Tiles of tile_keys keys go through shared memory with async copies, double-buffered. The rows
+// that earlier steps wrote do not depend on the previous kernel (it writes only the rows at pos),
+// so the first two tiles' copies are issued before the PDL wait and overlap the qkv GEMV's tail.
+// Scores: score_lanes(hd) lanes per key, each dotting one 8-value piece of the row with the G
+// queries it holds in registers, summed by shuffles. Values: thread = (key lane kl, 8-dim group
+// dg); each key lane sums its keys into G x 8 registers, and the key lanes are added up at the end.
+// GM: query heads per KV head the registers are sized for (G <= GM; 1, 4 or 8): the unrolled
+// loops over heads are most of the kernel's code, and code run once per launch is not cheap.
+template <typename TC, int GM>
+__global__ void __launch_bounds__(k_threads) k_attn_split(const __grid_constant__ attn_args a) {
+    extern __shared__ float4 sm4[];
+    const int G = a.H / a.Hkv, hd = a.hd, TK = a.tile_keys;
     const int kvh = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
-    float * qs = sm;                        // [G][hd]
-    float * ps = qs + G * a.hd;             // [G][k_tile]
-    float * ms = ps + G * k_tile;           // [G] running max
+    TC * kv_s = (TC *)sm4;                  // stage s: K at 2 s * TK * hd, V after it
+    float * red = (float *)sm4;             // [KL][G][hd], once the tiles are done
+    float * ps = (float *)((char *)sm4 + tiles_bytes(G, hd, TK, (int)sizeof(TC)));   // [G][ps_ld]
+    const int pld = ps_ld(TK);
+    float * ms = ps + G * pld;              // [G] running max
     float * ls = ms + G;                    // [G] running sum
     float * al = ls + G;                    // [G] rescale of this tile
-    float * red = al + G;                   // [KL][G][hd] key-lane partial outputs
     const TC * K = (const TC *)a.k;
     const TC * V = (const TC *)a.v;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int DG = a.hd / 8, KL = k_threads / DG;
+    const int DG = hd / 8, KL = k_threads / DG;
     const int kl = tid / DG, dg = tid % DG;
+    const int SL = score_lanes(hd), KS = k_threads / SL;   // score phase: KS keys at a time
+    const int ks = tid / SL, sg = tid % SL;
 
-    // q and the cache rows come from the previous kernel (the qkv GEMV); the next one (the o
-    // GEMV) may start its static loads on the SMs this small grid leaves free
-    ggx_pdl_wait();
-    ggx_pdl_launch_next();
+    __shared__ int trace_slot;
+    ggx_trace_begin(a.trace, &trace_slot);
+    // pos is uploaded before the graph runs: the key range is known before the wait
     const int p_t = a.pos[t];
     const int p_vis = a.non_causal ? a.pos[a.T - 1] : p_t;   // last visible key
     int k_lo, k_hi, n_active = 1;   // n_active: the splits that hold visible keys
@@ -93,79 +120,111 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(attn_args a) {
         k_lo = split * a.chunk;
         k_hi = min(min(a.C, k_lo + a.chunk), p_vis + 1);
         if (a.window > 0) k_lo = max(k_lo, p_t - a.window + 1);
-    } else {   // split the visible keys evenly (multiples of 32)
+    } else {   // split the visible keys evenly (multiples of 64)
         const int lo0 = a.window > 0 ? max(0, p_t - a.window + 1) : 0;
         const int end = min(a.C, p_vis + 1);
-        const int chunk = ((max(end - lo0, 1) + a.n_splits - 1) / a.n_splits + 31) / 32 * 32;
+        const int chunk = ((max(end - lo0, 1) + a.n_splits - 1) / a.n_splits + 63) / 64 * 64;
         k_lo = lo0 + split * chunk;
         k_hi = min(end, k_lo + chunk);
         n_active = max(1, (end - lo0 + chunk - 1) / chunk);
         // The others have nothing to add (every block computes the same n_active): at short
         // contexts one split does all, writes the output itself and nothing is merged.
-        if (split >= n_active) return;
+        if (split >= n_active) {
+            ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
+            return;
+        }
     }
+    const int n_tiles = k_hi > k_lo ? (k_hi - k_lo + TK - 1) / TK : 0;
+    // rows at or past `fresh` are written by this step's qkv GEMV (decode: the rows at pos)
+    int fresh = 0;
+    if (a.T <= 8) {
+        fresh = p_t;
+        for (int i = 0; i < a.T; i++) fresh = min(fresh, a.pos[i]);
+    }
+    // copies of the rows [r_lo, r_hi) of tile `tile` (clipped to the tile and the range)
+    const int pieces = hd * (int)sizeof(TC) / 16;   // 16-byte pieces per row
+    auto issue = [&](int tile, int r_lo, int r_hi) {
+        const int j0 = k_lo + tile * TK;
+        const int lo = max(r_lo, j0), hi = min(min(r_hi, k_hi), j0 + TK);
+        TC * kd = kv_s + (size_t)(tile & 1) * 2 * TK * hd;
+        TC * vd = kd + (size_t)TK * hd;
+        for (int i = tid; i < (hi - lo) * pieces; i += k_threads) {
+            const int r = lo + i / pieces, c = (i % pieces) * (16 / (int)sizeof(TC));
+            const size_t off = ((size_t)r * a.Hkv + kvh) * hd + c;
+            ggx_cp_async16(kd + (r - j0) * hd + c, K + off, true);
+            ggx_cp_async16(vd + (r - j0) * hd + c, V + off, true);
+        }
+    };
+    for (int i = 0; i < 2 && i < n_tiles; i++) issue(i, k_lo, fresh);
+    ggx_cp_async_commit();
 
-    for (int i = tid; i < G * a.hd; i += k_threads) {
-        const int g = i / a.hd, d = i % a.hd;
-        qs[i] = a.q[((size_t)t * a.H + kvh * G + g) * a.hd + d] * a.scale;
+    // q and the rows at pos come from the previous kernel (the qkv GEMV); the next one (the o
+    // GEMV) may start its static loads on the SMs this small grid leaves free
+    ggx_pdl_wait();
+    ggx_pdl_launch_next();
+    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_WAITED);
+    for (int i = 0; i < 2 && i < n_tiles; i++) issue(i, fresh, INT_MAX);
+    ggx_cp_async_commit();
+
+    float qr[GM][8];   // this lane's piece of each query head, pre-scaled
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        const bool on = g < G && sg < DG;
+        const float * qp = a.q + ((size_t)t * a.H + kvh * G + g) * hd + sg * 8;
+#pragma unroll
+        for (int e = 0; e < 8; e++) qr[g][e] = on ? qp[e] * a.scale : 0.0f;
     }
     if (tid < G) { ms[tid] = -INFINITY; ls[tid] = 0.0f; }
-    float acc[k_max_g][8];
+    float acc[GM][8];
 #pragma unroll
-    for (int g = 0; g < k_max_g; g++)
+    for (int g = 0; g < GM; g++)
 #pragma unroll
         for (int e = 0; e < 8; e++) acc[g][e] = 0.0f;
-    __syncthreads();
+    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP);
 
-    for (int j0 = k_lo; j0 < k_hi; j0 += k_tile) {
-        const int nj = min(k_tile, k_hi - j0);
-        {   // scores, one key per thread
-            const int jj = tid;
-            float dot[k_max_g];
+    for (int it = 0; it < n_tiles; it++) {
+        // tile it+1 was issued at the end of the previous iteration (for it >= 1): leave it in flight
+        if (it >= 1 && it + 1 < n_tiles) ggx_cp_async_wait<1>();
+        else ggx_cp_async_wait<0>();
+        __syncthreads();
+        if (it == 0) ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_A);
+        const int j0 = k_lo + it * TK, nj = min(TK, k_hi - j0);
+        const TC * kt = kv_s + (size_t)(it & 1) * 2 * TK * hd;
+        const TC * vt = kt + (size_t)TK * hd;
+        // scores: every lane walks the same keys (the shuffles need the whole warp)
+        for (int j = 0; j < nj; j += KS) {
+            const int jj = j + ks;
+            const bool ok = jj < nj && sg < DG;
+            float kf[8];
+            if (ok) load8(kt + (size_t)jj * hd + sg * 8, kf);
+            else
 #pragma unroll
-            for (int g = 0; g < k_max_g; g++) dot[g] = 0.0f;
-            if (jj < nj) {
-                // k_row_loads loads of the row in flight before any is used: the loop used to
-                // wait for each in turn (16 memory latencies per row at hd 128)
-                const TC * kr = K + ((size_t)(j0 + jj) * a.Hkv + kvh) * a.hd;
-                for (int d0 = 0; d0 < a.hd; d0 += 8 * k_row_loads) {
-                    float kv[k_row_loads][8];
+                for (int e = 0; e < 8; e++) kf[e] = 0.0f;
 #pragma unroll
-                    for (int u = 0; u < k_row_loads; u++)
-                        if (d0 + 8 * u < a.hd) load8(kr + d0 + 8 * u, kv[u]);
+            for (int g = 0; g < GM; g++) {
+                if (g < G) {   // (a break here keeps hipcc from unrolling)
+                    float d = 0.0f;
 #pragma unroll
-                    for (int u = 0; u < k_row_loads; u++) {
-                        if (d0 + 8 * u >= a.hd) break;
+                    for (int e = 0; e < 8; e++) d = fmaf(qr[g][e], kf[e], d);
 #pragma unroll
-                        for (int g = 0; g < k_max_g; g++) {
-                            if (g >= G) break;
-                            const float * qg = qs + g * a.hd + d0 + 8 * u;
-#pragma unroll
-                            for (int e = 0; e < 8; e++) dot[g] = fmaf(qg[e], kv[u][e], dot[g]);
-                        }
-                    }
+                    for (int o = 16; o > 0; o >>= 1)
+                        if (o < SL) d += __shfl_xor_sync(0xffffffffu, d, o);
+                    if (sg == 0 && jj < nj) ps[g * pld + jj] = a.softcap > 0.0f ? a.softcap * tanhf(d / a.softcap) : d;
                 }
-            }
-#pragma unroll
-            for (int g = 0; g < k_max_g; g++) {
-                if (g >= G) break;
-                float sv = dot[g];
-                if (a.softcap > 0.0f) sv = a.softcap * tanhf(sv / a.softcap);
-                ps[g * k_tile + jj] = jj < nj ? sv : -INFINITY;
             }
         }
         __syncthreads();
+        if (it == 0) ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_B);
         // online softmax, one warp per head
         for (int g = warp; g < G; g += k_threads / 32) {
             float m = -INFINITY;
-            for (int jj = lane; jj < k_tile; jj += 32) m = fmaxf(m, ps[g * k_tile + jj]);
+            for (int jj = lane; jj < nj; jj += 32) m = fmaxf(m, ps[g * pld + jj]);
             m = ggx_warp_max(m);
             const float m_old = ms[g], m_new = fmaxf(m_old, m);
             float l = 0.0f;
-            for (int jj = lane; jj < k_tile; jj += 32) {
-                const float sv = ps[g * k_tile + jj];
-                const float p = sv == -INFINITY ? 0.0f : __expf(sv - m_new);
-                ps[g * k_tile + jj] = p;
+            for (int jj = lane; jj < nj; jj += 32) {
+                const float p = m_new == -INFINITY ? 0.0f : __expf(ps[g * pld + jj] - m_new);
+                ps[g * pld + jj] = p;
                 l += p;
             }
             l = ggx_warp_sum(l);
@@ -177,44 +236,41 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(attn_args a) {
             }
         }
         __syncthreads();
+        if (it == 0) ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_C);
         if (kl < KL) {
 #pragma unroll
-            for (int g = 0; g < k_max_g; g++) {
+            for (int g = 0; g < GM; g++) {
                 if (g >= G) break;
                 const float r = al[g];
 #pragma unroll
                 for (int e = 0; e < 8; e++) acc[g][e] *= r;
             }
-            for (int jj0 = kl; jj0 < nj; jj0 += k_val_loads * KL) {   // loads first, as for K
-                float vv[k_val_loads][8];
+            for (int jj = kl; jj < nj; jj += KL) {
+                float vf[8];
+                load8(vt + (size_t)jj * hd + dg * 8, vf);
 #pragma unroll
-                for (int u = 0; u < k_val_loads; u++)
-                    if (jj0 + u * KL < nj) load8(V + ((size_t)(j0 + jj0 + u * KL) * a.Hkv + kvh) * a.hd + dg * 8, vv[u]);
+                for (int g = 0; g < GM; g++) {
+                    if (g >= G) break;
+                    const float p = ps[g * pld + jj];
 #pragma unroll
-                for (int u = 0; u < k_val_loads; u++) {
-                    const int jj = jj0 + u * KL;
-                    if (jj >= nj) break;
-#pragma unroll
-                    for (int g = 0; g < k_max_g; g++) {
-                        if (g >= G) break;
-                        const float p = ps[g * k_tile + jj];
-#pragma unroll
-                        for (int e = 0; e < 8; e++) acc[g][e] = fmaf(p, vv[u][e], acc[g][e]);
-                    }
+                    for (int e = 0; e < 8; e++) acc[g][e] = fmaf(p, vf[e], acc[g][e]);
                 }
             }
         }
-        __syncthreads();
+        __syncthreads();   // this stage is free: the tile after next goes into it
+        if (it + 2 < n_tiles) issue(it + 2, k_lo, INT_MAX);
+        ggx_cp_async_commit();
     }
     // add up the key lanes
     if (kl < KL)
 #pragma unroll
-        for (int g = 0; g < k_max_g; g++) {
+        for (int g = 0; g < GM; g++) {
             if (g >= G) break;
 #pragma unroll
             for (int e = 0; e < 8; e++) red[((size_t)kl * G + g) * a.hd + dg * 8 + e] = acc[g][e];
         }
     __syncthreads();
+    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP_END);
     const int stride = a.hd + 4;   // (m, l, 2 unused, acc): 16-byte aligned rows for the merge
     for (int o = tid; o < G * a.hd; o += k_threads) {
         const int g = o / a.hd, d = o % a.hd;
@@ -229,7 +285,11 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(attn_args a) {
             if (d == 0) { pp[0] = ms[g]; pp[1] = ls[g]; }
         }
     }
-    if (n_active == 1) return;
+    if (n_active == 1) {
+        ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_HANDOFF);
+        ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
+        return;
+    }
 
     // the last active block of this (KV head, token) merges the splits in split order
     // (deterministic): out = sum_s w_s acc_s with w_s = e^(m_s - M) / sum_s e^(m_s - M) l_s
@@ -242,11 +302,15 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(attn_args a) {
         if (last) *ctr = 0;   // ready for the next launch
     }
     __syncthreads();
-    if (!last) return;
+    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_HANDOFF);
+    if (!last) {
+        ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
+        return;
+    }
     __threadfence();
     const int ns = n_active;
     const float * part0 = a.part + ((size_t)t * a.H + kvh * G) * a.n_splits * stride;   // [G][n_splits][stride]
-    float * wt = ps;    // [G][ns] m_s, then w_s (ns <= 32 <= k_tile)
+    float * wt = ps;    // [G][ns] m_s, then w_s (ns <= 32 <= ps_ld)
     float * lt = red;   // [G][ns] l_s
     for (int i = tid; i < G * ns; i += k_threads) {
         const float * pp = part0 + ((size_t)(i / ns) * a.n_splits + i % ns) * stride;
@@ -288,6 +352,7 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(attn_args a) {
         }
         *(float4 *)(a.out + ((size_t)t * a.H + kvh * G + g) * a.hd + d) = r;
     }
+    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
 }
 
 #if defined(GGX_ATTN_WMMA)
@@ -316,12 +381,6 @@ template <int HD> struct fa_cfg {
 
 __device__ __forceinline__ uint32_t smem_addr(const void * p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
-// 16 bytes global -> shared, zero-filled when !pred (src-size 0 reads nothing)
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void * src, bool pred) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(pred ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -431,10 +490,10 @@ __global__ void __launch_bounds__(fa_threads) k_attn_prefill(attn_args a) {
             const int r = i / vpr, c = (i % vpr) * 8, j = k0 + r;
             const bool ok = j < k_end;
             const size_t off = ok ? ((size_t)j * a.Hkv + kvh) * HD + c : 0;
-            cp_async16(smem_addr(Kd + r * C::ld + c), K + off, ok);
-            cp_async16(smem_addr(Vd + r * C::ld + c), V + off, ok);
+            ggx_cp_async16(Kd + r * C::ld + c, K + off, ok);
+            ggx_cp_async16(Vd + r * C::ld + c, V + off, ok);
         }
-        cp_async_commit();
+        ggx_cp_async_commit();
     };
 
     const int n_tiles = k_end > k_begin ? (k_end - k_begin + fa_bk - 1) / fa_bk : 0;
@@ -443,9 +502,9 @@ __global__ void __launch_bounds__(fa_threads) k_attn_prefill(attn_args a) {
         const int k0 = k_begin + it * fa_bk, st = it & 1;
         if (it + 1 < n_tiles) {
             load_tile(k0 + fa_bk, st ^ 1);
-            cp_async_wait<1>();
+            ggx_cp_async_wait<1>();
         } else {
-            cp_async_wait<0>();
+            ggx_cp_async_wait<0>();
         }
         __syncthreads();
         const half * Kd = KV + 2 * st * C::tile;
@@ -591,15 +650,43 @@ plan make_plan(const ggx_tensor * dst) {
         return p;
     }
     // Up to 32 splits of the keys actually visible (chunk 0: each block sizes its chunk from pos on
-    // the device, so a captured graph fits every cache depth); at least 32 keys per split.
+    // the device, so a captured graph fits every cache depth); at least 64 keys per split, so
+    // that short contexts take one split and skip the merge.
     p.chunk = 0;
-    p.n_splits = std::max(1, std::min(32, (C + 31) / 32));
+    p.n_splits = std::max(1, std::min(32, (C + 63) / 64));
     return p;
 }
 
-size_t smem_bytes(int G, int hd) {
-    const int KL = k_threads / (hd / 8);
-    return sizeof(float) * ((size_t)G * hd + (size_t)G * k_tile + 3 * (size_t)G + (size_t)KL * G * hd);
+// Keys per shared-memory tile of k_attn_split: K + V of a tile within k_tile_bytes (and within
+// what the device lets a block have: two stages plus the scores), at most 64.
+int tile_keys(const ggx_cuda_ctx & ctx, int hd, int elem) {
+    const int budget = std::min<int>(k_tile_bytes, ((int)ctx.smem_optin - 8 * 1024) / 2);
+    int tk = 64;
+    while (tk > 1 && 2 * tk * hd * elem > budget) tk /= 2;
+    return tk;
+}
+
+size_t smem_bytes(int G, int hd, int tk, int elem) {
+    return (size_t)tiles_bytes(G, hd, tk, elem) + sizeof(float) * ((size_t)G * ps_ld(tk) + 3 * (size_t)G);
+}
+
+template <typename TC, int GM>
+ggx_status launch_split_g(const ggx_cuda_ctx & ctx, const attn_args & a, dim3 grid) {
+    const size_t smem = smem_bytes(a.H / a.Hkv, a.hd, a.tile_keys, (int)sizeof(TC));
+    static size_t allowed = 48 * 1024;   // raising the dynamic shared memory limit is per kernel
+    if (smem > allowed) {
+        GGX_CUDA_CHECK(cudaFuncSetAttribute(k_attn_split<TC, GM>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        allowed = smem;
+    }
+    return ggx_cuda_launch(ctx, k_attn_split<TC, GM>, grid, dim3(k_threads), smem, a);
+}
+
+template <typename TC>
+ggx_status launch_split(const ggx_cuda_ctx & ctx, const attn_args & a, dim3 grid) {
+    const int G = a.H / a.Hkv;
+    if (G == 1) return launch_split_g<TC, 1>(ctx, a, grid);
+    if (G <= 4) return launch_split_g<TC, 4>(ctx, a, grid);
+    return launch_split_g<TC, k_max_g>(ctx, a, grid);
 }
 
 }  // namespace
@@ -629,7 +716,7 @@ size_t ggx_cuda_attn_scratch(const ggx_tensor * dst) {
 ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
     const ggx_tensor * q = dst->src[0];
     const ggx_tensor * kc = dst->src[1];
-    attn_args a;
+    attn_args a = {};
     a.q = (const float *)q->data;
     a.k = kc->data;
     a.v = dst->src[2]->data;
@@ -664,12 +751,12 @@ ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
         ggx_set_error("cuda: scratch too small for attention %s", dst->name);
         return GGX_STATUS_FAILED;
     }
-    const int G = a.H / a.Hkv;
-    const size_t smem = smem_bytes(G, a.hd);
+    a.tile_keys = tile_keys(ctx, a.hd, (int)ggx_type_size(kc->type));
+    a.trace = ggx_cuda_trace_launch(ctx, dst->name);
     const dim3 grid(a.Hkv, a.n_splits, a.T);
     switch (kc->type) {
-        case GGX_TYPE_F32:  return ggx_cuda_launch(ctx, k_attn_split<float>, grid, dim3(k_threads), smem, a);
-        case GGX_TYPE_F16:  return ggx_cuda_launch(ctx, k_attn_split<half>, grid, dim3(k_threads), smem, a);
-        default:            return ggx_cuda_launch(ctx, k_attn_split<nv_bfloat16>, grid, dim3(k_threads), smem, a);
+        case GGX_TYPE_F32:  return launch_split<float>(ctx, a, grid);
+        case GGX_TYPE_F16:  return launch_split<half>(ctx, a, grid);
+        default:            return launch_split<nv_bfloat16>(ctx, a, grid);
     }
 }

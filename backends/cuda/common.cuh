@@ -73,6 +73,7 @@ struct ggx_cuda_ctx {
     bool           use_graphs = true;        // GGX_CUDA_NO_GRAPH=1 turns capture off (debugging)
     bool           profile = false;          // GGX_CUDA_PROFILE=1: time every node (eager), print at exit
     void *         prof = nullptr;           // per-op timing table (ggx-cuda.cu)
+    struct ggx_cuda_trace * trace = nullptr; // GGX_CUDA_TRACE=N: in-graph timeline of step N (trace.cu)
     char           name[16] = {0};
 };
 

@@ -18,6 +18,7 @@
 #include "qmatrix.cuh"
 #include "rope.cuh"
 #include "softmax.cuh"
+#include "trace.cuh"
 
 #include <algorithm>
 #include <cstdio>
@@ -243,7 +244,7 @@ ggx_status prepare(ggx_backend * be, ggx_graph * g, ggx_cuda_plan & plan) {
     return ensure_scratch(ctx, need);
 }
 
-ggx_status graph_compute(ggx_backend * be, ggx_graph * g) {
+ggx_status graph_compute_step(ggx_backend * be, ggx_graph * g) {
     ggx_cuda_ctx & ctx = *ctx_of(be);
     GGX_CUDA_CHECK(cudaSetDevice(ctx.device));
     ggx_cuda_plan plan;
@@ -291,6 +292,13 @@ ggx_status graph_compute(ggx_backend * be, ggx_graph * g) {
     }
     GGX_CUDA_CHECK(cudaGraphLaunch(gc->exec, ctx.stream));
     return GGX_STATUS_OK;
+}
+
+ggx_status graph_compute(ggx_backend * be, ggx_graph * g) {
+    ggx_cuda_ctx & ctx = *ctx_of(be);
+    const bool traced = ggx_cuda_trace_step_begin(ctx);
+    const ggx_status st = graph_compute_step(be, g);
+    return traced && st == GGX_STATUS_OK ? ggx_cuda_trace_step_end(ctx) : st;
 }
 
 // ---- memory ----------------------------------------------------------------------------------
@@ -378,6 +386,7 @@ void be_free(ggx_backend * be) {
         prof_print(*ctx);
         delete (prof_table *)ctx->prof;
         if (ctx->stream) (void)cudaStreamSynchronize(ctx->stream);
+        ggx_cuda_trace_free(*ctx);
 #if !defined(GGX_NO_BLAS)
         if (ctx->cublas) cublasDestroy(ctx->cublas);
 #endif  // !GGX_NO_BLAS
@@ -447,6 +456,7 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->pdl = prop.major >= 9 && !env_flag("GGX_CUDA_NO_PDL");
     ctx->fuse = !env_flag("GGX_CUDA_NO_FUSE");
     ctx->prefetch = !env_flag("GGX_CUDA_NO_PREFETCH");
+    ggx_cuda_trace_init(*ctx);
     snprintf(ctx->name, sizeof ctx->name, "cuda:%d", device);
     auto fail_init = [&](const char * what, int code) {
         ggx_set_error("cuda:%d: %s failed (%d)", device, what, code);

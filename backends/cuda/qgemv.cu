@@ -25,6 +25,7 @@
 #include "exl2-unpack.cuh"
 #include "qmatrix.cuh"
 #include "rope.cuh"
+#include "trace.cuh"
 
 #include <algorithm>
 #include <cstdlib>
@@ -85,7 +86,9 @@ struct gemv_args {
     ggx_params_rope rope;
     int head_dim, act;
     int prefetch;
+    float evict_first;   // fraction of the weight loads marked L2 evict-first (GGX_QGEMV_EVICT_FIRST)
     int * counters;
+    ggx_trace_dev trace;   // GGX_CUDA_TRACE only
 };
 
 __device__ __forceinline__ void prefetch_l2(const void * p) {
@@ -102,6 +105,25 @@ template <typename V> __device__ __forceinline__ V load_ro(const V * p) {
     return *p;
 #else
     return __ldg(p);
+#endif
+}
+
+// The packed weights are read once per token, so their loads may be marked L2 evict-first
+// (createpolicy: `evict` of them get that priority): the lines that are reused (x, the split-K
+// partials, the KV cache, the kernels' code) then stay in L2 while ~120 MB of weights stream
+// through it per layer. One policy per piece: nothing held in registers across the loop.
+__device__ __forceinline__ uint4 load_weights(const uint4 * p, float evict) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(GGX_USE_HIP)
+    uint64_t pol;
+    uint4 v;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, %1;" : "=l"(pol) : "f"(evict));
+    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p), "l"(pol));
+    return v;
+#else
+    (void)evict;
+    return load_ro(p);
 #endif
 }
 
@@ -130,29 +152,40 @@ __device__ __forceinline__ void add_bias(const gemv_mat & M, int n, float (&v)[T
             for (int t = 0; t < T; t++) v[t][c] += M.bias[n + c];
 }
 
-// Sum of the slices' partials for this thread's 4 columns (slice order: deterministic), + bias.
-template <int T>
-__device__ __forceinline__ void sum_partials(const gemv_mat & M, int n, float (&v)[T][4]) {
+// Sums of the slices' partials for this thread's 4 columns (slice order: deterministic), + bias,
+// for NM matrices of the same slicing at once (a GLU's gate and up: one memory latency for both).
+template <int T, int NM>
+__device__ __forceinline__ void sum_partials(const gemv_mat * const (&Ms)[NM], int n, float (&v)[NM][T][4]) {
 #pragma unroll
-    for (int t = 0; t < T; t++) v[t][0] = v[t][1] = v[t][2] = v[t][3] = 0.0f;
-    if (n >= M.Np) return;
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int t = 0; t < T; t++) v[m][t][0] = v[m][t][1] = v[m][t][2] = v[m][t][3] = 0.0f;
+    if (n >= Ms[0]->Np) return;
     // U slices' loads in flight before any is added (one memory latency per U slices, not per
     // slice), still added in slice order
-    constexpr int U = 8 / T;
-    for (int s0 = 0; s0 < M.n_slices; s0 += U) {
-        float4 p[U][T];
+    constexpr int U = (8 / T + NM - 1) / NM;
+    const int ns = Ms[0]->n_slices;
+    for (int s0 = 0; s0 < ns; s0 += U) {
+        float4 p[NM][U][T];
 #pragma unroll
-        for (int u = 0; u < U; u++)
+        for (int m = 0; m < NM; m++)
 #pragma unroll
-            for (int t = 0; t < T; t++)
-                if (s0 + u < M.n_slices) p[u][t] = ggx_load_cg((const float4 *)(M.partial + ((size_t)(s0 + u) * T + t) * M.Np + n));
+            for (int u = 0; u < U; u++)
 #pragma unroll
-        for (int u = 0; u < U; u++)
+                for (int t = 0; t < T; t++)
+                    if (s0 + u < ns) p[m][u][t] = ggx_load_cg((const float4 *)(Ms[m]->partial + ((size_t)(s0 + u) * T + t) * Ms[m]->Np + n));
 #pragma unroll
-            for (int t = 0; t < T; t++)
-                if (s0 + u < M.n_slices) { v[t][0] += p[u][t].x; v[t][1] += p[u][t].y; v[t][2] += p[u][t].z; v[t][3] += p[u][t].w; }
+        for (int m = 0; m < NM; m++)
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int t = 0; t < T; t++)
+                    if (s0 + u < ns) {
+                        v[m][t][0] += p[m][u][t].x; v[m][t][1] += p[m][u][t].y; v[m][t][2] += p[m][u][t].z; v[m][t][3] += p[m][u][t].w;
+                    }
     }
-    add_bias<T>(M, n, v);
+#pragma unroll
+    for (int m = 0; m < NM; m++) add_bias<T>(*Ms[m], n, v[m]);
 }
 
 // One piece (at most 32 rows of one group; qmatrix.cu cuts them so) for a thread's 4 columns:
@@ -164,14 +197,14 @@ struct piece_regs {
     half     mx;   // M'_g
 };
 
-__device__ __forceinline__ void piece_load(const gemv_mat & M, int p, int n, piece_regs & s) {
+__device__ __forceinline__ void piece_load(const gemv_mat & M, int p, int n, piece_regs & s, float evict) {
     s.pc = load_ro(M.pieces + p);
     const int bits = s.pc.z & 15, g = s.pc.z >> 4;
     const int nw = s.pc.w * bits / 32;
     const uint32_t * base = M.qw + (size_t)s.pc.y * M.Np + n;
 #pragma unroll
     for (int i = 0; i < 8; i++)
-        if (i < nw) s.w[i] = load_ro((const uint4 *)(base + (size_t)i * M.Np));
+        if (i < nw) s.w[i] = load_weights((const uint4 *)(base + (size_t)i * M.Np), evict);
     s.sw = load_ro(M.qs + (size_t)g * (M.Np / 8) + n / 8) >> (4 * (n % 8));
     s.mx = M.qsmax[g];
 }
@@ -254,7 +287,8 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     extern __shared__ float4 smem4[];
     float * smem = (float *)smem4;    // x rows [T][W * R] in fp16 (or the groups' sums), then the RoPE tile [T][k_tile]
     __shared__ float red[T][NT / GGX_CUDA_WARP], redmax[T][NT / GGX_CUDA_WARP];
-    __shared__ int last;
+    __shared__ int last, trace_slot;
+    ggx_trace_begin(a.trace, &trace_slot);
 
     int mi = 0;
 #pragma unroll
@@ -277,8 +311,8 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     const bool work = n < M.Np && p_begin < p_end;
     piece_regs A, B;
     if (work) {
-        piece_load(M, p_begin, n, A);
-        if (p_begin + 1 < p_end) piece_load(M, p_begin + 1, n, B);
+        piece_load(M, p_begin, n, A, a.evict_first);
+        if (p_begin + 1 < p_end) piece_load(M, p_begin + 1, n, B, a.evict_first);
         if (a.prefetch > 0 && p_begin + 2 < p_end) {
             const int4 pf = M.pieces[p_begin + 2], pl = M.pieces[p_end - 1];
             const int q1 = min(pl.y + pl.w * (pl.z & 15) / 32, pf.y + a.prefetch);
@@ -319,6 +353,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     }
     ggx_pdl_wait();
     ggx_pdl_launch_next();
+    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_WAITED);
 
     // 2. x rows of this block (through q_perm), optionally RMS-normalised; the rows' loads go out
     //    before the sum of squares' so that the two round trips overlap
@@ -393,6 +428,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
 #pragma unroll
             for (int t = 0; t < T; t++) xh[t * ldx + threadIdx.x + j * NT] = __float2half_rn(xv[j][t] * xscale[t]);
     __syncthreads();
+    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP);
 
     // 3. this group's fine slice
     float v[T][4];
@@ -403,16 +439,17 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         const half * xb = xh - k_begin;
         for (int p = p_begin; p < p_end; p += 2) {
             piece_apply<T>(A, xb, ldx, v);
-            if (p + 2 < p_end) piece_load(M, p + 2, n, A);
+            if (p + 2 < p_end) piece_load(M, p + 2, n, A, a.evict_first);
             if (p + 1 >= p_end) break;
             piece_apply<T>(B, xb, ldx, v);
-            if (p + 3 < p_end) piece_load(M, p + 3, n, B);
+            if (p + 3 < p_end) piece_load(M, p + 3, n, B, a.evict_first);
         }
 #pragma unroll
         for (int t = 0; t < T; t++)
 #pragma unroll
             for (int c = 0; c < 4; c++) v[t][c] *= xunscale[t];
     }
+    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP_END);
     // the groups' sums, in group order, end up in group 0
     if constexpr (W > 1) {
         __syncthreads();   // the x rows are dead: reuse them
@@ -435,6 +472,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     // 4. partials; the last block of the tile finishes it
     if (M.arrivals == 1) {
         add_bias<T>(M, n, v);
+        ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_HANDOFF);
     } else {
         if (lead && n < M.Np)
 #pragma unroll
@@ -448,22 +486,30 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
             if (last) *ctr = 0;   // ready for the next launch
         }
         __syncthreads();
-        if (!last) return;
+        ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_HANDOFF);
+        if (!last) {
+            ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
+            return;
+        }
         __threadfence();
         if (lead) {
-            if (M.epi == GGX_QGEMV_GLU) {
-                const gemv_mat & G = M.is_gate ? M : a.m[M.pair];
-                const gemv_mat & U = M.is_gate ? a.m[M.pair] : M;
-                float u[T][4];
-                sum_partials<T>(G, n, v);
-                sum_partials<T>(U, n, u);
+            if (M.epi == GGX_QGEMV_GLU) {   // gate and up share the slicing (same shape)
+                const gemv_mat * gu[2] = {M.is_gate ? &M : &a.m[M.pair], M.is_gate ? &a.m[M.pair] : &M};
+                float s[2][T][4];
+                sum_partials<T, 2>(gu, n, s);
 #pragma unroll
                 for (int t = 0; t < T; t++)
 #pragma unroll
                     for (int c = 0; c < 4; c++)
-                        v[t][c] = (a.act == GGX_ACT_SILU ? silu_f(v[t][c]) : gelu_f(v[t][c])) * u[t][c];
+                        v[t][c] = (a.act == GGX_ACT_SILU ? silu_f(s[0][t][c]) : gelu_f(s[0][t][c])) * s[1][t][c];
             } else {
-                sum_partials<T>(M, n, v);
+                const gemv_mat * one[1] = {&M};
+                float s[1][T][4];
+                sum_partials<T, 1>(one, n, s);
+#pragma unroll
+                for (int t = 0; t < T; t++)
+#pragma unroll
+                    for (int c = 0; c < 4; c++) v[t][c] = s[0][t][c];
             }
         }
     }
@@ -496,6 +542,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         }
     }
 
+    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);   // thread 0 is a lead with n = 0: it passes here
     if (!lead || n >= M.Np) return;
 #pragma unroll
     for (int t = 0; t < T; t++) {
@@ -537,6 +584,13 @@ int prefetch_rows() {
         const int i = env_int("GGX_QGEMV_PREFETCH", k_prefetch_rows);
         return i > 0 ? i : 1 << 30;
     }();
+    return v;
+}
+
+// GGX_QGEMV_EVICT_FIRST=P: P percent of the weight loads are marked L2 evict-first (default all:
+// +3.7% decode on the H200, RESULTS.md; 0 turns it off).
+float evict_first_fraction() {
+    static const float v = std::max(0, std::min(100, env_int("GGX_QGEMV_EVICT_FIRST", 100))) / 100.0f;
     return v;
 }
 
@@ -626,6 +680,8 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     a.act = job.act;
     a.counters = ctx.counters;
     a.prefetch = ctx.prefetch ? prefetch_rows() : 0;
+    a.evict_first = evict_first_fraction();
+    if (ctx.trace) a.trace = ggx_cuda_trace_launch(ctx, std::string(job.m[0].w->name) + (job.n_mat > 1 ? " +" + std::to_string(job.n_mat - 1) : ""));
     if (job.n_mat < 1 || job.n_mat > GGX_QGEMV_MAX_MATS || job.T < 1 || job.T > GGX_CUDA_QGEMV_MAX_T) {
         ggx_set_error("cuda: decode matmul job with %d matrices and %d rows", job.n_mat, job.T);
         return GGX_STATUS_FAILED;
