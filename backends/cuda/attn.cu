@@ -673,12 +673,13 @@ size_t smem_bytes(int G, int hd, int tk, int elem) {
 template <typename TC, int GM>
 ggx_status launch_split_g(const ggx_cuda_ctx & ctx, const attn_args & a, dim3 grid) {
     const size_t smem = smem_bytes(a.H / a.Hkv, a.hd, a.tile_keys, (int)sizeof(TC));
+    void (*kernel)(attn_args) = k_attn_split<TC, GM>;   // (a template's comma would split a macro's arguments)
     static size_t allowed = 48 * 1024;   // raising the dynamic shared memory limit is per kernel
     if (smem > allowed) {
-        GGX_CUDA_CHECK(cudaFuncSetAttribute(k_attn_split<TC, GM>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        GGX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         allowed = smem;
     }
-    return ggx_cuda_launch(ctx, k_attn_split<TC, GM>, grid, dim3(k_threads), smem, a);
+    return ggx_cuda_launch(ctx, kernel, grid, dim3(k_threads), smem, a);
 }
 
 template <typename TC>
