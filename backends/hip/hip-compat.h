@@ -46,6 +46,7 @@
 #define cudaMalloc                  hipMalloc
 #define cudaFree                    hipFree
 #define cudaMemGetInfo              hipMemGetInfo
+#define cudaMemcpy                  hipMemcpy
 #define cudaMemcpyAsync             hipMemcpyAsync
 #define cudaMemsetAsync             hipMemsetAsync
 #define cudaMemset                  hipMemset
