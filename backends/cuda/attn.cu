@@ -26,7 +26,14 @@
 
 namespace {
 
+// Threads of a k_attn_split block: 8 warps share a tile's keys, so that each walks fewer of them
+// (the kernel is latency-bound: ~6 cycles per instruction at 128 threads, ncu). HIP keeps 4 warps:
+// the key lanes' partial outputs of 8 warps would not fit its 64 KB of LDS next to the tiles.
+#if defined(GGX_USE_HIP)
 constexpr int k_threads = 128;
+#else
+constexpr int k_threads = 256;
+#endif  // GGX_USE_HIP
 constexpr int k_max_g = 8;                    // query heads per KV head
 constexpr int k_max_hd = 256;
 constexpr int k_tile_bytes = 16 * 1024;       // K + V rows of one decode tile: 64 keys at hd 128, f16
@@ -148,11 +155,16 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(const __grid_constant_
         const int lo = max(r_lo, j0), hi = min(min(r_hi, k_hi), j0 + TK);
         TC * kd = kv_s + (size_t)(tile & 1) * 2 * TK * hd;
         TC * vd = kd + (size_t)TK * hd;
-        for (int i = tid; i < (hi - lo) * pieces; i += k_threads) {
-            const int r = lo + i / pieces, c = (i % pieces) * (16 / (int)sizeof(TC));
+        auto copy = [&](int r, int c) {
             const size_t off = ((size_t)r * a.Hkv + kvh) * hd + c;
             ggx_cp_async16(kd + (r - j0) * hd + c, K + off, true);
             ggx_cp_async16(vd + (r - j0) * hd + c, V + off, true);
+        };
+        if (k_threads % pieces == 0) {   // a thread keeps its piece column: no division per copy
+            const int c = (tid % pieces) * (16 / (int)sizeof(TC));
+            for (int r = lo + tid / pieces; r < hi; r += k_threads / pieces) copy(r, c);
+        } else {
+            for (int i = tid; i < (hi - lo) * pieces; i += k_threads) copy(lo + i / pieces, (i % pieces) * (16 / (int)sizeof(TC)));
         }
     };
     for (int i = 0; i < 2 && i < n_tiles; i++) issue(i, k_lo, fresh);
@@ -240,20 +252,22 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(const __grid_constant_
         if (kl < KL) {
 #pragma unroll
             for (int g = 0; g < GM; g++) {
-                if (g >= G) break;
-                const float r = al[g];
+                if (g < G) {   // (with a break hipcc does not unroll these loops)
+                    const float r = al[g];
 #pragma unroll
-                for (int e = 0; e < 8; e++) acc[g][e] *= r;
+                    for (int e = 0; e < 8; e++) acc[g][e] *= r;
+                }
             }
             for (int jj = kl; jj < nj; jj += KL) {
                 float vf[8];
                 load8(vt + (size_t)jj * hd + dg * 8, vf);
 #pragma unroll
                 for (int g = 0; g < GM; g++) {
-                    if (g >= G) break;
-                    const float p = ps[g * pld + jj];
+                    if (g < G) {
+                        const float p = ps[g * pld + jj];
 #pragma unroll
-                    for (int e = 0; e < 8; e++) acc[g][e] = fmaf(p, vf[e], acc[g][e]);
+                        for (int e = 0; e < 8; e++) acc[g][e] = fmaf(p, vf[e], acc[g][e]);
+                    }
                 }
             }
         }
@@ -265,9 +279,10 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(const __grid_constant_
     if (kl < KL)
 #pragma unroll
         for (int g = 0; g < GM; g++) {
-            if (g >= G) break;
+            if (g < G) {
 #pragma unroll
-            for (int e = 0; e < 8; e++) red[((size_t)kl * G + g) * a.hd + dg * 8 + e] = acc[g][e];
+                for (int e = 0; e < 8; e++) red[((size_t)kl * G + g) * a.hd + dg * 8 + e] = acc[g][e];
+            }
         }
     __syncthreads();
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP_END);
@@ -672,7 +687,13 @@ size_t smem_bytes(int G, int hd, int tk, int elem) {
 
 template <typename TC, int GM>
 ggx_status launch_split_g(const ggx_cuda_ctx & ctx, const attn_args & a, dim3 grid) {
-    const size_t smem = smem_bytes(a.H / a.Hkv, a.hd, a.tile_keys, (int)sizeof(TC));
+    size_t smem = smem_bytes(a.H / a.Hkv, a.hd, a.tile_keys, (int)sizeof(TC));
+#if !defined(GGX_USE_HIP)
+    // At most two blocks per SM (shared memory padded past a third of the SM's): the blocks start
+    // on the SMs the qkv GEMV frees first, and without the cap the scheduler stacked four of these
+    // latency-bound blocks on each of the first SMs (66 SMs for 256 blocks, 4 for 16).
+    smem = std::max(smem, std::min(ctx.smem_optin, ctx.smem_per_sm / 3 + 1024));
+#endif  // !GGX_USE_HIP
     void (*kernel)(attn_args) = k_attn_split<TC, GM>;   // (a template's comma would split a macro's arguments)
     static size_t allowed = 48 * 1024;   // raising the dynamic shared memory limit is per kernel
     if (smem > allowed) {

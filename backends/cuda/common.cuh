@@ -63,6 +63,7 @@ struct ggx_cuda_ctx {
     int            n_sm = 0;
     int            cc_major = 0, cc_minor = 0;
     size_t         smem_optin = 0;           // largest dynamic shared memory per block
+    size_t         smem_per_sm = 0;          // shared memory of one SM (all its blocks together)
     // Tile counters of the fused decode GEMV (qgemv.cu): zero between launches, each launch's
     // last blocks reset the ones they used.
     int *          counters = nullptr;

@@ -450,6 +450,7 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->smem_optin = prop.sharedMemPerBlock;
 #else
     ctx->smem_optin = prop.sharedMemPerBlockOptin;
+    ctx->smem_per_sm = prop.sharedMemPerMultiprocessor;
 #endif  // GGX_USE_HIP
     ctx->use_graphs = !env_flag("GGX_CUDA_NO_GRAPH");
     ctx->profile = env_flag("GGX_CUDA_PROFILE");

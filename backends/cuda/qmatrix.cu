@@ -121,12 +121,12 @@ __device__ __forceinline__ void dq_exl2_rows(const uint32_t * __restrict__ qw, i
     const half2 bias = u32_as_half2(0x64006400u + 0x00010001u * (1u << (B - 1)));   // 1024 + z, twice
     if (FULL) rows = k_dq_rows;
 #pragma unroll
-    for (int r = 0; r < k_dq_rows; r += CR, qrow += CW) {
-        if (!FULL && r >= rows) break;   // a constant trip count unrolls on every compiler
+    for (int r = 0; r < k_dq_rows; r += CR) {
+        if (!FULL && r >= rows) continue;   // constant trip count, one exit: unrolls on every compiler
         uint32_t w[8][CW];
 #pragma unroll
         for (int i = 0; i < CW; i++) {
-            const uint32_t * src = qw + (size_t)(qrow + i) * Np + n;
+            const uint32_t * src = qw + (size_t)(qrow + r / CR * CW + i) * Np + n;
             const uint4 a = __ldg((const uint4 *)src), b = __ldg((const uint4 *)(src + 4));
             w[0][i] = a.x; w[1][i] = a.y; w[2][i] = a.z; w[3][i] = a.w;
             w[4][i] = b.x; w[5][i] = b.y; w[6][i] = b.z; w[7][i] = b.w;
