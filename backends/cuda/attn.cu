@@ -36,7 +36,7 @@ constexpr int k_threads = 256;
 #endif  // GGX_USE_HIP
 constexpr int k_max_g = 8;                    // query heads per KV head
 constexpr int k_max_hd = 256;
-constexpr int k_tile_bytes = 16 * 1024;       // K + V rows of one decode tile: 64 keys at hd 128, f16
+constexpr int k_tile_bytes = 16 * 1024;       // K + V rows of one decode tile: 32 keys at hd 128 f16, 64 at hd 64
 constexpr int k_merge_loads = 8;              // split partials in flight per thread in the merge
 
 struct attn_args {
@@ -774,7 +774,7 @@ ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
         return GGX_STATUS_FAILED;
     }
     a.tile_keys = tile_keys(ctx, a.hd, (int)ggx_type_size(kc->type));
-    a.trace = ggx_cuda_trace_launch(ctx, dst->name);
+    if (ctx.trace) a.trace = ggx_cuda_trace_launch(ctx, dst->name);
     const dim3 grid(a.Hkv, a.n_splits, a.T);
     switch (kc->type) {
         case GGX_TYPE_F32:  return launch_split<float>(ctx, a, grid);
