@@ -163,7 +163,7 @@ __device__ __forceinline__ void sum_partials(const gemv_mat * const (&Ms)[NM], i
     if (n >= Ms[0]->Np) return;
     // U slices' loads in flight before any is added (one memory latency per U slices, not per
     // slice), still added in slice order
-    constexpr int U = (8 / T + NM - 1) / NM;
+    constexpr int U = (16 / T + NM - 1) / NM;
     const int ns = Ms[0]->n_slices;
     for (int s0 = 0; s0 < ns; s0 += U) {
         float4 p[NM][U][T];
