@@ -60,6 +60,10 @@ struct ggx_cuda_ctx {
     void *         scratch = nullptr;
     size_t         scratch_size = 0;
     std::vector<void *> retired;
+    // The activation whose fp16 copy sits at the start of the scratch buffer (the quantized
+    // prefill matmul's x16): q, k and v (and gate and up) read one x, so it is converted once.
+    // run_nodes clears it before any node that is not such a matmul (they may use the scratch).
+    const struct ggx_tensor * x16_of = nullptr;
     int            n_sm = 0;
     int            cc_major = 0, cc_minor = 0;
     size_t         smem_optin = 0;           // largest dynamic shared memory per block
@@ -124,6 +128,15 @@ static __device__ __forceinline__ float ggx_load_f(const nv_bfloat16 * p, int64_
 static __device__ __forceinline__ void ggx_store_f(float * p, int64_t i, float v) { p[i] = v; }
 static __device__ __forceinline__ void ggx_store_f(half * p, int64_t i, float v) { p[i] = __float2half_rn(v); }
 static __device__ __forceinline__ void ggx_store_f(nv_bfloat16 * p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+// Four floats to element 4 i.. (16-byte aligned float rows, 8-byte aligned half rows).
+static __device__ __forceinline__ void ggx_store_f4(float * p, int64_t i, float4 v) { ((float4 *)p)[i] = v; }
+static __device__ __forceinline__ void ggx_store_f4(half * p, int64_t i, float4 v) {
+    const half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+    uint2 u;
+    memcpy(&u.x, &a, 4);
+    memcpy(&u.y, &b, 4);
+    ((uint2 *)p)[i] = u;
+}
 
 // Loads of what other blocks wrote during this kernel, read after __threadfence() (split-K
 // partials): past L1 on CUDA; on AMD the fence's acquire already invalidated the cache, so a plain

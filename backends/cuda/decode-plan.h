@@ -88,6 +88,9 @@ struct ggx_cuda_plan {
     enum { RUN = -1, SKIP = -2 };
     std::vector<int>           action;   // per node: RUN, SKIP (folded into a job) or a job index
     std::vector<ggx_qgemv_job> jobs;
+    // Per node: set when an RMS_NORM or GLU feeds only the prefill matmuls right after it, so it
+    // writes their fp16 x (ggx_cuda_ctx::x16_of) instead of its fp32 result, which nothing reads.
+    std::vector<const struct ggx_tensor *> x16_out;   // the tensor those matmuls read, or null
 };
 
 // Plans a bound graph (data pointers set). With fuse false every decode matmul is its own job.
@@ -100,3 +103,6 @@ ggx_qgemv_job ggx_cuda_qgemv_single(struct ggx_tensor * mul_mat);
 // Host predicates of other ops, used by the plan (defined with their kernels).
 bool          ggx_cuda_supports_rows(const struct ggx_tensor * dst);
 bool          ggx_cuda_supports_rope(const struct ggx_tensor * dst);
+// A quantized MUL_MAT on the prefill path (qmatrix.cu): dequantize + cuBLAS over an fp16 x.
+bool          ggx_cuda_qmatmul_is_prefill(const struct ggx_tensor * dst);
+

@@ -203,12 +203,44 @@ bool job_is_safe(const graph_index & gi, const ggx_qgemv_job & job, int p, const
 
 bool is_decode_matmul(const ggx_tensor * n) { return n->op == GGX_OP_MUL_MAT && ggx_cuda_qgemv_supports(n); }
 
+// Producers whose fp32 result only the prefill matmuls right after them read (see
+// ggx_cuda_plan::x16_out): the attention and FFN norms (q, k, v; gate, up) and the GLU (down).
+// Nothing may run between the producer and its last reader: any other node clears ctx.x16_of.
+void plan_prefill_x16(const graph_index & gi, ggx_cuda_plan & plan) {
+    const int n = ggx_graph_n_nodes(gi.g);
+    for (int i = 0; i < n; i++) {
+        const ggx_tensor * t = gi.node(i);
+        if (plan.action[i] != ggx_cuda_plan::RUN || !plain_f32(t) || !plain_f32(t->src[0])) continue;
+        if (t->op == GGX_OP_GLU) {
+            if (!plain_f32(t->src[1]) || (t->params.glu.act != GGX_ACT_SILU && t->params.glu.act != GGX_ACT_GELU)) continue;
+        } else if (t->op == GGX_OP_RMS_NORM) {
+            if (t->src[1] && (!float_type(t->src[1]->type) || ggx_nelements(t->src[1]) != t->ne[0])) continue;
+        } else {
+            continue;
+        }
+        std::vector<int> r, v;
+        if (!readers(gi, t, r, v) || r.empty() || !v.empty()) continue;
+        const ggx_tensor * x = t;   // what the matmuls read
+        bool ok = true;
+        for (int j : r) {
+            const ggx_tensor * u = gi.node(j);
+            ok = ok && j > i && plan.action[j] == ggx_cuda_plan::RUN && ggx_cuda_qmatmul_is_prefill(u) && u->src[1] == x;
+        }
+        if (!ok) continue;
+        const int last = *std::max_element(r.begin(), r.end());
+        for (int j = i + 1; j < last && ok; j++)
+            ok = gi.node(j)->op == GGX_OP_NONE || std::find(r.begin(), r.end(), j) != r.end();
+        if (ok) plan.x16_out[i] = x;
+    }
+}
+
 }  // namespace
 
 void ggx_cuda_plan_graph(bool fuse, ggx_graph * g, ggx_cuda_plan & plan) {
     const int n = ggx_graph_n_nodes(g);
     plan.action.assign(n, ggx_cuda_plan::RUN);
     plan.jobs.clear();
+    plan.x16_out.assign(n, nullptr);
     if (!fuse) return;
     graph_index gi;
     gi.g = g;
@@ -296,4 +328,5 @@ void ggx_cuda_plan_graph(bool fuse, ggx_graph * g, ggx_cuda_plan & plan) {
         plan.action[i] = (int)plan.jobs.size();
         plan.jobs.push_back(job);
     }
+    plan_prefill_x16(gi, plan);
 }

@@ -193,6 +193,16 @@ std::string job_key(const ggx_qgemv_job & job) {
     return k + (job.T <= 1 ? " T=1" : " T<=8");
 }
 
+// A producer planned to write the next prefill matmuls' fp16 x (ggx_cuda_plan::x16_out).
+ggx_status compute_x16(ggx_cuda_ctx & ctx, ggx_tensor * node) {
+    half * x16 = (half *)ctx.scratch;
+    switch (node->op) {
+        case GGX_OP_RMS_NORM: return ggx_cuda_op_rms_norm(ctx, node, x16);
+        case GGX_OP_GLU:      return ggx_cuda_op_glu(ctx, node, x16);
+        default: ggx_set_error("cuda: %s cannot write an fp16 matmul input", ggx_op_name(node->op)); return GGX_STATUS_FAILED;
+    }
+}
+
 ggx_status run_nodes(ggx_cuda_ctx & ctx, ggx_graph * g, const ggx_cuda_plan & plan) {
     cudaEvent_t ev[2] = {nullptr, nullptr};
     if (ctx.profile) {
@@ -200,12 +210,16 @@ ggx_status run_nodes(ggx_cuda_ctx & ctx, ggx_graph * g, const ggx_cuda_plan & pl
         GGX_CUDA_CHECK(cudaEventCreate(&ev[0]));
         GGX_CUDA_CHECK(cudaEventCreate(&ev[1]));
     }
+    ctx.x16_of = nullptr;   // the scratch may have moved, and x's data changed, since the last graph
     for (int i = 0; i < ggx_graph_n_nodes(g); i++) {
         ggx_tensor * n = ggx_graph_node(g, i);
         const int act = plan.action[i];
         if (act == ggx_cuda_plan::SKIP) continue;
+        if (act >= 0 || (n->op != GGX_OP_NONE && !ggx_cuda_qmatmul_is_prefill(n))) ctx.x16_of = nullptr;
         if (ctx.profile && n->op != GGX_OP_NONE) (void)cudaEventRecord(ev[0], ctx.stream);
-        ggx_status st = act >= 0 ? ggx_cuda_qgemv_run(ctx, plan.jobs[act]) : compute_node(ctx, n);
+        const ggx_tensor * x16_of = plan.x16_out[i];
+        ggx_status st = act >= 0 ? ggx_cuda_qgemv_run(ctx, plan.jobs[act]) : x16_of ? compute_x16(ctx, n) : compute_node(ctx, n);
+        if (st == GGX_STATUS_OK && x16_of) ctx.x16_of = x16_of;
         if (ctx.profile && n->op != GGX_OP_NONE && st == GGX_STATUS_OK) {
             (void)cudaEventRecord(ev[1], ctx.stream);
             (void)cudaEventSynchronize(ev[1]);

@@ -3,6 +3,7 @@
 
 #include "common.cuh"
 
-enum ggx_status ggx_cuda_op_rms_norm(ggx_cuda_ctx & ctx, struct ggx_tensor * dst);
+// With x16, the result goes there in fp16 instead of to dst (see ggx_cuda_ctx::x16_of).
+enum ggx_status ggx_cuda_op_rms_norm(ggx_cuda_ctx & ctx, struct ggx_tensor * dst, half * x16 = nullptr);
 enum ggx_status ggx_cuda_op_layer_norm(ggx_cuda_ctx & ctx, struct ggx_tensor * dst);
 bool            ggx_cuda_supports_norm(const struct ggx_tensor * dst);

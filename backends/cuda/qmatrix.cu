@@ -397,6 +397,11 @@ template <int T> struct gptq_gemv_l {
     template <typename... A> static void launch(dim3 g, cudaStream_t s, A... a) { k_gptq_gemv<T><<<g, k_gemv_threads, 0, s>>>(a...); }
 };
 
+bool ggx_cuda_qmatmul_is_prefill(const ggx_tensor * dst) {
+    return dst->op == GGX_OP_MUL_MAT && dst->src[0]->extra && ggx_nrows(dst->src[1]) > GGX_CUDA_QGEMV_MAX_T &&
+           (dst->src[0]->type == GGX_TYPE_EXL2 || dst->src[0]->type == GGX_TYPE_GPTQ);
+}
+
 ggx_status ggx_cuda_op_qmatmul(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
     const ggx_tensor * w = dst->src[0];
     const ggx_tensor * xt = dst->src[1];
@@ -430,14 +435,17 @@ ggx_status ggx_cuda_op_qmatmul(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
     }
     half * x16 = (half *)ctx.scratch;
     half * w16 = (half *)((char *)ctx.scratch + (((size_t)T * K * 2 + 255) & ~(size_t)255));
-    const int64_t nx = T * K;
-    const unsigned cblocks = (unsigned)std::min<int64_t>((nx / 4 + 255) / 256, 8 * ctx.n_sm);
-    if (((uintptr_t)x & 15) == 0 && nx % 4 == 0) {
-        k_to_f16<<<cblocks, 256, 0, ctx.stream>>>((const float4 *)x, (uint2 *)x16, nx / 4);
-    } else {
-        k_to_f16_scalar<<<cblocks, 256, 0, ctx.stream>>>(x, x16, nx);
+    if (ctx.x16_of != xt) {   // else the previous matmul read the same x (run_nodes keeps this honest)
+        const int64_t nx = T * K;
+        const unsigned cblocks = (unsigned)std::min<int64_t>((nx / 4 + 255) / 256, 8 * ctx.n_sm);
+        if (((uintptr_t)x & 15) == 0 && nx % 4 == 0) {
+            k_to_f16<<<cblocks, 256, 0, ctx.stream>>>((const float4 *)x, (uint2 *)x16, nx / 4);
+        } else {
+            k_to_f16_scalar<<<cblocks, 256, 0, ctx.stream>>>(x, x16, nx);
+        }
+        GGX_CUDA_LAUNCH_CHECK();
+        ctx.x16_of = xt;
     }
-    GGX_CUDA_LAUNCH_CHECK();
     const int nc_max = (int)prefill_cols(q);
     for (int n0 = 0; n0 < N; n0 += nc_max) {
         const int nc = std::min(nc_max, N - n0);

@@ -26,28 +26,31 @@ TEST_CASE("cuda: add/mul with full and broadcast operands") {
     REQUIRE_CUDA();
     for (ggx_op op : {GGX_OP_ADD, GGX_OP_MUL})
         for (ggx_type bt : {GGX_TYPE_F32, GGX_TYPE_F16, GGX_TYPE_BF16})
-            for (bool bcast : {false, true}) {
-                auto o = run_both([&](GraphRun & r) {
-                    ggx_tensor * a = r.input_f32({131, 7});
-                    ggx_tensor * b = r.input_rand(bt, bcast ? std::vector<int64_t>{131} : std::vector<int64_t>{131, 7});
-                    return op == GGX_OP_ADD ? ggx_add(r.ctx, a, b) : ggx_mul(r.ctx, a, b);
-                });
-                check_close(o.cuda.f, o.cpu.f, 0, 0, std::string(ggx_op_name(op)) + " " + ggx_type_name(bt) + (bcast ? " bcast" : ""));
-            }
+            for (bool bcast : {false, true})
+                for (int64_t D : {131, 128}) {   // 128: the 16-byte path
+                    auto o = run_both([&](GraphRun & r) {
+                        ggx_tensor * a = r.input_f32({D, 7});
+                        ggx_tensor * b = r.input_rand(bt, bcast ? std::vector<int64_t>{D} : std::vector<int64_t>{D, 7});
+                        return op == GGX_OP_ADD ? ggx_add(r.ctx, a, b) : ggx_mul(r.ctx, a, b);
+                    });
+                    check_close(o.cuda.f, o.cpu.f, 0, 0, std::string(ggx_op_name(op)) + " " + ggx_type_name(bt) + (bcast ? " bcast" : "") +
+                                                         " D " + std::to_string(D));
+                }
 }
 
 TEST_CASE("cuda: unary ops and glu") {
     REQUIRE_CUDA();
-    for (int which = 0; which < 6; which++) {
+    for (int which = 0; which < 8; which++) {
         auto o = run_both([&](GraphRun & r) {
-            ggx_tensor * a = r.input_f32({1000, 3}, 6.0f);
+            const int64_t D = which >= 6 ? 999 : 1000;   // 999 x 3: the glu's scalar path
+            ggx_tensor * a = r.input_f32({D, 3}, 6.0f);
             switch (which) {
                 case 0: return ggx_scale(r.ctx, a, 0.37f);
                 case 1: return ggx_silu(r.ctx, a);
                 case 2: return ggx_gelu(r.ctx, a);
                 case 3: return ggx_softcap(r.ctx, a, 5.0f);
-                case 4: return ggx_glu(r.ctx, a, r.input_f32({1000, 3}), GGX_ACT_SILU);
-                default: return ggx_glu(r.ctx, a, r.input_f32({1000, 3}), GGX_ACT_GELU);
+                case 4: case 6: return ggx_glu(r.ctx, a, r.input_f32({D, 3}), GGX_ACT_SILU);
+                default: return ggx_glu(r.ctx, a, r.input_f32({D, 3}), GGX_ACT_GELU);
             }
         });
         check_close(o.cuda.f, o.cpu.f, 1e-6f, 1e-5f, "unary #" + std::to_string(which));
@@ -67,9 +70,14 @@ TEST_CASE("cuda: cpy between float types, exact (round to nearest even)") {
 TEST_CASE("cuda: rms_norm and layer_norm") {
     REQUIRE_CUDA();
     for (int64_t D : {1, 17, 256, 4096})
-        for (int variant = 0; variant < 5; variant++) {
+        for (int variant = 0; variant < 6; variant++) {
+            const int64_t rows = D == 256 ? 300 : 5;   // 300 rows: the many-rows launch shape
             auto o = run_both([&](GraphRun & r) {
-                ggx_tensor * x = r.input_f32({D, 5}, 2.0f);
+                ggx_tensor * x = r.input_f32({D, rows}, 2.0f);
+                if (variant == 5) {   // a residual add and the norm of its sum (one fused kernel): both results
+                    ggx_tensor * sum = ggx_add(r.ctx, x, r.input_f32({D, rows}));
+                    return ggx_add(r.ctx, ggx_rms_norm(r.ctx, sum, r.input_rand(GGX_TYPE_BF16, {D}), 1e-6f), sum);
+                }
                 switch (variant) {
                     case 0: return ggx_rms_norm(r.ctx, x, nullptr, 1e-5f);
                     case 1: return ggx_rms_norm(r.ctx, x, r.input_rand(GGX_TYPE_F32, {D}), 1e-6f);
@@ -85,9 +93,10 @@ TEST_CASE("cuda: rms_norm and layer_norm") {
 TEST_CASE("cuda: rope neox/interleave, partial rotation, divisors, yarn") {
     REQUIRE_CUDA();
     for (int mode : {GGX_ROPE_NEOX, GGX_ROPE_INTERLEAVE})
-        for (int variant = 0; variant < 3; variant++) {
-            const int64_t hd = 64, H = 3, T = 6;
-            const int n_rot = variant == 1 ? 32 : 64;
+        for (int variant = 0; variant < 4; variant++) {
+            // variant 3: llama's head (hd 128, all rotated), 9 heads: more pairs than threads
+            const int64_t hd = variant == 3 ? 128 : 64, H = variant == 3 ? 9 : 3, T = 6;
+            const int n_rot = variant == 1 ? 32 : (int)hd;
             auto o = run_both([&](GraphRun & r) {
                 ggx_tensor * x = r.input_f32({hd, H, T});
                 ggx_tensor * pos = r.input_i32({T}, {0, 1, 7, 100, 4095, 70000});

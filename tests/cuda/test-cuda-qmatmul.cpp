@@ -78,24 +78,27 @@ QCase make_gptq(int K, int N, int gs, bool act_order, uint64_t seed) {
     return c;
 }
 
-// Runs y = x W on CUDA (and on the CPU when `with_cpu`), checks both bounds.
-void check_qmatmul(const QCase & c, int T, bool with_cpu, const std::string & what) {
-    const int K = c.L.K, N = c.L.N;
+std::vector<float> random_x(int T, int K, uint64_t seed) {
     std::vector<float> x((size_t)T * K);
-    std::mt19937_64 rng(K * 31 + N * 7 + T);
+    std::mt19937_64 rng(seed);
     std::uniform_real_distribution<float> d(-1.0f, 1.0f);
     for (float & v : x) v = d(rng);
-    std::vector<uint8_t> xb(x.size() * 4);
-    memcpy(xb.data(), x.data(), xb.size());
-    Builder build = [&](GraphRun & r) {
-        ggx_tensor * w = r.qweight(c.L);
-        ggx_tensor * xt = r.input(GGX_TYPE_F32, {K, T}, xb);
-        return ggx_mul_mat(r.ctx, w, xt);
-    };
-    Output gpu = run_graph(cuda_backend(), build);
-    std::vector<double> ref((size_t)T * N), bound((size_t)T * N), bound2((size_t)T * N);
+    return x;
+}
+
+std::vector<uint8_t> bytes_of(const std::vector<float> & x) {
+    std::vector<uint8_t> b(x.size() * 4);
+    memcpy(b.data(), x.data(), b.size());
+    return b;
+}
+
+// Adds x W (double, from the reference fp16 weights) into ref and sum_k |w_k x_k| into mag.
+void add_ref_product(const QCase & c, const std::vector<float> & x, int T, std::vector<double> & ref, std::vector<double> & mag) {
+    const int K = c.L.K, N = c.L.N;
     std::vector<double> wd((size_t)K * N);
     for (size_t i = 0; i < wd.size(); i++) wd[i] = ggx_f16_to_f32(c.w16[i]);
+    ref.resize((size_t)T * N, 0.0);
+    mag.resize((size_t)T * N, 0.0);
     for (int t = 0; t < T; t++)
         for (int n = 0; n < N; n++) {
             double s = 0, a = 0;
@@ -104,10 +107,29 @@ void check_qmatmul(const QCase & c, int T, bool with_cpu, const std::string & wh
                 s += p;
                 a += std::fabs(p);
             }
-            ref[(size_t)t * N + n] = s;
-            bound[(size_t)t * N + n] = a / 1024.0 + 1e-6;
-            bound2[(size_t)t * N + n] = a / 512.0 + 2e-6;
+            ref[(size_t)t * N + n] += s;
+            mag[(size_t)t * N + n] += a;
         }
+}
+
+// Runs y = x W on CUDA (and on the CPU when `with_cpu`), checks both bounds.
+void check_qmatmul(const QCase & c, int T, bool with_cpu, const std::string & what) {
+    const int K = c.L.K, N = c.L.N;
+    const std::vector<float> x = random_x(T, K, K * 31 + N * 7 + T);
+    const std::vector<uint8_t> xb = bytes_of(x);
+    Builder build = [&](GraphRun & r) {
+        ggx_tensor * w = r.qweight(c.L);
+        ggx_tensor * xt = r.input(GGX_TYPE_F32, {K, T}, xb);
+        return ggx_mul_mat(r.ctx, w, xt);
+    };
+    Output gpu = run_graph(cuda_backend(), build);
+    std::vector<double> ref, mag;
+    add_ref_product(c, x, T, ref, mag);
+    std::vector<double> bound((size_t)T * N), bound2((size_t)T * N);
+    for (size_t i = 0; i < ref.size(); i++) {
+        bound[i] = mag[i] / 1024.0 + 1e-6;
+        bound2[i] = mag[i] / 512.0 + 2e-6;
+    }
     check_bound(gpu.f, ref, bound, what + " vs double reference");
     if (with_cpu) {
         Output cpu = run_graph(cpu_backend(), build);
@@ -147,6 +169,77 @@ TEST_CASE("cuda: EXL2 matmul at real shapes (4096 x 1024, 14336 x 4096)") {
     for (int T : {1, 4, 64}) check_qmatmul(a, T, T != 64, "exl2 4096x1024 T " + std::to_string(T));
     QCase b = make_exl2(14336, 4096, "4 g128", true, 8);
     for (int T : {1, 2}) check_qmatmul(b, T, false, "exl2 14336x4096 T " + std::to_string(T));
+}
+
+TEST_CASE("cuda: prefill matmuls reading one x in a row convert it once, a different x again") {
+    REQUIRE_CUDA();
+    // Nodes in order: a x1, b x1 (reuses x1's fp16 copy), a x2 (must convert x2), b x1 (must
+    // convert x1 again), then the adds. A stale copy would put x1's product where x2's belongs
+    // (an error of ~S / sqrt(K), far above the bound).
+    const int K = 512, N = 200, T = 16;
+    QCase a = make_exl2(K, N, "4 g128", true, 201), b = make_exl2(K, N, "6/3/2 g32,64,64 .05/.2/.75", false, 202);
+    const std::vector<float> x1 = random_x(T, K, 1), x2 = random_x(T, K, 2);
+    const std::vector<uint8_t> b1 = bytes_of(x1), b2 = bytes_of(x2);
+    Output gpu = run_graph(cuda_backend(), [&](GraphRun & r) {
+        ggx_tensor * wa = r.qweight(a.L);
+        ggx_tensor * wb = r.qweight(b.L);
+        ggx_tensor * t1 = r.input(GGX_TYPE_F32, {K, T}, b1);
+        ggx_tensor * t2 = r.input(GGX_TYPE_F32, {K, T}, b2);
+        ggx_tensor * p = ggx_mul_mat(r.ctx, wa, t1);
+        ggx_tensor * q = ggx_mul_mat(r.ctx, wb, t1);
+        ggx_tensor * u = ggx_mul_mat(r.ctx, wa, t2);
+        ggx_tensor * v = ggx_mul_mat(r.ctx, wb, t1);
+        return ggx_add(r.ctx, ggx_add(r.ctx, p, q), ggx_add(r.ctx, u, v));
+    });
+    std::vector<double> ref, mag;
+    add_ref_product(a, x1, T, ref, mag);
+    add_ref_product(b, x1, T, ref, mag);
+    add_ref_product(a, x2, T, ref, mag);
+    add_ref_product(b, x1, T, ref, mag);
+    std::vector<double> bound(ref.size());
+    for (size_t i = 0; i < ref.size(); i++) bound[i] = mag[i] / 1024.0 + 4e-6;   // four products, each within 2^-10 S
+    check_bound(gpu.f, ref, bound, "a x1 + b x1 + a x2 + b x1");
+}
+
+TEST_CASE("cuda: an RMS norm and a GLU feeding prefill matmuls write the fp16 x themselves") {
+    REQUIRE_CUDA();
+    // The plan lets both producers write the matmuls' fp16 x instead of their fp32 results
+    // (ggx_cuda_plan::x16_out); the products are checked against double-precision ones from the
+    // double norm and GLU, with the prefill bound (the fp16 rounding of x is inside it).
+    const int K = 512, N = 200, T = 16;
+    QCase a = make_exl2(K, N, "4 g128", true, 301), b = make_exl2(K, N, "5 g32", false, 302), c = make_exl2(K, N, "8/4/3 g32,128,128 .05/.1/.85", true, 303);
+    const std::vector<float> x = random_x(T, K, 11), g = random_x(T, K, 12), u = random_x(T, K, 13), nw = random_x(1, K, 14);
+    const std::vector<uint8_t> xb = bytes_of(x), gb = bytes_of(g), ub = bytes_of(u), nwb = bytes_of(nw);
+    const float eps = 1e-5f;
+    Output gpu = run_graph(cuda_backend(), [&](GraphRun & r) {
+        ggx_tensor * wa = r.qweight(a.L);
+        ggx_tensor * wb = r.qweight(b.L);
+        ggx_tensor * wc = r.qweight(c.L);
+        ggx_tensor * h = ggx_rms_norm(r.ctx, r.input(GGX_TYPE_F32, {K, T}, xb), r.input(GGX_TYPE_F32, {K}, nwb), eps);
+        ggx_tensor * p = ggx_mul_mat(r.ctx, wa, h);
+        ggx_tensor * q = ggx_mul_mat(r.ctx, wb, h);
+        ggx_tensor * act = ggx_glu(r.ctx, r.input(GGX_TYPE_F32, {K, T}, gb), r.input(GGX_TYPE_F32, {K, T}, ub), GGX_ACT_SILU);
+        ggx_tensor * s = ggx_mul_mat(r.ctx, wc, act);
+        return ggx_add(r.ctx, ggx_add(r.ctx, p, q), s);
+    });
+    std::vector<float> h((size_t)T * K), act((size_t)T * K);
+    for (int t = 0; t < T; t++) {
+        double ss = 0;
+        for (int k = 0; k < K; k++) ss += (double)x[(size_t)t * K + k] * x[(size_t)t * K + k];
+        const double rs = 1.0 / std::sqrt(ss / K + eps);
+        for (int k = 0; k < K; k++) {
+            const size_t i = (size_t)t * K + k;
+            h[i] = (float)(x[i] * rs * nw[k]);
+            act[i] = (float)((double)g[i] / (1.0 + std::exp(-(double)g[i])) * u[i]);
+        }
+    }
+    std::vector<double> ref, mag;
+    add_ref_product(a, h, T, ref, mag);
+    add_ref_product(b, h, T, ref, mag);
+    add_ref_product(c, act, T, ref, mag);
+    std::vector<double> bound(ref.size());
+    for (size_t i = 0; i < ref.size(); i++) bound[i] = mag[i] / 1024.0 + 3e-6;
+    check_bound(gpu.f, ref, bound, "norm(x) a + norm(x) b + glu(g, u) c");
 }
 
 TEST_CASE("cuda: GPTQ matmul with and without act-order, GEMV and prefill") {
