@@ -11,6 +11,7 @@
 #include <doctest/doctest.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace {
@@ -162,6 +163,24 @@ TEST_CASE("decode plan: prompts longer than 8 tokens are not decode work") {
     ggx_cuda_plan_graph(true, G.g, p);
     CHECK(p.jobs.empty());
     CHECK(G.count(p, ggx_cuda_plan::SKIP) == 0);
+    // the producers that write the prefill matmuls' fp16 x: the FFN norm, the GLU and the final
+    // norm. Not the attention norm: the graph visits q's reshape and RoPE before k's matmul, and
+    // the plan asks for nothing between a producer and its readers. Not the attention either
+    // (its result reaches the o matmul through a reshape).
+    std::vector<ggx_op> producers;
+    std::string seen;
+    for (int i = 0; i < ggx_graph_n_nodes(G.g); i++)
+        if (p.x16_out[i]) {
+            CHECK(p.x16_out[i] == ggx_graph_node(G.g, i));
+            producers.push_back(ggx_graph_node(G.g, i)->op);
+            seen += std::string(ggx_op_name(ggx_graph_node(G.g, i)->op)) + " ";
+        }
+    const std::vector<ggx_op> expected = {GGX_OP_RMS_NORM, GGX_OP_GLU, GGX_OP_RMS_NORM};
+    CHECK_MESSAGE(producers == expected, seen);
+    // without fusion, none
+    ggx_cuda_plan q;
+    ggx_cuda_plan_graph(false, G.g, q);
+    for (const ggx_tensor * t : q.x16_out) CHECK(t == nullptr);
 }
 
 TEST_CASE("decode plan: a residual computed after the matmul is not added early") {
