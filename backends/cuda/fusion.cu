@@ -204,8 +204,9 @@ bool job_is_safe(const graph_index & gi, const ggx_qgemv_job & job, int p, const
 bool is_decode_matmul(const ggx_tensor * n) { return n->op == GGX_OP_MUL_MAT && ggx_cuda_qgemv_supports(n); }
 
 // Producers whose fp32 result only the prefill matmuls right after them read (see
-// ggx_cuda_plan::x16_out): the attention and FFN norms (q, k, v; gate, up) and the GLU (down).
-// Nothing may run between the producer and its last reader: any other node clears ctx.x16_of.
+// ggx_cuda_plan::x16_out): in a Llama graph the FFN norm (gate, up), the GLU (down) and the
+// final norm (the head). Nothing may run between the producer and its last reader (any other node
+// clears ctx.x16_of), which rules out the attention norm: q's RoPE runs before k's matmul.
 void plan_prefill_x16(const graph_index & gi, ggx_cuda_plan & plan) {
     const int n = ggx_graph_n_nodes(gi.g);
     for (int i = 0; i < n; i++) {
