@@ -162,25 +162,34 @@ TEST_CASE("decode plan: prompts longer than 8 tokens are not decode work") {
     ggx_cuda_plan p;
     ggx_cuda_plan_graph(true, G.g, p);
     CHECK(p.jobs.empty());
-    CHECK(G.count(p, ggx_cuda_plan::SKIP) == 0);
-    // the producers that write the prefill matmuls' fp16 x: the FFN norm, the GLU and the final
-    // norm. Not the attention norm: the graph visits q's reshape and RoPE before k's matmul, and
-    // the plan asks for nothing between a producer and its readers. Not the attention either
-    // (its result reaches the o matmul through a reshape).
+    // the two residual adds each compute the norm after them (those norms are skipped)
+    CHECK(G.count(p, ggx_cuda_plan::SKIP) == 2);
+    for (int i = 0; i < ggx_graph_n_nodes(G.g); i++)
+        if (p.add_norm[i] >= 0) {
+            CHECK(ggx_graph_node(G.g, i)->op == GGX_OP_ADD);
+            CHECK(ggx_graph_node(G.g, p.add_norm[i])->op == GGX_OP_RMS_NORM);
+            CHECK(p.action[p.add_norm[i]] == ggx_cuda_plan::SKIP);
+        }
+    // the producers that write the prefill matmuls' fp16 x: the attention (for the o matmul,
+    // through its reshape), the FFN norm, the GLU and the final norm. Not the attention norm:
+    // the graph visits q's reshape and RoPE before k's matmul, and the plan asks for nothing
+    // between a producer and its readers.
     std::vector<ggx_op> producers;
     std::string seen;
     for (int i = 0; i < ggx_graph_n_nodes(G.g); i++)
         if (p.x16_out[i]) {
-            CHECK(p.x16_out[i] == ggx_graph_node(G.g, i));
-            producers.push_back(ggx_graph_node(G.g, i)->op);
-            seen += std::string(ggx_op_name(ggx_graph_node(G.g, i)->op)) + " ";
+            const ggx_tensor * t = ggx_graph_node(G.g, i);
+            CHECK((p.x16_out[i] == t || (t->op == GGX_OP_ATTN && p.x16_out[i]->view_src == t)));
+            producers.push_back(t->op);
+            seen += std::string(ggx_op_name(t->op)) + " ";
         }
-    const std::vector<ggx_op> expected = {GGX_OP_RMS_NORM, GGX_OP_GLU, GGX_OP_RMS_NORM};
+    const std::vector<ggx_op> expected = {GGX_OP_ATTN, GGX_OP_RMS_NORM, GGX_OP_GLU, GGX_OP_RMS_NORM};
     CHECK_MESSAGE(producers == expected, seen);
     // without fusion, none
     ggx_cuda_plan q;
     ggx_cuda_plan_graph(false, G.g, q);
     for (const ggx_tensor * t : q.x16_out) CHECK(t == nullptr);
+    for (int f : q.add_norm) CHECK(f == -1);
 }
 
 TEST_CASE("decode plan: a residual computed after the matmul is not added early") {

@@ -43,11 +43,8 @@ struct Run {
     size_t sum_of_nodes = 0;   // what one buffer per node (and per input) would take
 };
 
-// Plans (optionally after giving every node its own memory), fills inputs from a seeded RNG,
-// computes, and reads outputs and inputs back.
-Run run(const Recipe & recipe, bool separate, uint64_t seed) {
-    ggx_backend * be = ggx_backend_cpu_init(2);
-    REQUIRE(be != nullptr);
+// A fresh context and graph from the recipe, its outputs marked.
+Graph build(const Recipe & recipe) {
     Graph G;
     G.ctx = ggx_context_new();
     G.g = ggx_graph_new(G.ctx);
@@ -56,6 +53,15 @@ Run run(const Recipe & recipe, bool separate, uint64_t seed) {
         o->flags |= GGX_FLAG_OUTPUT;
         ggx_graph_build(G.g, o);
     }
+    return G;
+}
+
+// Plans (optionally after giving every node its own memory), fills inputs from a seeded RNG,
+// computes, and reads outputs and inputs back.
+Run run(const Recipe & recipe, bool separate, uint64_t seed) {
+    ggx_backend * be = ggx_backend_cpu_init(2);
+    REQUIRE(be != nullptr);
+    Graph G = build(recipe);
     std::vector<void *> mem;
     Run r;
     for (int i = 0; i < ggx_graph_n_nodes(G.g); i++) {
@@ -245,4 +251,37 @@ TEST_CASE("plan: random DAGs with long-lived and short-lived tensors of several 
         INFO("seed " << seed);
         expect_same(r, seed);
     }
+}
+
+TEST_CASE("plan: a GLU takes its gate's memory when the gate dies there, and results stay the same") {
+    const int64_t D = 64, F = 160, T = 6;
+    ggx_tensor * gate = nullptr, * up = nullptr, * act = nullptr;
+    Recipe ffn = [&](Graph & G) {
+        ggx_tensor * x = new_input(G, GGX_TYPE_F32, D, T);
+        ggx_tensor * wg = new_input(G, GGX_TYPE_F32, D, F), * wu = new_input(G, GGX_TYPE_F32, D, F), * wd = new_input(G, GGX_TYPE_F32, F, D);
+        ggx_tensor * n = ggx_rms_norm(G.ctx, x, nullptr, 1e-5f);
+        gate = ggx_mul_mat(G.ctx, wg, n);
+        up = ggx_mul_mat(G.ctx, wu, n);
+        act = ggx_glu(G.ctx, gate, up, GGX_ACT_SILU);
+        G.outputs.push_back(ggx_add(G.ctx, x, ggx_mul_mat(G.ctx, wd, act)));
+    };
+    Graph G = build(ffn);
+    std::vector<uint8_t> buf(ggx_graph_plan(G.g, 64) + 64);
+    ggx_graph_bind(G.g, buf.data());
+    CHECK(act->data == gate->data);
+    CHECK(act->data != up->data);
+    ggx_context_free(G.ctx);
+    expect_same(ffn, 3);
+
+    // not when the gate is read after the GLU
+    Recipe kept = [&](Graph & G2) {
+        ffn(G2);
+        G2.outputs.push_back(ggx_scale(G2.ctx, gate, 2.0f));
+    };
+    Graph H = build(kept);
+    std::vector<uint8_t> buf2(ggx_graph_plan(H.g, 64) + 64);
+    ggx_graph_bind(H.g, buf2.data());
+    CHECK(act->data != gate->data);
+    ggx_context_free(H.ctx);
+    expect_same(kept, 4);
 }

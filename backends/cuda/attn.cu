@@ -16,6 +16,7 @@
 // k_attn_prefill (T > 8, f16 cache): FlashAttention-2 style tensor-core kernel, described there.
 #include "attn.cuh"
 #include "async-copy.cuh"
+#include "decode-plan.h"   // ggx_cuda_attn_is_prefill
 #include "trace.cuh"
 
 #include <algorithm>
@@ -45,6 +46,7 @@ struct attn_args {
     const void * v;
     const int32_t * pos;   // [T]
     float * out;           // [T][H][hd]
+    half * out16;          // prefill only: the result in fp16 here instead (the o matmul's x16)
     float * part;          // [T][H][n_splits][hd + 4]   (m, l, -, -, acc...)
     int * counters;        // [T][Hkv] blocks done, zero between launches
     int hd, H, Hkv, C, T, chunk, n_splits;
@@ -53,6 +55,7 @@ struct attn_args {
     int window;
     int non_causal;       // every query sees keys 0..pos[T-1]
     ggx_trace_dev trace;  // GGX_CUDA_TRACE only
+    int trace_last;       // stamp the free points in the last tile, not the first (GGX_ATTN_TRACE_LAST=1)
 };
 
 // 8 consecutive cache values as floats (one 16-byte load for f16/bf16, two for f32).
@@ -194,12 +197,13 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(const __grid_constant_
         for (int e = 0; e < 8; e++) acc[g][e] = 0.0f;
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP);
 
+    const int trace_it = a.trace_last ? n_tiles - 1 : 0;   // the tile whose phases A, B, C time
     for (int it = 0; it < n_tiles; it++) {
         // tile it+1 was issued at the end of the previous iteration (for it >= 1): leave it in flight
         if (it >= 1 && it + 1 < n_tiles) ggx_cp_async_wait<1>();
         else ggx_cp_async_wait<0>();
         __syncthreads();
-        if (it == 0) ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_A);
+        if (it == trace_it) ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_A);
         const int j0 = k_lo + it * TK, nj = min(TK, k_hi - j0);
         const TC * kt = kv_s + (size_t)(it & 1) * 2 * TK * hd;
         const TC * vt = kt + (size_t)TK * hd;
@@ -226,7 +230,7 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(const __grid_constant_
             }
         }
         __syncthreads();
-        if (it == 0) ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_B);
+        if (it == trace_it) ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_B);
         // online softmax, one warp per head
         for (int g = warp; g < G; g += k_threads / 32) {
             float m = -INFINITY;
@@ -248,7 +252,7 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(const __grid_constant_
             }
         }
         __syncthreads();
-        if (it == 0) ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_C);
+        if (it == trace_it) ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_C);
         if (kl < KL) {
 #pragma unroll
             for (int g = 0; g < GM; g++) {
@@ -620,7 +624,13 @@ __global__ void __launch_bounds__(fa_threads) k_attn_prefill(attn_args a) {
         const int t = q0 + warp * 16 + g + 8 * i;
         if (t >= a.T) continue;
         const float inv = l_r[i] > 0.0f ? 1.0f / l_r[i] : 0.0f;
-        float * orow = a.out + ((size_t)t * a.H + h) * HD + 2 * tq;
+        const size_t row = ((size_t)t * a.H + h) * HD + 2 * tq;
+        if (a.out16) {   // the same fp32 values, rounded as the matmul's own conversion would
+#pragma unroll
+            for (int nt = 0; nt < NT_O; nt++) *(half2 *)(a.out16 + row + nt * 8) = __floats2half2_rn(o[nt][2 * i] * inv, o[nt][2 * i + 1] * inv);
+            continue;
+        }
+        float * orow = a.out + row;
 #pragma unroll
         for (int nt = 0; nt < NT_O; nt++) {
             orow[nt * 8] = o[nt][2 * i] * inv;
@@ -727,6 +737,8 @@ bool ggx_cuda_supports_attn(const ggx_tensor * dst) {
     return ggx_nelements(pos) >= q->ne[2] * q->ne[3];
 }
 
+bool ggx_cuda_attn_is_prefill(const ggx_tensor * dst) { return dst->op == GGX_OP_ATTN && prefill_ok(dst); }
+
 size_t ggx_cuda_attn_scratch(const ggx_tensor * dst) {
     if (prefill_ok(dst)) return 0;
     const plan p = make_plan(dst);
@@ -735,7 +747,7 @@ size_t ggx_cuda_attn_scratch(const ggx_tensor * dst) {
     return sizeof(float) * (size_t)(q->ne[2] * q->ne[3]) * q->ne[1] * p.n_splits * (q->ne[0] + 4);
 }
 
-ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
+ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst, half * x16) {
     const ggx_tensor * q = dst->src[0];
     const ggx_tensor * kc = dst->src[1];
     attn_args a = {};
@@ -759,6 +771,11 @@ ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
     a.window = dst->params.attn.window;
     a.non_causal = dst->params.attn.non_causal;
     if (a.T == 0) return GGX_STATUS_OK;
+    if (x16 && !prefill_ok(dst)) {
+        ggx_set_error("cuda: attention %s: fp16 output is only on the prefill path", dst->name);
+        return GGX_STATUS_FAILED;
+    }
+    a.out16 = x16;
 #if defined(GGX_ATTN_WMMA)
     if (prefill_ok(dst)) {
         switch (a.hd) {
@@ -774,7 +791,11 @@ ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
         return GGX_STATUS_FAILED;
     }
     a.tile_keys = tile_keys(ctx, a.hd, (int)ggx_type_size(kc->type));
-    if (ctx.trace) a.trace = ggx_cuda_trace_launch(ctx, dst->name);
+    if (ctx.trace) {
+        a.trace = ggx_cuda_trace_launch(ctx, dst->name);
+        static const bool last = getenv("GGX_ATTN_TRACE_LAST") && atoi(getenv("GGX_ATTN_TRACE_LAST"));
+        a.trace_last = last;
+    }
     const dim3 grid(a.Hkv, a.n_splits, a.T);
     switch (kc->type) {
         case GGX_TYPE_F32:  return launch_split<float>(ctx, a, grid);

@@ -88,9 +88,12 @@ struct ggx_cuda_plan {
     enum { RUN = -1, SKIP = -2 };
     std::vector<int>           action;   // per node: RUN, SKIP (folded into a job) or a job index
     std::vector<ggx_qgemv_job> jobs;
-    // Per node: set when an RMS_NORM or GLU feeds only the prefill matmuls right after it, so it
-    // writes their fp16 x (ggx_cuda_ctx::x16_of) instead of its fp32 result, which nothing reads.
+    // Per node: set when an RMS_NORM, GLU or prefill ATTN feeds only the prefill matmuls right after
+    // it, so it writes their fp16 x (ggx_cuda_ctx::x16_of) instead of its fp32 result, which
+    // nothing reads.
     std::vector<const struct ggx_tensor *> x16_out;   // the tensor those matmuls read, or null
+    // Per ADD node: the RMS_NORM node right after it that it computes too (that node is SKIP), or -1.
+    std::vector<int>           add_norm;
 };
 
 // Plans a bound graph (data pointers set). With fuse false every decode matmul is its own job.
@@ -105,4 +108,8 @@ bool          ggx_cuda_supports_rows(const struct ggx_tensor * dst);
 bool          ggx_cuda_supports_rope(const struct ggx_tensor * dst);
 // A quantized MUL_MAT on the prefill path (qmatrix.cu): dequantize + cuBLAS over an fp16 x.
 bool          ggx_cuda_qmatmul_is_prefill(const struct ggx_tensor * dst);
-
+// An ADD of two same-size contiguous f32 tensors and an RMS_NORM reading exactly its result
+// (norm.cu runs both in one kernel).
+bool          ggx_cuda_add_rms_norm_ok(const struct ggx_tensor * add, const struct ggx_tensor * norm);
+// An ATTN node on the tensor-core prefill path (attn.cu), which can write its result in fp16.
+bool          ggx_cuda_attn_is_prefill(const struct ggx_tensor * dst);

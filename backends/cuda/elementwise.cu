@@ -56,9 +56,10 @@ __global__ void k_unary(const float * __restrict__ a, float * __restrict__ y, in
     }
 }
 
-// TY: float, or half when the result only feeds prefill matmuls (see ggx_cuda_op_glu).
+// TY: float, or half when the result only feeds prefill matmuls (see ggx_cuda_op_glu). y may be
+// g itself (the planner puts a GLU's result in its gate's memory), so neither is __restrict__.
 template <int ACT, typename TY>
-__global__ void k_glu(const float * __restrict__ g, const float * __restrict__ u, TY * __restrict__ y, int64_t n) {
+__global__ void k_glu(const float * g, const float * __restrict__ u, TY * y, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const float a = ACT == GGX_ACT_SILU ? silu_f(g[i]) : gelu_f(g[i]);
         ggx_store_f(y, i, a * u[i]);
@@ -66,7 +67,7 @@ __global__ void k_glu(const float * __restrict__ g, const float * __restrict__ u
 }
 
 template <int ACT, typename TY>
-__global__ void k_glu4(const float4 * __restrict__ g, const float4 * __restrict__ u, TY * __restrict__ y, int64_t n4) {
+__global__ void k_glu4(const float4 * g, const float4 * __restrict__ u, TY * y, int64_t n4) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
         const float4 gv = g[i], uv = u[i];
         auto act = [](float v) { return ACT == GGX_ACT_SILU ? silu_f(v) : gelu_f(v); };

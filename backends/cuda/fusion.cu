@@ -201,12 +201,27 @@ bool job_is_safe(const graph_index & gi, const ggx_qgemv_job & job, int p, const
     return true;
 }
 
+// Residual adds whose sum the RMS norm right after them reads (prefill: each layer's two; decode
+// folds both into its GEMV jobs instead): one kernel, one pass fewer over the rows.
+void plan_add_norm(const graph_index & gi, ggx_cuda_plan & plan) {
+    const int n = ggx_graph_n_nodes(gi.g);
+    for (int i = 0; i < n; i++) {
+        if (plan.action[i] != ggx_cuda_plan::RUN || gi.node(i)->op != GGX_OP_ADD) continue;
+        int j = i + 1;
+        while (j < n && gi.node(j)->op == GGX_OP_NONE) j++;
+        if (j == n || plan.action[j] != ggx_cuda_plan::RUN || !ggx_cuda_add_rms_norm_ok(gi.node(i), gi.node(j))) continue;
+        plan.add_norm[i] = j;
+        plan.action[j] = ggx_cuda_plan::SKIP;
+    }
+}
+
 bool is_decode_matmul(const ggx_tensor * n) { return n->op == GGX_OP_MUL_MAT && ggx_cuda_qgemv_supports(n); }
 
 // Producers whose fp32 result only the prefill matmuls right after them read (see
-// ggx_cuda_plan::x16_out): in a Llama graph the FFN norm (gate, up), the GLU (down) and the
-// final norm (the head). Nothing may run between the producer and its last reader (any other node
-// clears ctx.x16_of), which rules out the attention norm: q's RoPE runs before k's matmul.
+// ggx_cuda_plan::x16_out): in a Llama graph the FFN norm (gate, up), the attention (o, through
+// its reshape), the GLU (down) and the final norm (the head). Nothing may run between the producer
+// and its last reader (any other node clears ctx.x16_of), which rules out the attention norm:
+// q's RoPE runs before k's matmul.
 void plan_prefill_x16(const graph_index & gi, ggx_cuda_plan & plan) {
     const int n = ggx_graph_n_nodes(gi.g);
     for (int i = 0; i < n; i++) {
@@ -216,12 +231,18 @@ void plan_prefill_x16(const graph_index & gi, ggx_cuda_plan & plan) {
             if (!plain_f32(t->src[1]) || (t->params.glu.act != GGX_ACT_SILU && t->params.glu.act != GGX_ACT_GELU)) continue;
         } else if (t->op == GGX_OP_RMS_NORM) {
             if (t->src[1] && (!float_type(t->src[1]->type) || ggx_nelements(t->src[1]) != t->ne[0])) continue;
-        } else {
+        } else if (!ggx_cuda_attn_is_prefill(t)) {
             continue;
         }
         std::vector<int> r, v;
-        if (!readers(gi, t, r, v) || r.empty() || !v.empty()) continue;
-        const ggx_tensor * x = t;   // what the matmuls read
+        if (!readers(gi, t, r, v) || r.empty() || v.size() > 1) continue;
+        // the matmuls' x: t itself, or its one reshape (a view of all of t, nothing else reads)
+        const ggx_tensor * x = t;
+        if (!v.empty()) {
+            const ggx_tensor * view = gi.node(v[0]);
+            if (!same_data(view, t) || !ggx_is_contiguous(view)) continue;
+            x = view;
+        }
         bool ok = true;
         for (int j : r) {
             const ggx_tensor * u = gi.node(j);
@@ -242,6 +263,7 @@ void ggx_cuda_plan_graph(bool fuse, ggx_graph * g, ggx_cuda_plan & plan) {
     plan.action.assign(n, ggx_cuda_plan::RUN);
     plan.jobs.clear();
     plan.x16_out.assign(n, nullptr);
+    plan.add_norm.assign(n, -1);
     if (!fuse) return;
     graph_index gi;
     gi.g = g;
@@ -330,4 +352,5 @@ void ggx_cuda_plan_graph(bool fuse, ggx_graph * g, ggx_cuda_plan & plan) {
         plan.jobs.push_back(job);
     }
     plan_prefill_x16(gi, plan);
+    plan_add_norm(gi, plan);
 }

@@ -199,6 +199,7 @@ ggx_status compute_x16(ggx_cuda_ctx & ctx, ggx_tensor * node) {
     switch (node->op) {
         case GGX_OP_RMS_NORM: return ggx_cuda_op_rms_norm(ctx, node, x16);
         case GGX_OP_GLU:      return ggx_cuda_op_glu(ctx, node, x16);
+        case GGX_OP_ATTN:     return ggx_cuda_op_attn(ctx, node, x16);
         default: ggx_set_error("cuda: %s cannot write an fp16 matmul input", ggx_op_name(node->op)); return GGX_STATUS_FAILED;
     }
 }
@@ -217,8 +218,12 @@ ggx_status run_nodes(ggx_cuda_ctx & ctx, ggx_graph * g, const ggx_cuda_plan & pl
         if (act == ggx_cuda_plan::SKIP) continue;
         if (act >= 0 || (n->op != GGX_OP_NONE && !ggx_cuda_qmatmul_is_prefill(n))) ctx.x16_of = nullptr;
         if (ctx.profile && n->op != GGX_OP_NONE) (void)cudaEventRecord(ev[0], ctx.stream);
-        const ggx_tensor * x16_of = plan.x16_out[i];
-        ggx_status st = act >= 0 ? ggx_cuda_qgemv_run(ctx, plan.jobs[act]) : x16_of ? compute_x16(ctx, n) : compute_node(ctx, n);
+        const int fn = plan.add_norm[i];   // the norm this add computes too
+        const ggx_tensor * x16_of = plan.x16_out[fn >= 0 ? fn : i];
+        ggx_status st = act >= 0  ? ggx_cuda_qgemv_run(ctx, plan.jobs[act])
+                      : fn >= 0   ? ggx_cuda_op_add_rms_norm(ctx, n, ggx_graph_node(g, fn), x16_of ? (half *)ctx.scratch : nullptr)
+                      : x16_of    ? compute_x16(ctx, n)
+                                  : compute_node(ctx, n);
         if (st == GGX_STATUS_OK && x16_of) ctx.x16_of = x16_of;
         if (ctx.profile && n->op != GGX_OP_NONE && st == GGX_STATUS_OK) {
             (void)cudaEventRecord(ev[1], ctx.stream);

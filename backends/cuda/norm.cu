@@ -3,6 +3,9 @@
 // form, which avoids the cancellation of E[x^2] - E[x]^2.
 #include "norm.cuh"
 
+#include "decode-plan.h"   // ggx_cuda_add_rms_norm_ok
+#include "elementwise.cuh"   // the unaligned fallback of the fused add
+
 #include <type_traits>
 
 namespace {
@@ -27,21 +30,28 @@ __global__ void k_rms_norm(const float * __restrict__ x,   // [rows][D]
 }
 
 // D % 4 == 0 (every model's width): the same with 16-byte loads, the row read twice (the second
-// time from L1). At 2048 rows of 4096 the scalar form moved ~1.7 TB/s.
-template <typename TW, typename TY>
-__global__ void k_rms_norm4(const float4 * __restrict__ x, const TW * __restrict__ w, TY * __restrict__ y, int D4, float eps) {
+// time from L1). At 2048 rows of 4096 the scalar form moved ~1.7 TB/s. With ADD, the row is
+// x + b, stored to sum first (the residual add before a norm, one pass fewer over the row).
+template <typename TW, typename TY, bool ADD>
+__global__ void k_rms_norm4(const float4 * __restrict__ x, const float4 * __restrict__ b, float4 * __restrict__ sum,
+                            const TW * __restrict__ w, TY * __restrict__ y, int D4, float eps) {
     __shared__ float sh[32];
-    const float4 * xr = x + (size_t)blockIdx.x * D4;
-    TY * yr = y + (size_t)blockIdx.x * D4 * 4;
+    const size_t r0 = (size_t)blockIdx.x * D4;
     float s = 0.0f;
     for (int i = threadIdx.x; i < D4; i += blockDim.x) {
-        const float4 v = xr[i];
+        float4 v = x[r0 + i];
+        if (ADD) {
+            const float4 u = b[r0 + i];
+            v.x += u.x; v.y += u.y; v.z += u.z; v.w += u.w;
+            sum[r0 + i] = v;
+        }
         s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
     }
     s = ggx_block_sum(s, sh);
     const float r = rsqrtf(s / (float)(4 * D4) + eps);
+    TY * yr = y + r0 * 4;
     for (int i = threadIdx.x; i < D4; i += blockDim.x) {
-        float4 v = xr[i];
+        float4 v = ADD ? sum[r0 + i] : x[r0 + i];   // (this thread's own store, when ADD)
         v.x *= r; v.y *= r; v.z *= r; v.w *= r;
         if (w) {
             v.x *= ggx_load_f(w, 4 * i); v.y *= ggx_load_f(w, 4 * i + 1);
@@ -95,8 +105,43 @@ ggx_status ggx_cuda_op_rms_norm(ggx_cuda_ctx & ctx, ggx_tensor * dst, half * x16
         using TW = std::remove_const_t<std::remove_pointer_t<decltype(wp)>>;
         auto launch = [&](auto * y) {
             using TY = std::remove_pointer_t<decltype(y)>;
-            if (vec) k_rms_norm4<TW, TY><<<(unsigned)rows, threads, 0, ctx.stream>>>((const float4 *)x->data, wp, y, (int)(D / 4), eps);
+            if (vec) k_rms_norm4<TW, TY, false><<<(unsigned)rows, threads, 0, ctx.stream>>>((const float4 *)x->data, nullptr, nullptr, wp, y, (int)(D / 4), eps);
             else     k_rms_norm<TW, TY><<<(unsigned)rows, threads, 0, ctx.stream>>>((const float *)x->data, wp, y, D, eps);
+        };
+        if (x16) launch(x16);
+        else     launch((float *)out);
+    });
+    GGX_CUDA_LAUNCH_CHECK();
+    return GGX_STATUS_OK;
+}
+
+bool ggx_cuda_add_rms_norm_ok(const ggx_tensor * add, const ggx_tensor * norm) {
+    const ggx_tensor * a = add->src[0];
+    const ggx_tensor * b = add->src[1];
+    return add->op == GGX_OP_ADD && norm->op == GGX_OP_RMS_NORM && norm->src[0] == add && ggx_cuda_supports_norm(norm) &&
+           add->type == GGX_TYPE_F32 && a->type == GGX_TYPE_F32 && b->type == GGX_TYPE_F32 &&
+           ggx_is_contiguous(add) && ggx_is_contiguous(a) && ggx_is_contiguous(b) &&
+           ggx_nelements(a) == ggx_nelements(add) && ggx_nelements(b) == ggx_nelements(add) && add->ne[0] % 4 == 0;
+}
+
+ggx_status ggx_cuda_op_add_rms_norm(ggx_cuda_ctx & ctx, ggx_tensor * add, ggx_tensor * norm, half * x16) {
+    const ggx_tensor * w = norm->src[1];
+    const int64_t D = add->ne[0], rows = ggx_nrows(add);
+    if (rows == 0) return GGX_STATUS_OK;
+    void * out = x16 ? (void *)x16 : norm->data;
+    const bool aligned = (((uintptr_t)add->data | (uintptr_t)add->src[0]->data | (uintptr_t)add->src[1]->data | (uintptr_t)out) & 15) == 0;
+    if (!aligned || D % 4 || D / 4 > INT32_MAX) {   // two launches
+        GGX_RETURN_IF_ERR(ggx_cuda_op_binary(ctx, add));
+        return ggx_cuda_op_rms_norm(ctx, norm, x16);
+    }
+    const int threads = rows >= ctx.n_sm ? k_threads_many : k_threads;
+    const float eps = norm->params.norm.eps;
+    ggx_cuda_dispatch_ftype(w ? w->type : GGX_TYPE_F32, w ? w->data : nullptr, [&](auto wp) {
+        using TW = std::remove_const_t<std::remove_pointer_t<decltype(wp)>>;
+        auto launch = [&](auto * y) {
+            using TY = std::remove_pointer_t<decltype(y)>;
+            k_rms_norm4<TW, TY, true><<<(unsigned)rows, threads, 0, ctx.stream>>>((const float4 *)add->src[0]->data, (const float4 *)add->src[1]->data,
+                                                                                 (float4 *)add->data, wp, y, (int)(D / 4), eps);
         };
         if (x16) launch(x16);
         else     launch((float *)out);

@@ -7,3 +7,8 @@
 enum ggx_status ggx_cuda_op_rms_norm(ggx_cuda_ctx & ctx, struct ggx_tensor * dst, half * x16 = nullptr);
 enum ggx_status ggx_cuda_op_layer_norm(ggx_cuda_ctx & ctx, struct ggx_tensor * dst);
 bool            ggx_cuda_supports_norm(const struct ggx_tensor * dst);
+// An ADD and the RMS_NORM right after it that reads its result (ggx_cuda_add_rms_norm_ok,
+// decode-plan.h) in one kernel: it writes the sum and the norm (or, with x16, the norm in fp16
+// for the prefill matmuls).
+enum ggx_status ggx_cuda_op_add_rms_norm(ggx_cuda_ctx & ctx, struct ggx_tensor * add, struct ggx_tensor * norm,
+                                         half * x16 = nullptr);
