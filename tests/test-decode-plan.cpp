@@ -170,10 +170,9 @@ TEST_CASE("decode plan: prompts longer than 8 tokens are not decode work") {
             CHECK(ggx_graph_node(G.g, p.add_norm[i])->op == GGX_OP_RMS_NORM);
             CHECK(p.action[p.add_norm[i]] == ggx_cuda_plan::SKIP);
         }
-    // the producers that write the prefill matmuls' fp16 x: the attention (for the o matmul,
-    // through its reshape), the FFN norm, the GLU and the final norm. Not the attention norm:
-    // the graph visits q's reshape and RoPE before k's matmul, and the plan asks for nothing
-    // between a producer and its readers.
+    // the producers that write the prefill matmuls' fp16 x: the attention norm (q's reshape and
+    // RoPE run between its readers: they leave the fp16 x alone), the attention (for the o
+    // matmul, through its reshape), the FFN norm, the GLU and the final norm
     std::vector<ggx_op> producers;
     std::string seen;
     for (int i = 0; i < ggx_graph_n_nodes(G.g); i++)
@@ -183,7 +182,7 @@ TEST_CASE("decode plan: prompts longer than 8 tokens are not decode work") {
             producers.push_back(t->op);
             seen += std::string(ggx_op_name(t->op)) + " ";
         }
-    const std::vector<ggx_op> expected = {GGX_OP_ATTN, GGX_OP_RMS_NORM, GGX_OP_GLU, GGX_OP_RMS_NORM};
+    const std::vector<ggx_op> expected = {GGX_OP_RMS_NORM, GGX_OP_ATTN, GGX_OP_RMS_NORM, GGX_OP_GLU, GGX_OP_RMS_NORM};
     CHECK_MESSAGE(producers == expected, seen);
     // without fusion, none
     ggx_cuda_plan q;

@@ -61,9 +61,9 @@ struct ggx_cuda_ctx {
     size_t         scratch_size = 0;
     std::vector<void *> retired;
     // The activation whose fp16 copy sits at the start of the scratch buffer (the quantized
-    // prefill matmul's x16): a matmul reading the same x right after (gate and up) skips the
-    // conversion. run_nodes clears it before any node that is not such a matmul (they may use the
-    // scratch); so q, k and v, between which the graph runs q's RoPE, each convert x.
+    // prefill matmul's x16): a matmul reading the same x after it (q, k, v; gate, up) skips the
+    // conversion. run_nodes clears it before any node that may use the scratch
+    // (ggx_cuda_keeps_x16).
     const struct ggx_tensor * x16_of = nullptr;
     int            n_sm = 0;
     int            cc_major = 0, cc_minor = 0;

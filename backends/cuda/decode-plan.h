@@ -106,6 +106,12 @@ ggx_qgemv_job ggx_cuda_qgemv_single(struct ggx_tensor * mul_mat);
 // Host predicates of other ops, used by the plan (defined with their kernels).
 bool          ggx_cuda_supports_rows(const struct ggx_tensor * dst);
 bool          ggx_cuda_supports_rope(const struct ggx_tensor * dst);
+// Nodes that leave the prefill matmuls' fp16 x (ggx_cuda_ctx::x16_of) in place: views, RoPE and
+// cache stores (they never touch the scratch buffer) and the quantized prefill matmuls (which
+// keep it for a reader of the same x). The plan lets a producer's readers be separated by such
+// nodes only; run_nodes clears x16_of before any other. q, k and v need this: the graph runs
+// q's RoPE before k's matmul.
+bool          ggx_cuda_keeps_x16(const struct ggx_tensor * n);
 // A quantized MUL_MAT on the prefill path (qmatrix.cu): dequantize + cuBLAS over an fp16 x.
 bool          ggx_cuda_qmatmul_is_prefill(const struct ggx_tensor * dst);
 // An ADD of two same-size contiguous f32 tensors and an RMS_NORM reading exactly its result

@@ -201,6 +201,8 @@ bool job_is_safe(const graph_index & gi, const ggx_qgemv_job & job, int p, const
     return true;
 }
 
+bool ggx_cuda_keeps_x16_op(ggx_op op) { return op == GGX_OP_NONE || op == GGX_OP_ROPE || op == GGX_OP_KV_STORE; }
+
 // Residual adds whose sum the RMS norm right after them reads (prefill: each layer's two; decode
 // folds both into its GEMV jobs instead): one kernel, one pass fewer over the rows.
 void plan_add_norm(const graph_index & gi, ggx_cuda_plan & plan) {
@@ -218,10 +220,10 @@ void plan_add_norm(const graph_index & gi, ggx_cuda_plan & plan) {
 bool is_decode_matmul(const ggx_tensor * n) { return n->op == GGX_OP_MUL_MAT && ggx_cuda_qgemv_supports(n); }
 
 // Producers whose fp32 result only the prefill matmuls right after them read (see
-// ggx_cuda_plan::x16_out): in a Llama graph the FFN norm (gate, up), the attention (o, through
-// its reshape), the GLU (down) and the final norm (the head). Nothing may run between the producer
-// and its last reader (any other node clears ctx.x16_of), which rules out the attention norm:
-// q's RoPE runs before k's matmul.
+// ggx_cuda_plan::x16_out): in a Llama graph the attention norm (q, k, v), the attention (o,
+// through its reshape), the FFN norm (gate, up), the GLU (down) and the final norm (the head).
+// Only nodes that leave the fp16 x alone (ggx_cuda_keeps_x16: views, RoPE, cache stores) may run
+// between the producer and its last reader.
 void plan_prefill_x16(const graph_index & gi, ggx_cuda_plan & plan) {
     const int n = ggx_graph_n_nodes(gi.g);
     for (int i = 0; i < n; i++) {
@@ -251,7 +253,7 @@ void plan_prefill_x16(const graph_index & gi, ggx_cuda_plan & plan) {
         if (!ok) continue;
         const int last = *std::max_element(r.begin(), r.end());
         for (int j = i + 1; j < last && ok; j++)
-            ok = gi.node(j)->op == GGX_OP_NONE || std::find(r.begin(), r.end(), j) != r.end();
+            ok = ggx_cuda_keeps_x16(gi.node(j)) && (!ggx_cuda_qmatmul_is_prefill(gi.node(j)) || std::find(r.begin(), r.end(), j) != r.end());
         if (ok) plan.x16_out[i] = x;
     }
 }
@@ -354,3 +356,5 @@ void ggx_cuda_plan_graph(bool fuse, ggx_graph * g, ggx_cuda_plan & plan) {
     plan_prefill_x16(gi, plan);
     plan_add_norm(gi, plan);
 }
+
+bool ggx_cuda_keeps_x16(const ggx_tensor * n) { return ggx_cuda_keeps_x16_op(n->op) || ggx_cuda_qmatmul_is_prefill(n); }

@@ -216,7 +216,7 @@ ggx_status run_nodes(ggx_cuda_ctx & ctx, ggx_graph * g, const ggx_cuda_plan & pl
         ggx_tensor * n = ggx_graph_node(g, i);
         const int act = plan.action[i];
         if (act == ggx_cuda_plan::SKIP) continue;
-        if (act >= 0 || (n->op != GGX_OP_NONE && !ggx_cuda_qmatmul_is_prefill(n))) ctx.x16_of = nullptr;
+        if (act >= 0 || !ggx_cuda_keeps_x16(n)) ctx.x16_of = nullptr;
         if (ctx.profile && n->op != GGX_OP_NONE) (void)cudaEventRecord(ev[0], ctx.stream);
         const int fn = plan.add_norm[i];   // the norm this add computes too
         const ggx_tensor * x16_of = plan.x16_out[fn >= 0 ? fn : i];
