@@ -15,17 +15,15 @@
 // finish (an atomic counter, reset for the next launch) merges the splits: no second launch.
 // k_attn_prefill (T > 8, f16 cache): FlashAttention-2 style tensor-core kernel, described there.
 #include "attn.cuh"
+#include "attn-common.cuh"
 #include "async-copy.cuh"
 #include "decode-plan.h"   // ggx_cuda_attn_is_prefill
-#include "trace.cuh"
 
 #include <algorithm>
 
-#if !defined(GGX_USE_HIP)
-#define GGX_ATTN_WMMA 1   // the prefill kernel's inline PTX (mma.sync, ldmatrix, cp.async) is CUDA-only
-#endif  // !GGX_USE_HIP
-
 namespace {
+
+using namespace ggx_cuda_attn;
 
 // Threads of a k_attn_split block: 8 warps share a tile's keys, so that each walks fewer of them
 // (the kernel is latency-bound: ~6 cycles per instruction at 128 threads, ncu). HIP keeps 4 warps:
@@ -38,25 +36,6 @@ constexpr int k_threads = 256;
 constexpr int k_max_g = 8;                    // query heads per KV head
 constexpr int k_max_hd = 256;
 constexpr int k_tile_bytes = 16 * 1024;       // K + V rows of one decode tile: 32 keys at hd 128 f16, 64 at hd 64
-constexpr int k_merge_loads = 8;              // split partials in flight per thread in the merge
-
-struct attn_args {
-    const float * q;       // [T][H][hd]
-    const void * k;        // [C][Hkv][hd]
-    const void * v;
-    const int32_t * pos;   // [T]
-    float * out;           // [T][H][hd]
-    half * out16;          // prefill only: the result in fp16 here instead (the o matmul's x16)
-    float * part;          // [T][H][n_splits][hd + 4]   (m, l, -, -, acc...)
-    int * counters;        // [T][Hkv] blocks done, zero between launches
-    int hd, H, Hkv, C, T, chunk, n_splits;
-    int tile_keys;         // keys per shared-memory tile (k_attn_split)
-    float scale, softcap;
-    int window;
-    int non_causal;       // every query sees keys 0..pos[T-1]
-    ggx_trace_dev trace;  // GGX_CUDA_TRACE only
-    int trace_last;       // stamp the free points in the last tile, not the first (GGX_ATTN_TRACE_LAST=1)
-};
 
 // 8 consecutive cache values as floats (one 16-byte load for f16/bf16, two for f32).
 __device__ __forceinline__ void load8(const half * p, float (&v)[8]) {
@@ -103,15 +82,17 @@ __host__ __device__ inline int ps_ld(int tk) { return max(tk, 32); }
 template <typename TC, int GM>
 __global__ void __launch_bounds__(k_threads) k_attn_split(const __grid_constant__ attn_args a) {
     extern __shared__ float4 sm4[];
-    const int G = a.H / a.Hkv, hd = a.hd, TK = a.tile_keys;
-    const int kvh = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
+    // G: query heads per KV head; this block takes GB of them, from g0 (a.qsplit blocks per KV head)
+    const int G = a.H / a.Hkv, GB = G / a.qsplit, hd = a.hd, TK = a.tile_keys;
+    const int kvh = blockIdx.x / a.qsplit, split = blockIdx.y, t = blockIdx.z;
+    const int h0 = kvh * G + (blockIdx.x % a.qsplit) * GB;   // first query head of this block
     TC * kv_s = (TC *)sm4;                  // stage s: K at 2 s * TK * hd, V after it
     float * red = (float *)sm4;             // [KL][G][hd], once the tiles are done
-    float * ps = (float *)((char *)sm4 + tiles_bytes(G, hd, TK, (int)sizeof(TC)));   // [G][ps_ld]
+    float * ps = (float *)((char *)sm4 + tiles_bytes(GB, hd, TK, (int)sizeof(TC)));   // [GB][ps_ld]
     const int pld = ps_ld(TK);
-    float * ms = ps + G * pld;              // [G] running max
-    float * ls = ms + G;                    // [G] running sum
-    float * al = ls + G;                    // [G] rescale of this tile
+    float * ms = ps + GB * pld;             // [GB] running max
+    float * ls = ms + GB;                   // [GB] running sum
+    float * al = ls + GB;                   // [GB] rescale of this tile
     const TC * K = (const TC *)a.k;
     const TC * V = (const TC *)a.v;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -184,12 +165,12 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(const __grid_constant_
     float qr[GM][8];   // this lane's piece of each query head, pre-scaled
 #pragma unroll
     for (int g = 0; g < GM; g++) {
-        const bool on = g < G && sg < DG;
-        const float * qp = a.q + ((size_t)t * a.H + kvh * G + g) * hd + sg * 8;
+        const bool on = g < GB && sg < DG;
+        const float * qp = a.q + ((size_t)t * a.H + h0 + g) * hd + sg * 8;
 #pragma unroll
         for (int e = 0; e < 8; e++) qr[g][e] = on ? qp[e] * a.scale : 0.0f;
     }
-    if (tid < G) { ms[tid] = -INFINITY; ls[tid] = 0.0f; }
+    if (tid < GB) { ms[tid] = -INFINITY; ls[tid] = 0.0f; }
     float acc[GM][8];
 #pragma unroll
     for (int g = 0; g < GM; g++)
@@ -218,7 +199,7 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(const __grid_constant_
                 for (int e = 0; e < 8; e++) kf[e] = 0.0f;
 #pragma unroll
             for (int g = 0; g < GM; g++) {
-                if (g < G) {   // (a break here keeps hipcc from unrolling)
+                if (g < GB) {   // (a break here keeps hipcc from unrolling)
                     float d = 0.0f;
 #pragma unroll
                     for (int e = 0; e < 8; e++) d = fmaf(qr[g][e], kf[e], d);
@@ -232,7 +213,7 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(const __grid_constant_
         __syncthreads();
         if (it == trace_it) ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_B);
         // online softmax, one warp per head
-        for (int g = warp; g < G; g += k_threads / 32) {
+        for (int g = warp; g < GB; g += k_threads / 32) {
             float m = -INFINITY;
             for (int jj = lane; jj < nj; jj += 32) m = fmaxf(m, ps[g * pld + jj]);
             m = ggx_warp_max(m);
@@ -256,7 +237,7 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(const __grid_constant_
         if (kl < KL) {
 #pragma unroll
             for (int g = 0; g < GM; g++) {
-                if (g < G) {   // (with a break hipcc does not unroll these loops)
+                if (g < GB) {   // (with a break hipcc does not unroll these loops)
                     const float r = al[g];
 #pragma unroll
                     for (int e = 0; e < 8; e++) acc[g][e] *= r;
@@ -267,7 +248,7 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(const __grid_constant_
                 load8(vt + (size_t)jj * hd + dg * 8, vf);
 #pragma unroll
                 for (int g = 0; g < GM; g++) {
-                    if (g < G) {
+                    if (g < GB) {
                         const float p = ps[g * pld + jj];
 #pragma unroll
                         for (int e = 0; e < 8; e++) acc[g][e] = fmaf(p, vf[e], acc[g][e]);
@@ -283,23 +264,23 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(const __grid_constant_
     if (kl < KL)
 #pragma unroll
         for (int g = 0; g < GM; g++) {
-            if (g < G) {
+            if (g < GB) {
 #pragma unroll
-                for (int e = 0; e < 8; e++) red[((size_t)kl * G + g) * a.hd + dg * 8 + e] = acc[g][e];
+                for (int e = 0; e < 8; e++) red[((size_t)kl * GB + g) * a.hd + dg * 8 + e] = acc[g][e];
             }
         }
     __syncthreads();
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP_END);
-    const int stride = a.hd + 4;   // (m, l, 2 unused, acc): 16-byte aligned rows for the merge
-    for (int o = tid; o < G * a.hd; o += k_threads) {
+    const int stride = part_stride(a.hd);
+    for (int o = tid; o < GB * a.hd; o += k_threads) {
         const int g = o / a.hd, d = o % a.hd;
         float r = 0.0f;
-        for (int k = 0; k < KL; k++) r += red[((size_t)k * G + g) * a.hd + d];
+        for (int k = 0; k < KL; k++) r += red[((size_t)k * GB + g) * a.hd + d];
         if (n_active == 1) {
             const float l = ls[g];
-            a.out[((size_t)t * a.H + kvh * G + g) * a.hd + d] = l > 0.0f ? r / l : 0.0f;
+            a.out[((size_t)t * a.H + h0 + g) * a.hd + d] = l > 0.0f ? r / l : 0.0f;
         } else {
-            float * pp = a.part + (((size_t)t * a.H + kvh * G + g) * a.n_splits + split) * stride;
+            float * pp = a.part + (((size_t)t * a.H + h0 + g) * a.n_splits + split) * stride;
             pp[4 + d] = r;
             if (d == 0) { pp[0] = ms[g]; pp[1] = ls[g]; }
         }
@@ -310,67 +291,10 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(const __grid_constant_
         return;
     }
 
-    // the last active block of this (KV head, token) merges the splits in split order
-    // (deterministic): out = sum_s w_s acc_s with w_s = e^(m_s - M) / sum_s e^(m_s - M) l_s
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-        int * ctr = a.counters + t * a.Hkv + kvh;
-        last = atomicAdd(ctr, 1) == n_active - 1;
-        if (last) *ctr = 0;   // ready for the next launch
-    }
-    __syncthreads();
+    // the last active block of this (query heads, token) merges the splits
+    const bool last = arrive_last(a.counters + t * gridDim.x + blockIdx.x, n_active);
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_HANDOFF);
-    if (!last) {
-        ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
-        return;
-    }
-    __threadfence();
-    const int ns = n_active;
-    const float * part0 = a.part + ((size_t)t * a.H + kvh * G) * a.n_splits * stride;   // [G][n_splits][stride]
-    float * wt = ps;    // [G][ns] m_s, then w_s (ns <= 32 <= ps_ld)
-    float * lt = red;   // [G][ns] l_s
-    for (int i = tid; i < G * ns; i += k_threads) {
-        const float * pp = part0 + ((size_t)(i / ns) * a.n_splits + i % ns) * stride;
-        wt[i] = ggx_load_cg(pp);
-        lt[i] = ggx_load_cg(pp + 1);
-    }
-    __syncthreads();
-    if (tid < G) {
-        float M = -INFINITY, L = 0.0f;
-        for (int sp = 0; sp < ns; sp++) M = fmaxf(M, wt[tid * ns + sp]);
-        for (int sp = 0; sp < ns; sp++)
-            if (wt[tid * ns + sp] != -INFINITY) L += expf(wt[tid * ns + sp] - M) * lt[tid * ns + sp];
-        ms[tid] = M;
-        ls[tid] = L;
-    }
-    __syncthreads();
-    for (int i = tid; i < G * ns; i += k_threads) {
-        const int g = i / ns;
-        const float m = wt[i];
-        wt[i] = m == -INFINITY || !(ls[g] > 0.0f) ? 0.0f : expf(m - ms[g]) / ls[g];
-    }
-    __syncthreads();
-    // 4 dimensions per thread, k_merge_loads splits' 16-byte loads in flight at a time
-    for (int o4 = tid; o4 < G * a.hd / 4; o4 += k_threads) {
-        const int g = o4 * 4 / a.hd, d = o4 * 4 % a.hd;
-        const float * pp = part0 + (size_t)g * a.n_splits * stride + 4 + d;
-        float4 r = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int s0 = 0; s0 < ns; s0 += k_merge_loads) {
-            float4 v[k_merge_loads];
-#pragma unroll
-            for (int u = 0; u < k_merge_loads; u++)
-                if (s0 + u < ns) v[u] = ggx_load_cg((const float4 *)(pp + (size_t)(s0 + u) * stride));
-#pragma unroll
-            for (int u = 0; u < k_merge_loads; u++)
-                if (s0 + u < ns) {
-                    const float w = wt[g * ns + s0 + u];
-                    r.x = fmaf(w, v[u].x, r.x); r.y = fmaf(w, v[u].y, r.y); r.z = fmaf(w, v[u].z, r.z); r.w = fmaf(w, v[u].w, r.w);
-                }
-        }
-        *(float4 *)(a.out + ((size_t)t * a.H + kvh * G + g) * a.hd + d) = r;
-    }
+    if (last) merge_splits(a, t, h0, GB, n_active, ps, red, ms, ls);   // (ns <= 32 <= ps_ld)
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
 }
 
@@ -397,30 +321,6 @@ template <int HD> struct fa_cfg {
     static constexpr int tile = fa_bk * ld;     // halves per K or V tile
     static constexpr size_t bytes = sizeof(half) * ((size_t)fa_bq * ld + 4 * (size_t)tile);   // Q + 2 stages of K, V
 };
-
-__device__ __forceinline__ uint32_t smem_addr(const void * p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-// c += a b, a 16x16 row-major, b 16x8 column-major, c 16x8 (f32)
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t pack_h2(float lo, float hi) {
-    const half2 h = __floats2half2_rn(lo, hi);
-    uint32_t u;
-    memcpy(&u, &h, 4);
-    return u;
-}
 
 template <int HD>
 __global__ void __launch_bounds__(fa_threads) k_attn_prefill(attn_args a) {
@@ -664,6 +564,21 @@ struct plan {
     int chunk, n_splits;
 };
 
+// GGX_ATTN_DECODE_MMA=0 sends decode to k_attn_split even where the tensor-core kernel applies
+// (measurements).
+bool decode_mma() {
+    static const bool v = !getenv("GGX_ATTN_DECODE_MMA") || atoi(getenv("GGX_ATTN_DECODE_MMA")) != 0;
+    return v;
+}
+
+// Blocks per KV head in k_attn_split (GGX_ATTN_QSPLIT, measurements): each takes G / qsplit of
+// the KV head's query heads, so K/V tiles are read qsplit times (from L2) and a block's chain is
+// shorter. 1 unless the variable names a divisor of G.
+int attn_qsplit(int G) {
+    static const int v = getenv("GGX_ATTN_QSPLIT") ? atoi(getenv("GGX_ATTN_QSPLIT")) : 1;
+    return v >= 1 && G % v == 0 ? v : 1;
+}
+
 plan make_plan(const ggx_tensor * dst) {
     const ggx_tensor * kc = dst->src[1];
     const int C = (int)(ggx_nelements(kc) / (kc->ne[0] * kc->ne[1]));
@@ -697,7 +612,7 @@ size_t smem_bytes(int G, int hd, int tk, int elem) {
 
 template <typename TC, int GM>
 ggx_status launch_split_g(const ggx_cuda_ctx & ctx, const attn_args & a, dim3 grid) {
-    size_t smem = smem_bytes(a.H / a.Hkv, a.hd, a.tile_keys, (int)sizeof(TC));
+    size_t smem = smem_bytes(a.H / a.Hkv / a.qsplit, a.hd, a.tile_keys, (int)sizeof(TC));
 #if !defined(GGX_USE_HIP)
     // At most two blocks per SM (shared memory padded past a third of the SM's): the blocks start
     // on the SMs the qkv GEMV frees first, and without the cap the scheduler stacked four of these
@@ -715,7 +630,7 @@ ggx_status launch_split_g(const ggx_cuda_ctx & ctx, const attn_args & a, dim3 gr
 
 template <typename TC>
 ggx_status launch_split(const ggx_cuda_ctx & ctx, const attn_args & a, dim3 grid) {
-    const int G = a.H / a.Hkv;
+    const int G = a.H / a.Hkv / a.qsplit;
     if (G == 1) return launch_split_g<TC, 1>(ctx, a, grid);
     if (G <= 4) return launch_split_g<TC, 4>(ctx, a, grid);
     return launch_split_g<TC, k_max_g>(ctx, a, grid);
@@ -790,13 +705,15 @@ ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst, half * x16) {
         ggx_set_error("cuda: scratch too small for attention %s", dst->name);
         return GGX_STATUS_FAILED;
     }
-    a.tile_keys = tile_keys(ctx, a.hd, (int)ggx_type_size(kc->type));
     if (ctx.trace) {
         a.trace = ggx_cuda_trace_launch(ctx, dst->name);
         static const bool last = getenv("GGX_ATTN_TRACE_LAST") && atoi(getenv("GGX_ATTN_TRACE_LAST"));
         a.trace_last = last;
     }
-    const dim3 grid(a.Hkv, a.n_splits, a.T);
+    if (decode_mma() && decode_mma_ok(a.hd, a.H / a.Hkv, a.T, (int)kc->type)) return decode_mma_launch(ctx, a);
+    a.tile_keys = tile_keys(ctx, a.hd, (int)ggx_type_size(kc->type));
+    a.qsplit = attn_qsplit(a.H / a.Hkv);
+    const dim3 grid(a.Hkv * a.qsplit, a.n_splits, a.T);
     switch (kc->type) {
         case GGX_TYPE_F32:  return launch_split<float>(ctx, a, grid);
         case GGX_TYPE_F16:  return launch_split<half>(ctx, a, grid);

@@ -1,0 +1,134 @@
+// What the attention kernels share (attn.cu: the CUDA-core split kernel and the tensor-core
+// prefill; attn-decode.cu: the tensor-core decode): their arguments, the split-K merge and the
+// mma.sync / ldmatrix helpers.
+#pragma once
+
+#include "common.cuh"
+#include "trace.cuh"
+
+#if !defined(GGX_USE_HIP)
+#define GGX_ATTN_WMMA 1   // the tensor-core kernels' inline PTX (mma.sync, ldmatrix, cp.async) is CUDA-only
+#endif  // !GGX_USE_HIP
+
+namespace ggx_cuda_attn {
+
+struct attn_args {
+    const float * q;       // [T][H][hd]
+    const void * k;        // [C][Hkv][hd]
+    const void * v;
+    const int32_t * pos;   // [T]
+    float * out;           // [T][H][hd]
+    half * out16;          // prefill only: the result in fp16 here instead (the o matmul's x16)
+    float * part;          // [T][H][n_splits][hd + 4]   (m, l, -, -, acc...)
+    int * counters;        // blocks done per merge group, zero between launches
+    int hd, H, Hkv, C, T, chunk, n_splits;
+    int tile_keys;         // keys per shared-memory tile (k_attn_split)
+    float scale, softcap;
+    int window;
+    int non_causal;       // every query sees keys 0..pos[T-1]
+    ggx_trace_dev trace;  // GGX_CUDA_TRACE only
+    int trace_last;       // stamp the free points in the last tile, not the first (GGX_ATTN_TRACE_LAST=1)
+    int qsplit;           // k_attn_split: blocks per KV head (each takes G / qsplit of its query heads)
+};
+
+constexpr int k_merge_loads = 8;   // split partials in flight per thread in the merge
+
+// Row stride of a split's partial in a.part: (m, l, 2 unused, acc[hd]), 16-byte aligned rows.
+__host__ __device__ inline int part_stride(int hd) { return hd + 4; }
+
+// The split-K merge, run by the last block to finish of a merge group (every thread of the block
+// calls it): heads h0..h0+GB-1 of token t, from the first ns splits' partials in split order
+// (deterministic): out = sum_s w_s acc_s with w_s = e^(m_s - M) / sum_s e^(m_s - M) l_s.
+// Shared scratch: wt and lt [GB][ns], ms and ls [GB].
+static __device__ inline void merge_splits(const attn_args & a, int t, int h0, int GB, int ns, float * wt, float * lt,
+                                    float * ms, float * ls) {
+    const int tid = threadIdx.x, nt = blockDim.x, stride = part_stride(a.hd);
+    const float * part0 = a.part + ((size_t)t * a.H + h0) * a.n_splits * stride;   // [GB][n_splits][stride]
+    for (int i = tid; i < GB * ns; i += nt) {
+        const float * pp = part0 + ((size_t)(i / ns) * a.n_splits + i % ns) * stride;
+        wt[i] = ggx_load_cg(pp);
+        lt[i] = ggx_load_cg(pp + 1);
+    }
+    __syncthreads();
+    if (tid < GB) {
+        float M = -INFINITY, L = 0.0f;
+        for (int sp = 0; sp < ns; sp++) M = fmaxf(M, wt[tid * ns + sp]);
+        for (int sp = 0; sp < ns; sp++)
+            if (wt[tid * ns + sp] != -INFINITY) L += expf(wt[tid * ns + sp] - M) * lt[tid * ns + sp];
+        ms[tid] = M;
+        ls[tid] = L;
+    }
+    __syncthreads();
+    for (int i = tid; i < GB * ns; i += nt) {
+        const int g = i / ns;
+        const float m = wt[i];
+        wt[i] = m == -INFINITY || !(ls[g] > 0.0f) ? 0.0f : expf(m - ms[g]) / ls[g];
+    }
+    __syncthreads();
+    // 4 dimensions per thread, k_merge_loads splits' 16-byte loads in flight at a time
+    for (int o4 = tid; o4 < GB * a.hd / 4; o4 += nt) {
+        const int g = o4 * 4 / a.hd, d = o4 * 4 % a.hd;
+        const float * pp = part0 + (size_t)g * a.n_splits * stride + 4 + d;
+        float4 r = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int s0 = 0; s0 < ns; s0 += k_merge_loads) {
+            float4 v[k_merge_loads];
+#pragma unroll
+            for (int u = 0; u < k_merge_loads; u++)
+                if (s0 + u < ns) v[u] = ggx_load_cg((const float4 *)(pp + (size_t)(s0 + u) * stride));
+#pragma unroll
+            for (int u = 0; u < k_merge_loads; u++)
+                if (s0 + u < ns) {
+                    const float w = wt[g * ns + s0 + u];
+                    r.x = fmaf(w, v[u].x, r.x); r.y = fmaf(w, v[u].y, r.y); r.z = fmaf(w, v[u].z, r.z); r.w = fmaf(w, v[u].w, r.w);
+                }
+        }
+        *(float4 *)(a.out + ((size_t)t * a.H + h0 + g) * a.hd + d) = r;
+    }
+}
+
+// Counts this block in (counter) and tells whether it was the last of `expected` to finish; the
+// last one resets the counter for the next launch. The partials written before are visible to it.
+static __device__ inline bool arrive_last(int * counter, int expected) {
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(counter, 1) == expected - 1;
+        if (last) *counter = 0;
+    }
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+
+#if defined(GGX_ATTN_WMMA)
+__device__ __forceinline__ uint32_t smem_addr(const void * p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+// c += a b, a 16x16 row-major, b 16x8 column-major, c 16x8 (f32)
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_h2(float lo, float hi) {
+    const half2 h = __floats2half2_rn(lo, hi);
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
+}
+#endif  // GGX_ATTN_WMMA
+
+// The tensor-core decode kernel (attn-decode.cu): whether it takes this attention (f16 cache,
+// hd 64/80/96/128, at most 16 query rows T x G per KV head, T <= 8), and its launch.
+bool       decode_mma_ok(int hd, int G, int T, int cache_type);
+ggx_status decode_mma_launch(const ggx_cuda_ctx & ctx, const attn_args & a);
+
+}  // namespace ggx_cuda_attn
