@@ -239,6 +239,7 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
         l_r[r] += __shfl_xor_sync(0xffffffffu, l_r[r], 2);
     }
     __syncthreads();   // every warp is done with its stages
+    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_A);
     float * Os = (float *)KV;
     float * Ms = Os + dm_warps * dm_rows * HD;
     float * Ls = Ms + dm_warps * dm_rows;
@@ -254,6 +255,7 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
         }
     }
     __syncthreads();
+    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_B);
     // per row: the common max and each warp's weight e^(m_w - M) (into Ms), the total sum
     if (tid < R) {
         float M = -INFINITY, L = 0.0f;
@@ -268,6 +270,7 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
         wsum[tid] = L;
     }
     __syncthreads();
+    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_C);
     const int stride = part_stride(HD);
     for (int e = tid; e < R * HD; e += dm_threads) {
         const int row = e / HD, d = e % HD, t = row / G, h = kvh * G + row % G;
@@ -297,7 +300,7 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
         float * ms = lt + G * n_active;           // [G]
         float * ls = ms + G;                      // [G]
         for (int t = 0; t < a.T; t++) {
-            merge_splits(a, t, kvh * G, G, n_active, wt, lt, ms, ls);
+            merge_splits<32>(a, t, kvh * G, G, n_active, wt, lt, ms, ls);
             __syncthreads();   // the scratch is reused by the next token
         }
     }
