@@ -300,7 +300,7 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
         float * ms = lt + G * n_active;           // [G]
         float * ls = ms + G;                      // [G]
         for (int t = 0; t < a.T; t++) {
-            merge_splits<32>(a, t, kvh * G, G, n_active, wt, lt, ms, ls);
+            merge_splits(a, t, kvh * G, G, n_active, wt, lt, ms, ls);
             __syncthreads();   // the scratch is reused by the next token
         }
     }
