@@ -230,11 +230,9 @@ k_gptq_dequant(const uint32_t * __restrict__ q_weight, const uint32_t * __restri
 }
 
 // x16 = f16(x), 4 values per step (n % 4 == 0; the pointers are 16-byte aligned: checked at launch)
-__global__ void k_to_f16(const float4 * __restrict__ x, uint2 * __restrict__ out, int64_t n4) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
-        const float4 v = x[i];
-        out[i] = make_uint2(half2_as_u32(__floats2half2_rn(v.x, v.y)), half2_as_u32(__floats2half2_rn(v.z, v.w)));
-    }
+__global__ void k_to_f16(const float4 * __restrict__ x, half * __restrict__ out, int64_t n4) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x)
+        ggx_store_f4(out, i, x[i]);
 }
 __global__ void k_to_f16_scalar(const float * __restrict__ x, half * __restrict__ out, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
@@ -439,7 +437,7 @@ ggx_status ggx_cuda_op_qmatmul(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
         const int64_t nx = T * K;
         const unsigned cblocks = (unsigned)std::min<int64_t>((nx / 4 + 255) / 256, 8 * ctx.n_sm);
         if (((uintptr_t)x & 15) == 0 && nx % 4 == 0) {
-            k_to_f16<<<cblocks, 256, 0, ctx.stream>>>((const float4 *)x, (uint2 *)x16, nx / 4);
+            k_to_f16<<<cblocks, 256, 0, ctx.stream>>>((const float4 *)x, x16, nx / 4);
         } else {
             k_to_f16_scalar<<<cblocks, 256, 0, ctx.stream>>>(x, x16, nx);
         }
