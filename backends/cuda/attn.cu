@@ -1,6 +1,8 @@
-// Attention kernels; see attn.cuh.
+// Attention kernels; see attn.cuh. Decode with an f16 cache and at most 16 query rows per KV
+// head goes to the tensor-core kernel of attn-decode.cu; the rest comes here.
 //
-// k_attn_split (decode, and the fallback for any T): grid (Hkv, n_splits, T), 128 threads. The
+// k_attn_split (decode otherwise, and the fallback for any T): grid (Hkv x qsplit, n_splits, T),
+// 256 threads (128 on HIP). The
 // block owns keys [s*chunk, (s+1)*chunk) (decode: of the keys visible at pos, so the work follows
 // the cache depth, not its capacity) and walks them in tiles of up to 64 keys that async copies
 // bring into shared memory, two tiles in flight; the first two tiles' rows written by earlier
@@ -82,7 +84,7 @@ __host__ __device__ inline int ps_ld(int tk) { return max(tk, 32); }
 template <typename TC, int GM>
 __global__ void __launch_bounds__(k_threads) k_attn_split(const __grid_constant__ attn_args a) {
     extern __shared__ float4 sm4[];
-    // G: query heads per KV head; this block takes GB of them, from g0 (a.qsplit blocks per KV head)
+    // G: query heads per KV head; this block takes GB of them, from head h0 (a.qsplit blocks per KV head)
     const int G = a.H / a.Hkv, GB = G / a.qsplit, hd = a.hd, TK = a.tile_keys;
     const int kvh = blockIdx.x / a.qsplit, split = blockIdx.y, t = blockIdx.z;
     const int h0 = kvh * G + (blockIdx.x % a.qsplit) * GB;   // first query head of this block
