@@ -124,6 +124,49 @@ __device__ __forceinline__ uint32_t pack_h2(float lo, float hi) {
     memcpy(&u, &h, 4);
     return u;
 }
+
+constexpr float k_log2e = 1.4426950408889634f;
+
+// One online-softmax step of the mma kernels, for a lane's two rows of a 16-row tile (g and g + 8):
+// the scores s (elements 0, 1 of row g and 2, 3 of row g + 8 in each n-tile) become
+// probabilities, the running max m and the lane's partial sum l update, and O is rescaled. A
+// row's max is shared by the 4 lanes of a quad; the sums stay partial (added up at the end).
+template <int NS, int NO>
+__device__ __forceinline__ void online_softmax_step(float (&s)[NS][4], float (&m_r)[2], float (&l_r)[2], float (&o)[NO][4]) {
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < NS; nt++) {
+        mx[0] = fmaxf(mx[0], fmaxf(s[nt][0], s[nt][1]));
+        mx[1] = fmaxf(mx[1], fmaxf(s[nt][2], s[nt][3]));
+    }
+    float mb[2], alpha[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+        const float m_new = fmaxf(m_r[i], mx[i]);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;   // a row with nothing visible yet
+        alpha[i] = exp2f((m_r[i] - m_use) * k_log2e);
+        mb[i] = m_use * k_log2e;
+        m_r[i] = m_new;
+    }
+    float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nt = 0; nt < NS; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float p = exp2f(fmaf(s[nt][e], k_log2e, -mb[e / 2]));
+            s[nt][e] = p;
+            rs[e / 2] += p;
+        }
+#pragma unroll
+    for (int i = 0; i < 2; i++) l_r[i] = l_r[i] * alpha[i] + rs[i];
+#pragma unroll
+    for (int nt = 0; nt < NO; nt++) {
+        o[nt][0] *= alpha[0]; o[nt][1] *= alpha[0];
+        o[nt][2] *= alpha[1]; o[nt][3] *= alpha[1];
+    }
+}
 #endif  // GGX_ATTN_WMMA
 
 // The tensor-core decode kernel (attn-decode.cu): whether it takes this attention (f16 cache,

@@ -28,7 +28,6 @@ namespace {
 constexpr int dm_warps = 4, dm_threads = 32 * dm_warps;
 constexpr int dm_bk = 16;     // keys per warp tile
 constexpr int dm_rows = 16;   // query rows (t, g) per block: one mma row tile
-constexpr float dm_log2e = 1.4426950408889634f;
 
 template <int HD> struct dm_cfg {
     static constexpr int ld = HD + 8;            // halves per shared row: +16 bytes keeps ldmatrix conflict-free
@@ -187,35 +186,7 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
                 const int j = j0 + nt * 8 + 2 * tq + (e & 1), r = e / 2;
                 if (j > hi_r[r] || j < lo_r[r]) s[nt][e] = -INFINITY;
             }
-        // online softmax; a row's max is shared by the 4 lanes of a quad, the sums stay partial
-        float mb[2], alpha[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mx = fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m_r[r], mx);
-            const float m_use = m_new == -INFINITY ? 0.0f : m_new;   // a row with nothing visible yet
-            alpha[r] = exp2f((m_r[r] - m_use) * dm_log2e);
-            mb[r] = m_use * dm_log2e;
-            m_r[r] = m_new;
-        }
-        float rs[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float p = exp2f(fmaf(s[nt][e], dm_log2e, -mb[e / 2]));
-                s[nt][e] = p;
-                rs[e / 2] += p;
-            }
-#pragma unroll
-        for (int r = 0; r < 2; r++) l_r[r] = l_r[r] * alpha[r] + rs[r];
-#pragma unroll
-        for (int nt = 0; nt < NT_O; nt++) {
-            o[nt][0] *= alpha[0]; o[nt][1] *= alpha[0];
-            o[nt][2] *= alpha[1]; o[nt][3] *= alpha[1];
-        }
+        online_softmax_step(s, m_r, l_r, o);
         // O += P V: the S accumulators of the two n-tiles are the A fragment of one k-step
         const uint32_t pa[4] = {pack_h2(s[0][0], s[0][1]), pack_h2(s[0][2], s[0][3]), pack_h2(s[1][0], s[1][1]),
                                 pack_h2(s[1][2], s[1][3])};

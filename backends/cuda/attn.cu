@@ -316,7 +316,6 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(const __grid_constant_
 // visible. Query tiles are issued last-first: causal work grows with the tile index, so the
 // long blocks start first and the short ones fill the tail.
 constexpr int fa_warps = 4, fa_bq = 16 * fa_warps, fa_bk = 64, fa_threads = 32 * fa_warps;
-constexpr float fa_log2e = 1.4426950408889634f;
 
 template <int HD> struct fa_cfg {
     static constexpr int ld = HD + 8;           // halves per shared row: +16 bytes keeps ldmatrix conflict-free
@@ -466,40 +465,7 @@ __global__ void __launch_bounds__(fa_threads) k_attn_prefill(attn_args a) {
                         if (j > hi_r[i] || j < lo_r[i]) s[nt][e] = -INFINITY;
                     }
             }
-            // online softmax; the row max is shared by the 4 lanes of a quad, the sums stay partial
-            float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-            for (int nt = 0; nt < NT_S; nt++) {
-                mx[0] = fmaxf(mx[0], fmaxf(s[nt][0], s[nt][1]));
-                mx[1] = fmaxf(mx[1], fmaxf(s[nt][2], s[nt][3]));
-            }
-            float mb[2], alpha[2];
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-                const float m_new = fmaxf(m_r[i], mx[i]);
-                const float m_use = m_new == -INFINITY ? 0.0f : m_new;   // a row with nothing visible yet
-                alpha[i] = exp2f((m_r[i] - m_use) * fa_log2e);
-                mb[i] = m_use * fa_log2e;
-                m_r[i] = m_new;
-            }
-            float rs[2] = {0.0f, 0.0f};
-#pragma unroll
-            for (int nt = 0; nt < NT_S; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const float p = exp2f(fmaf(s[nt][e], fa_log2e, -mb[e / 2]));
-                    s[nt][e] = p;
-                    rs[e / 2] += p;
-                }
-#pragma unroll
-            for (int i = 0; i < 2; i++) l_r[i] = l_r[i] * alpha[i] + rs[i];
-#pragma unroll
-            for (int nt = 0; nt < NT_O; nt++) {
-                o[nt][0] *= alpha[0]; o[nt][1] *= alpha[0];
-                o[nt][2] *= alpha[1]; o[nt][3] *= alpha[1];
-            }
+            online_softmax_step(s, m_r, l_r, o);
             // O += P V: the S accumulators of n-tiles 2kk, 2kk+1 are the A fragment of k-step kk
 #pragma unroll
             for (int kk = 0; kk < fa_bk / 16; kk++) {
