@@ -121,6 +121,9 @@ static enum ggx_status ggx_cuda_launch(const ggx_cuda_ctx & ctx, void (*kernel)(
     return GGX_STATUS_OK;
 }
 
+// 16-byte alignment, which the float4 / uint4 paths of the kernels need.
+static __host__ __device__ inline bool ggx_aligned16(const void * p) { return ((uintptr_t)p & 15) == 0; }
+
 // ---- device helpers ---------------------------------------------------------------------------
 static __device__ __forceinline__ float ggx_load_f(const float * p, int64_t i) { return p[i]; }
 static __device__ __forceinline__ float ggx_load_f(const half * p, int64_t i) { return __half2float(p[i]); }

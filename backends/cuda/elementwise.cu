@@ -75,8 +75,6 @@ __global__ void k_glu4(const float4 * g, const float4 * __restrict__ u, TY * y, 
     }
 }
 
-bool aligned16(const void * p) { return ((uintptr_t)p & 15) == 0; }
-
 template <typename TS, typename TD>
 __global__ void k_cpy(const TS * __restrict__ a, TD * __restrict__ y, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
@@ -118,7 +116,7 @@ ggx_status ggx_cuda_op_binary(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
     const ggx_tensor * b = dst->src[1];
     const int64_t n = ggx_nelements(dst), nb = ggx_nelements(b);
     const bool add = dst->op == GGX_OP_ADD;
-    const bool vec = n % 4 == 0 && nb % 4 == 0 && aligned16(a->data) && aligned16(dst->data) &&
+    const bool vec = n % 4 == 0 && nb % 4 == 0 && ggx_aligned16(a->data) && ggx_aligned16(dst->data) &&
                      ((uintptr_t)b->data % (4 * ggx_type_size(b->type))) == 0;
     ggx_cuda_dispatch_ftype(b->type, b->data, [&](auto bp) {
         using TB = std::remove_const_t<std::remove_pointer_t<decltype(bp)>>;
@@ -158,7 +156,7 @@ ggx_status ggx_cuda_op_glu(ggx_cuda_ctx & ctx, ggx_tensor * dst, half * x16) {
     const bool silu = dst->params.glu.act == GGX_ACT_SILU;
     auto launch = [&](auto * y) {
         using TY = std::remove_pointer_t<decltype(y)>;
-        if (n % 4 == 0 && aligned16(g) && aligned16(u) && aligned16(y)) {
+        if (n % 4 == 0 && ggx_aligned16(g) && ggx_aligned16(u) && ggx_aligned16(y)) {
             const float4 * g4 = (const float4 *)g, * u4 = (const float4 *)u;
             if (silu) k_glu4<GGX_ACT_SILU, TY><<<grid_for(n / 4), 256, 0, ctx.stream>>>(g4, u4, y, n / 4);
             else      k_glu4<GGX_ACT_GELU, TY><<<grid_for(n / 4), 256, 0, ctx.stream>>>(g4, u4, y, n / 4);

@@ -201,8 +201,6 @@ bool job_is_safe(const graph_index & gi, const ggx_qgemv_job & job, int p, const
     return true;
 }
 
-bool ggx_cuda_keeps_x16_op(ggx_op op) { return op == GGX_OP_NONE || op == GGX_OP_ROPE || op == GGX_OP_KV_STORE; }
-
 // Residual adds whose sum the RMS norm right after them reads (prefill: each layer's two; decode
 // folds both into its GEMV jobs instead): one kernel, one pass fewer over the rows.
 void plan_add_norm(const graph_index & gi, ggx_cuda_plan & plan) {
@@ -357,4 +355,6 @@ void ggx_cuda_plan_graph(bool fuse, ggx_graph * g, ggx_cuda_plan & plan) {
     plan_add_norm(gi, plan);
 }
 
-bool ggx_cuda_keeps_x16(const ggx_tensor * n) { return ggx_cuda_keeps_x16_op(n->op) || ggx_cuda_qmatmul_is_prefill(n); }
+bool ggx_cuda_keeps_x16(const ggx_tensor * n) {
+    return n->op == GGX_OP_NONE || n->op == GGX_OP_ROPE || n->op == GGX_OP_KV_STORE || ggx_cuda_qmatmul_is_prefill(n);
+}

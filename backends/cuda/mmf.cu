@@ -96,7 +96,7 @@ ggx_status ggx_cuda_op_mmf(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
     if (T == 0) return GGX_STATUS_OK;
     if (T <= GGX_CUDA_MMF_GEMV_MAX_T) {
         const int V = 16 / (int)ggx_type_size(w->type);
-        const bool vec = K % V == 0 && ((uintptr_t)w->data & 15) == 0;
+        const bool vec = K % V == 0 && ggx_aligned16(w->data);
         ggx_cuda_dispatch_ftype(w->type, w->data, [&](auto wp) { launch_gemv(wp, x, y, K, N, (int)T, vec, ctx.stream); });
         GGX_CUDA_LAUNCH_CHECK();
         return GGX_STATUS_OK;

@@ -99,7 +99,7 @@ ggx_status ggx_cuda_op_rms_norm(ggx_cuda_ctx & ctx, ggx_tensor * dst, half * x16
     const float eps = dst->params.norm.eps;
     if (rows == 0) return GGX_STATUS_OK;
     const void * out = x16 ? (const void *)x16 : dst->data;
-    const bool vec = D % 4 == 0 && D / 4 <= INT32_MAX && ((uintptr_t)x->data & 15) == 0 && ((uintptr_t)out & 15) == 0;
+    const bool vec = D % 4 == 0 && D / 4 <= INT32_MAX && ggx_aligned16(x->data) && ggx_aligned16(out);
     const int threads = vec && rows >= ctx.n_sm ? k_threads_many : k_threads;
     ggx_cuda_dispatch_ftype(w ? w->type : GGX_TYPE_F32, w ? w->data : nullptr, [&](auto wp) {
         using TW = std::remove_const_t<std::remove_pointer_t<decltype(wp)>>;
@@ -129,7 +129,7 @@ ggx_status ggx_cuda_op_add_rms_norm(ggx_cuda_ctx & ctx, ggx_tensor * add, ggx_te
     const int64_t D = add->ne[0], rows = ggx_nrows(add);
     if (rows == 0) return GGX_STATUS_OK;
     void * out = x16 ? (void *)x16 : norm->data;
-    const bool aligned = (((uintptr_t)add->data | (uintptr_t)add->src[0]->data | (uintptr_t)add->src[1]->data | (uintptr_t)out) & 15) == 0;
+    const bool aligned = ggx_aligned16(add->data) && ggx_aligned16(add->src[0]->data) && ggx_aligned16(add->src[1]->data) && ggx_aligned16(out);
     if (!aligned || D % 4 || D / 4 > INT32_MAX) {   // two launches
         GGX_RETURN_IF_ERR(ggx_cuda_op_binary(ctx, add));
         return ggx_cuda_op_rms_norm(ctx, norm, x16);

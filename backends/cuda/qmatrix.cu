@@ -436,7 +436,7 @@ ggx_status ggx_cuda_op_qmatmul(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
     if (ctx.x16_of != xt) {   // else the previous matmul read the same x (run_nodes keeps this honest)
         const int64_t nx = T * K;
         const unsigned cblocks = (unsigned)std::min<int64_t>((nx / 4 + 255) / 256, 8 * ctx.n_sm);
-        if (((uintptr_t)x & 15) == 0 && nx % 4 == 0) {
+        if (ggx_aligned16(x) && nx % 4 == 0) {
             k_to_f16<<<cblocks, 256, 0, ctx.stream>>>((const float4 *)x, x16, nx / 4);
         } else {
             k_to_f16_scalar<<<cblocks, 256, 0, ctx.stream>>>(x, x16, nx);
