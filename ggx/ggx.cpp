@@ -358,18 +358,28 @@ size_t ggx_graph_plan(ggx_graph * g, size_t alignment) {
     // GLU) write that op's result while the matmul's input is still being read.
     std::vector<ggx_tensor *> pending;
     // A GLU's result takes its gate's memory when the gate dies at the GLU (the FFN's largest
-    // tensors: at 2048 tokens of llama3-8b, 112 MiB less at the peak). Every backend computes
-    // the GLU element by element (each element read before the same element is written), and a
-    // backend that fuses the gate's matmul with the GLU never materialises the gate.
+    // tensors: at 2048 tokens of llama3-8b, 112 MiB less at the peak), and a residual add's result
+    // takes the memory of an operand that dies there (the residual stream: x = x + h updates x in
+    // place; at 2048 tokens of llama3-8b, 64 MiB less compute buffer). Every backend
+    // computes these ops element by element (each element read before the same element is
+    // written), and a backend that fuses the matmul before them never materialises its result.
     auto in_place_src = [&](int i, const ggx_tensor * n) -> ggx_tensor * {
-        if (n->op != GGX_OP_GLU || !n->src[0] || n->src[0]->view_src || (n->flags & GGX_FLAG_OUTPUT)) return nullptr;
-        ggx_tensor * s = n->src[0];
-        if (last_use[s] != i || !offs.count(s) || (s->flags & (GGX_FLAG_OUTPUT | GGX_FLAG_INPUT)) || keep.count(s)) return nullptr;
-        if (s == n->src[1] || s->type != n->type || ggx_nbytes(s) != ggx_nbytes(n) || !ggx_is_contiguous(s) || !ggx_is_contiguous(n)) return nullptr;
-        if (i > 0)   // the rule of one node late: the node before may be fused with this one
-            for (const ggx_tensor * t : g->nodes[i - 1]->src)
-                if (t && owner_of((ggx_tensor *)t) == s) return nullptr;
-        return s;
+        if ((n->op != GGX_OP_GLU && n->op != GGX_OP_ADD) || (n->flags & GGX_FLAG_OUTPUT)) return nullptr;
+        const int n_cand = n->op == GGX_OP_ADD ? 2 : 1;   // GLU: the gate only
+        for (int c = 0; c < n_cand; c++) {
+            ggx_tensor * s = n->src[c];
+            if (!s || s->view_src || s == n->src[1 - c]) continue;
+            if (last_use[s] != i || !offs.count(s) || (s->flags & (GGX_FLAG_OUTPUT | GGX_FLAG_INPUT)) || keep.count(s)) continue;
+            if (s->type != n->type || ggx_nbytes(s) != ggx_nbytes(n) || !ggx_is_contiguous(s) || !ggx_is_contiguous(n)) continue;
+            const ggx_tensor * other = n->src[1 - c];   // may broadcast (s is full size), but not be a view of s
+            if (!other || owner_of((ggx_tensor *)other) == s) continue;
+            bool fused_input = false;   // the rule of one node late: the node before may be fused with this one
+            if (i > 0)
+                for (const ggx_tensor * t : g->nodes[i - 1]->src)
+                    if (t && owner_of((ggx_tensor *)t) == s) fused_input = true;
+            if (!fused_input) return s;
+        }
+        return nullptr;
     };
     std::vector<const ggx_tensor *> handed_over;   // sources whose memory a result took
     for (int i = 0; i < (int)g->nodes.size(); i++) {

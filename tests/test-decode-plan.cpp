@@ -142,6 +142,9 @@ TEST_CASE("decode plan: a Llama layer becomes four fused GEMV jobs and attention
         CHECK(ffn.m[0].out->op == GGX_OP_GLU);
         const ggx_qgemv_job & down = p.jobs[4 * il + 3];
         CHECK((down.n_mat == 1 && down.m[0].epi == GGX_QGEMV_ADD));
+        // the residual adds update the residual stream in place (the planner: one buffer fewer)
+        CHECK(down.m[0].out->data == down.m[0].resid->data);
+        if (il > 0) CHECK(o.m[0].out->data == o.m[0].resid->data);
     }
     const ggx_qgemv_job & head = p.jobs.back();
     CHECK((head.n_mat == 1 && head.norm && head.m[0].epi == GGX_QGEMV_STORE && head.m[0].out == G.logits));

@@ -36,6 +36,14 @@ ggx_tensor * new_input(Graph & G, ggx_type type, int64_t ne0, int64_t ne1 = 1, i
 
 size_t aligned(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
+// Plans G's graph (64-byte alignment) into a buffer of its own and binds it; the buffer must
+// outlive the checks of the tensors' addresses.
+std::vector<uint8_t> plan_and_bind(Graph & G) {
+    std::vector<uint8_t> buf(ggx_graph_plan(G.g, 64) + 64);
+    ggx_graph_bind(G.g, buf.data());
+    return buf;
+}
+
 struct Run {
     std::vector<std::vector<uint8_t>> outputs;
     std::vector<std::vector<uint8_t>> inputs_after;   // inputs read back after compute
@@ -266,8 +274,7 @@ TEST_CASE("plan: a GLU takes its gate's memory when the gate dies there, and res
         G.outputs.push_back(ggx_add(G.ctx, x, ggx_mul_mat(G.ctx, wd, act)));
     };
     Graph G = build(ffn);
-    std::vector<uint8_t> buf(ggx_graph_plan(G.g, 64) + 64);
-    ggx_graph_bind(G.g, buf.data());
+    const std::vector<uint8_t> buf = plan_and_bind(G);
     CHECK(act->data == gate->data);
     CHECK(act->data != up->data);
     ggx_context_free(G.ctx);
@@ -279,9 +286,54 @@ TEST_CASE("plan: a GLU takes its gate's memory when the gate dies there, and res
         G2.outputs.push_back(ggx_scale(G2.ctx, gate, 2.0f));
     };
     Graph H = build(kept);
-    std::vector<uint8_t> buf2(ggx_graph_plan(H.g, 64) + 64);
-    ggx_graph_bind(H.g, buf2.data());
+    const std::vector<uint8_t> buf2 = plan_and_bind(H);
     CHECK(act->data != gate->data);
     ggx_context_free(H.ctx);
     expect_same(kept, 4);
+}
+
+TEST_CASE("plan: a residual add takes the memory of the residual that dies there, and results stay the same") {
+    const int64_t D = 64, F = 96, T = 5;
+    ggx_tensor * h0 = nullptr, * h1 = nullptr, * h2 = nullptr, * mm = nullptr;
+    Recipe block = [&](Graph & G) {
+        ggx_tensor * x = new_input(G, GGX_TYPE_F32, D, T);
+        ggx_tensor * wo = new_input(G, GGX_TYPE_F32, D, D), * wd = new_input(G, GGX_TYPE_F32, F, D), * wu = new_input(G, GGX_TYPE_F32, D, F);
+        h0 = ggx_scale(G.ctx, x, 0.5f);   // the residual stream (an intermediate: inputs keep their memory)
+        mm = ggx_mul_mat(G.ctx, wo, ggx_rms_norm(G.ctx, h0, nullptr, 1e-5f));
+        h1 = ggx_add(G.ctx, h0, mm);
+        h2 = ggx_add(G.ctx, h1, ggx_mul_mat(G.ctx, wd, ggx_mul_mat(G.ctx, wu, ggx_rms_norm(G.ctx, h1, nullptr, 1e-5f))));
+        G.outputs.push_back(ggx_scale(G.ctx, h2, 2.0f));
+    };
+    Graph G = build(block);
+    const std::vector<uint8_t> buf = plan_and_bind(G);
+    CHECK(h1->data == h0->data);
+    CHECK(h2->data == h1->data);
+    CHECK(h1->data != mm->data);
+    ggx_context_free(G.ctx);
+    expect_same(block, 5);
+
+    // not when the residual is read after the add; a broadcast operand is never taken
+    Recipe kept = [&](Graph & G2) {
+        block(G2);
+        G2.outputs.push_back(ggx_scale(G2.ctx, h0, 3.0f));
+    };
+    Graph H = build(kept);
+    const std::vector<uint8_t> buf2 = plan_and_bind(H);
+    CHECK(h1->data != h0->data);
+    ggx_context_free(H.ctx);
+    expect_same(kept, 6);
+    ggx_tensor * bsum = nullptr, * r = nullptr;
+    Recipe bcast = [&](Graph & G3) {
+        ggx_tensor * x = new_input(G3, GGX_TYPE_F32, D, T);
+        ggx_tensor * b = new_input(G3, GGX_TYPE_F32, D);
+        ggx_tensor * row = ggx_scale(G3.ctx, b, 2.0f);   // dies at the add, but is one row
+        r = ggx_scale(G3.ctx, x, 1.5f);
+        bsum = ggx_add(G3.ctx, r, row);
+        G3.outputs.push_back(ggx_scale(G3.ctx, bsum, 2.0f));
+    };
+    Graph B = build(bcast);
+    const std::vector<uint8_t> buf3 = plan_and_bind(B);
+    CHECK(bsum->data == r->data);   // the full operand may be taken, the broadcast one never
+    ggx_context_free(B.ctx);
+    expect_same(bcast, 7);
 }
