@@ -36,14 +36,6 @@ ggx_tensor * new_input(Graph & G, ggx_type type, int64_t ne0, int64_t ne1 = 1, i
 
 size_t aligned(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
-// Plans G's graph (64-byte alignment) into a buffer of its own and binds it; the buffer must
-// outlive the checks of the tensors' addresses.
-std::vector<uint8_t> plan_and_bind(Graph & G) {
-    std::vector<uint8_t> buf(ggx_graph_plan(G.g, 64) + 64);
-    ggx_graph_bind(G.g, buf.data());
-    return buf;
-}
-
 struct Run {
     std::vector<std::vector<uint8_t>> outputs;
     std::vector<std::vector<uint8_t>> inputs_after;   // inputs read back after compute
@@ -145,6 +137,17 @@ void expect_same(const Recipe & recipe, uint64_t seed) {
         CHECK(a.outputs[i] == b.outputs[i]);
     }
     CHECK(a.planned < a.sum_of_nodes);
+}
+
+// Builds the recipe's graph, plans it into a buffer of its own (64-byte alignment), runs `check`
+// on the bound tensors' addresses, then checks the planned results against the unplanned ones.
+void check_planned(const Recipe & recipe, uint64_t seed, const std::function<void()> & check) {
+    Graph G = build(recipe);
+    std::vector<uint8_t> buf(ggx_graph_plan(G.g, 64) + 64);
+    ggx_graph_bind(G.g, buf.data());
+    check();
+    ggx_context_free(G.ctx);
+    expect_same(recipe, seed);
 }
 
 }  // namespace
@@ -273,23 +276,17 @@ TEST_CASE("plan: a GLU takes its gate's memory when the gate dies there, and res
         act = ggx_glu(G.ctx, gate, up, GGX_ACT_SILU);
         G.outputs.push_back(ggx_add(G.ctx, x, ggx_mul_mat(G.ctx, wd, act)));
     };
-    Graph G = build(ffn);
-    const std::vector<uint8_t> buf = plan_and_bind(G);
-    CHECK(act->data == gate->data);
-    CHECK(act->data != up->data);
-    ggx_context_free(G.ctx);
-    expect_same(ffn, 3);
+    check_planned(ffn, 3, [&] {
+        CHECK(act->data == gate->data);
+        CHECK(act->data != up->data);
+    });
 
     // not when the gate is read after the GLU
     Recipe kept = [&](Graph & G2) {
         ffn(G2);
         G2.outputs.push_back(ggx_scale(G2.ctx, gate, 2.0f));
     };
-    Graph H = build(kept);
-    const std::vector<uint8_t> buf2 = plan_and_bind(H);
-    CHECK(act->data != gate->data);
-    ggx_context_free(H.ctx);
-    expect_same(kept, 4);
+    check_planned(kept, 4, [&] { CHECK(act->data != gate->data); });
 }
 
 TEST_CASE("plan: a residual add takes the memory of the residual that dies there, and results stay the same") {
@@ -304,24 +301,18 @@ TEST_CASE("plan: a residual add takes the memory of the residual that dies there
         h2 = ggx_add(G.ctx, h1, ggx_mul_mat(G.ctx, wd, ggx_mul_mat(G.ctx, wu, ggx_rms_norm(G.ctx, h1, nullptr, 1e-5f))));
         G.outputs.push_back(ggx_scale(G.ctx, h2, 2.0f));
     };
-    Graph G = build(block);
-    const std::vector<uint8_t> buf = plan_and_bind(G);
-    CHECK(h1->data == h0->data);
-    CHECK(h2->data == h1->data);
-    CHECK(h1->data != mm->data);
-    ggx_context_free(G.ctx);
-    expect_same(block, 5);
+    check_planned(block, 5, [&] {
+        CHECK(h1->data == h0->data);
+        CHECK(h2->data == h1->data);
+        CHECK(h1->data != mm->data);
+    });
 
     // not when the residual is read after the add; a broadcast operand is never taken
     Recipe kept = [&](Graph & G2) {
         block(G2);
         G2.outputs.push_back(ggx_scale(G2.ctx, h0, 3.0f));
     };
-    Graph H = build(kept);
-    const std::vector<uint8_t> buf2 = plan_and_bind(H);
-    CHECK(h1->data != h0->data);
-    ggx_context_free(H.ctx);
-    expect_same(kept, 6);
+    check_planned(kept, 6, [&] { CHECK(h1->data != h0->data); });
     ggx_tensor * bsum = nullptr, * r = nullptr;
     Recipe bcast = [&](Graph & G3) {
         ggx_tensor * x = new_input(G3, GGX_TYPE_F32, D, T);
@@ -331,9 +322,5 @@ TEST_CASE("plan: a residual add takes the memory of the residual that dies there
         bsum = ggx_add(G3.ctx, r, row);
         G3.outputs.push_back(ggx_scale(G3.ctx, bsum, 2.0f));
     };
-    Graph B = build(bcast);
-    const std::vector<uint8_t> buf3 = plan_and_bind(B);
-    CHECK(bsum->data == r->data);   // the full operand may be taken, the broadcast one never
-    ggx_context_free(B.ctx);
-    expect_same(bcast, 7);
+    check_planned(bcast, 7, [&] { CHECK(bsum->data == r->data); });   // the full operand may be taken, the broadcast one never
 }
