@@ -368,10 +368,10 @@ size_t ggx_graph_plan(ggx_graph * g, size_t alignment) {
         const int n_cand = n->op == GGX_OP_ADD ? 2 : 1;   // GLU: the gate only
         for (int c = 0; c < n_cand; c++) {
             ggx_tensor * s = n->src[c];
-            if (!s || s->view_src || s == n->src[1 - c]) continue;
+            if (!s || s->view_src) continue;
             if (last_use[s] != i || !offs.count(s) || (s->flags & (GGX_FLAG_OUTPUT | GGX_FLAG_INPUT)) || keep.count(s)) continue;
             if (s->type != n->type || ggx_nbytes(s) != ggx_nbytes(n) || !ggx_is_contiguous(s) || !ggx_is_contiguous(n)) continue;
-            const ggx_tensor * other = n->src[1 - c];   // may broadcast (s is full size), but not be a view of s
+            const ggx_tensor * other = n->src[1 - c];   // may broadcast (s is full size), but be neither s nor a view of it
             if (!other || owner_of((ggx_tensor *)other) == s) continue;
             bool fused_input = false;   // the rule of one node late: the node before may be fused with this one
             if (i > 0)
