@@ -862,7 +862,7 @@ int main(int argc, char ** argv) {
     // configurations: {nslot, slot KB, compute, nobar, consumer groups}
     struct cfg { int nslot, kb, compute, nobar, groups; };
     const cfg cfgs[] = {{8, 16, 0, 1, 1}, {8, 16, 0, 0, 1}, {8, 16, 1, 0, 1}, {8, 16, 1, 0, 2}, {5, 32, 1, 0, 1}, {5, 32, 1, 0, 2},
-                        {4, 32, 1, 0, 2}, {8, 16, 2, 0, 2}, {0, 16, 3, 0, 2}, {0, 16, 4, 0, 2}};
+                        {4, 32, 1, 0, 2}, {8, 16, 2, 0, 2}, {0, 16, 3, 0, 2}, {0, 16, 4, 0, 2}, {0, 16, 3, 1, 2}, {0, 16, 4, 1, 2}};
     for (const cfg & c : cfgs) {
         if (only >= 0 && &c - cfgs != only) continue;
         if (a.contig == 2 && (c.groups != 1 || c.compute == 2)) continue;
