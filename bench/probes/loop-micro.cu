@@ -11,17 +11,10 @@
 // Items run two batches ahead (loads of batch b+1 issued before batch b is used), U items a batch.
 //
 // Build: nvcc -O3 -std=c++17 -arch=sm_90 -Ibackends/cuda -I. -Iinclude bench/probes/loop-micro.cu
-#include <cstdio>
-#include <cstdint>
-#include <cstdlib>
-#include <cmath>
 #include <vector>
-#include <cuda_fp16.h>
-#include "exl2-unpack.cuh"
+#include "probe-common.cuh"
 
 using namespace ggx_exl2_unpack;
-
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); exit(1); } } while (0)
 
 constexpr int NB = 128, NT = 512, Q = 16, QR = 3328, NL = 32;   // 3328 x 16 x 16 B = 852 KB per block and layer
 constexpr int K = QR * 8, NSL = QR / 4;                          // 26624 rows of x, 832 slices
@@ -58,22 +51,10 @@ __device__ __forceinline__ void use_item(const uint4 (&b)[4][2], int j, const ha
 #pragma unroll
         for (int i = 0; i < 4; i++) sink ^= b[i][0].x ^ b[i][0].y ^ b[i][0].z ^ b[i][0].w;
     } else if constexpr (MODE == DP4A) {
-        int d[4] = {0, 0, 0, 0};
-        const uint4 x01 = ((const uint4 *)(xq + j * 8))[0], x23 = ((const uint4 *)(xq + j * 8))[1];
-        const uint32_t xv[8] = {x01.x, x01.y, x01.z, x01.w, x23.x, x23.y, x23.z, x23.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const uint32_t w[4] = {b[i][0].x, b[i][0].y, b[i][0].z, b[i][0].w};
-#pragma unroll
-            for (int c = 0; c < 4; c++) {
-                d[c] = __dp4a((int)(w[c] & 0x0f0f0f0fu), (int)xv[2 * i], d[c]);
-                d[c] = __dp4a((int)((w[c] >> 4) & 0x0f0f0f0fu), (int)xv[2 * i + 1], d[c]);
-            }
-        }
-        const float2 s = xsc[j];
-        const float f = __half2float(sc[j / 4]) * s.x;
-#pragma unroll
-        for (int c = 0; c < 4; c++) tot[c] += (d[c] - 8.0f * s.y) * f;
+        const uint4 w[4] = {b[0][0], b[1][0], b[2][0], b[3][0]};
+        const float4 d = slice_dot_dp4a(w, xq + j * 8, xsc[j]);
+        const float f = __half2float(sc[j / 4]);
+        tot[0] += d.x * f; tot[1] += d.y * f; tot[2] += d.z * f; tot[3] += d.w * f;
     } else if constexpr (MODE == FP16R64) {
         half2 acc[1][4], acc16[1][4];
 #pragma unroll
@@ -89,8 +70,7 @@ __device__ __forceinline__ void use_item(const uint4 (&b)[4][2], int j, const ha
             }
         const float f = __half2float(sc[j / 2]);
 #pragma unroll
-        for (int c = 0; c < 4; c++)
-            tot[c] += (__low2float(acc[0][c]) + __high2float(acc[0][c]) + (__low2float(acc16[0][c]) + __high2float(acc16[0][c])) * 0.0625f) * f;
+        for (int c = 0; c < 4; c++) tot[c] += pair_total(acc[0][c], acc16[0][c]) * f;
     } else {
         constexpr int qd = shape<MODE>::qd;
         half2 acc[qd][1][4], acc16[qd][1][4];
@@ -112,9 +92,7 @@ __device__ __forceinline__ void use_item(const uint4 (&b)[4][2], int j, const ha
 #pragma unroll
         for (int d = 0; d < qd; d++)
 #pragma unroll
-            for (int c = 0; c < 4; c++)
-                tot[d * 4 + c] += (__low2float(acc[d][0][c]) + __high2float(acc[d][0][c]) +
-                                   (__low2float(acc16[d][0][c]) + __high2float(acc16[d][0][c])) * 0.0625f) * f;
+            for (int c = 0; c < 4; c++) tot[d * 4 + c] += pair_total(acc[d][0][c], acc16[d][0][c]) * f;
     }
 }
 
@@ -167,14 +145,6 @@ __global__ void __launch_bounds__(NT, 1) k_loop(const uint4 * W, const half * sc
     for (int i = 0; i < 8; i++) out[((size_t)blockIdx.x * NT + threadIdx.x) * 8 + i] = tot[i];
 }
 
-__global__ void k_fill(uint32_t * p, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t x = (uint32_t)i * 2654435761u ^ seed;
-        x ^= x >> 13; x *= 0x5bd1e995u; x ^= x >> 15;
-        p[i] = x;
-    }
-}
-
 int main() {
     const size_t words = (size_t)NL * NB * QR * Q * 4, bytes = words * 4;
     uint32_t * W;
@@ -193,30 +163,17 @@ int main() {
     CK(cudaMalloc(&xq, K));
     CK(cudaMalloc(&xsc, NSL * 8));
     CK(cudaMalloc(&out, NB * NT * 8 * 4));
-    // x in fp16, and its int8 form per 32-row slice for DP4A: words 2c and 2c + 1 of a slice hold
-    // rows 8c + {0, 2, 4, 6} and 8c + {1, 3, 5, 7}, as the nibbles of a word split; (scale, sum)
+    // x in fp16, and its int8 form per 32-row slice for DP4A (quantize_slice32)
     std::vector<half> xh(K);
     std::vector<uint32_t> xqh(K / 4);
     std::vector<float2> xsch(NSL);
     for (int k = 0; k < K; k++) xh[k] = __float2half(0.9f * sinf(0.37f * k + 0.1f * (k % 7)));
     for (int sl = 0; sl < NSL; sl++) {
-        float mx = 0;
-        for (int i = 0; i < 32; i++) mx = fmaxf(mx, fabsf(__half2float(xh[sl * 32 + i])));
-        const float inv = mx > 0 ? 127.0f / mx : 0.0f;
-        int sum = 0;
-        for (int c = 0; c < 4; c++) {
-            uint32_t e = 0, o = 0;
-            for (int j = 0; j < 4; j++) {
-                const int qe = (int)lrintf(__half2float(xh[sl * 32 + c * 8 + 2 * j]) * inv);
-                const int qo = (int)lrintf(__half2float(xh[sl * 32 + c * 8 + 2 * j + 1]) * inv);
-                sum += qe + qo;
-                e |= (uint32_t)(qe & 0xff) << (8 * j);
-                o |= (uint32_t)(qo & 0xff) << (8 * j);
-            }
-            xqh[sl * 8 + 2 * c] = e;
-            xqh[sl * 8 + 2 * c + 1] = o;
-        }
-        xsch[sl] = make_float2(mx / 127.0f, (float)sum);
+        float v[32];
+        for (int i = 0; i < 32; i++) v[i] = __half2float(xh[sl * 32 + i]);
+        uint32_t w[8];
+        xsch[sl] = quantize_slice32(v, w);
+        for (int i = 0; i < 8; i++) xqh[sl * 8 + i] = w[i];
     }
     CK(cudaMemcpy(x, xh.data(), K * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(xq, xqh.data(), K, cudaMemcpyHostToDevice));

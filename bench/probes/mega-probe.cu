@@ -21,18 +21,9 @@
 //
 // Build: nvcc -O3 -std=c++17 -arch=sm_90 -Ibackends/cuda -I. -Iinclude bench/probes/mega-probe.cu
 // Run:   ./a.out CTX LAYOUT [CONFIG]   (CONFIG: one configuration only, without the CPU check)
-#include <cstdio>
-#include <cstdint>
-#include <cstdlib>
-#include <cmath>
 #include <vector>
 #include <algorithm>
-#include <cuda_fp16.h>
-#include "exl2-unpack.cuh"
-
-using namespace ggx_exl2_unpack;
-
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); exit(1); } } while (0)
+#include "probe-common.cuh"
 
 constexpr int HD = 4096, NQKV = 6144, NI = 14336, NSTRIP = 128, NHEAD = 32, DH = 128;
 constexpr int SLOT = 16384;
@@ -106,6 +97,38 @@ __device__ __forceinline__ stage_shape shape_of(int g) {
 }
 __device__ __forceinline__ int rows_per_chunk(int Q, int slot) { return (slot / (Q * 16)) / 4 * 4; }
 
+// The producer warp's copy of one chunk: `rows` runs of q uint4, `stride` uint4 apart in global
+// memory, packed into dst; full completes when they have landed. BULK: one cp.async.bulk when the
+// runs are contiguous, one per run otherwise; else 16-byte cp.async spread over the lanes.
+template <bool BULK>
+__device__ void issue_rows(unsigned char * dst, const uint4 * src, int rows, int q, size_t stride, uint64_t * full) {
+    const int lane = threadIdx.x % 32;
+    if (BULK) {
+        if (lane == 0)
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sa(full)), "r"(rows * q * 16) : "memory");
+        __syncwarp();
+        const bool one = stride == (size_t)q;
+        for (int r = lane; r < (one ? 1 : rows); r += 32)
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                         ::"r"(sa(dst + r * q * 16)), "l"(src + r * stride), "r"((one ? rows : 1) * q * 16), "r"(sa(full))
+                         : "memory");
+    } else {
+        for (int i = lane; i < rows * q; i += 32) {
+            const uint4 * from = stride == (size_t)q ? src + i : src + (i / q) * stride + i % q;
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa(dst + i * 16)), "l"(from) : "memory");
+        }
+        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(sa(full)) : "memory");
+    }
+}
+
+// The producer's last wait: every slot's last use released, so no copy is in flight at exit.
+__device__ void drain(const Args & a, uint64_t * empty, int it) {
+    for (int s = 0; s < a.nslot && s < it; s++) {
+        const int last = it - 1 - ((it - 1 - s) % a.nslot);   // last chunk that used slot s
+        mbar_wait(&empty[s], (last / a.nslot) & 1);
+    }
+}
+
 template <bool BULK>
 __device__ void producer(const Args & a, unsigned char * slots, uint64_t * full, uint64_t * empty) {
     const int lane = threadIdx.x % 32, strip = blockIdx.x;
@@ -124,72 +147,35 @@ __device__ void producer(const Args & a, unsigned char * slots, uint64_t * full,
                     mbar_wait(&empty[slot], (use & 1) ^ 1);
                     p_wait += gtime() - tw;
                     const uint4 * W = a.lw[l].w[S.m0 + m];
-                    unsigned char * dst = slots + slot * a.slot;
-                    if (a.contig) {
-                        // 1: the strip's rows contiguous; 3: the strips' chunks interleaved (chunk j of
-                        // every strip side by side), so that all SMs read one window of memory at a time
-                        const int nfull = QR / R, rl = QR - nfull * R, j = r0 / R;
-                        const uint4 * src = a.contig == 1 ? W + ((size_t)strip * QR + r0) * S.Q
-                                          : j < nfull ? W + ((size_t)j * NSTRIP + strip) * R * S.Q
-                                                      : W + (size_t)nfull * NSTRIP * R * S.Q + (size_t)strip * rl * S.Q;
-                        if (BULK) {
-                            if (lane == 0) {
-                                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sa(&full[slot])),
-                                             "r"(rows * S.Q * 16) : "memory");
-                                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                                             ::"r"(sa(dst)), "l"(src), "r"(rows * S.Q * 16), "r"(sa(&full[slot])) : "memory");
-                            }
-                        } else {
-                            for (int i = lane; i < rows * S.Q; i += 32)
-                                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa(dst + i * 16)), "l"(src + i) : "memory");
-                            asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(sa(&full[slot])) : "memory");
-                        }
-                        continue;
-                    }
-                    const uint4 * src = W + (size_t)r0 * N4 + strip * S.Q;
-                    if (BULK) {
-                        if (lane == 0)
-                            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sa(&full[slot])),
-                                         "r"(rows * S.Q * 16) : "memory");
-                        __syncwarp();
-                        for (int r = lane; r < rows; r += 32)
-                            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                                         ::"r"(sa(dst + r * S.Q * 16)), "l"(src + (size_t)r * N4), "r"(S.Q * 16), "r"(sa(&full[slot]))
-                                         : "memory");
-                    } else {
-                        for (int i = lane; i < rows * S.Q; i += 32) {
-                            const int r = i / S.Q, q = i - r * S.Q;
-                            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa(dst + i * 16)),
-                                         "l"(src + (size_t)r * N4 + q) : "memory");
-                        }
-                        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(sa(&full[slot])) : "memory");
-                    }
+                    // 0: rows of the stored layout; 1: the strip's rows contiguous; 3: the strips'
+                    // chunks interleaved (chunk j of every strip side by side), so that all SMs read
+                    // one window of memory at a time
+                    const int nfull = QR / R, rl = QR - nfull * R, j = r0 / R;
+                    const uint4 * src = a.contig == 0 ? W + (size_t)r0 * N4 + strip * S.Q
+                                      : a.contig == 1 ? W + ((size_t)strip * QR + r0) * S.Q
+                                      : j < nfull ? W + ((size_t)j * NSTRIP + strip) * R * S.Q
+                                                  : W + (size_t)nfull * NSTRIP * R * S.Q + (size_t)strip * rl * S.Q;
+                    issue_rows<BULK>(slots + slot * a.slot, src, rows, S.Q, a.contig ? S.Q : N4, &full[slot]);
                 }
         }
     if (lane == 0) {
         a.prof[132 * 4 + blockIdx.x * 2] = p_wait;
         a.prof[132 * 4 + blockIdx.x * 2 + 1] = gtime() - p_start;
     }
-    // drain: the block must not exit with copies in flight
-    for (int s = 0; s < a.nslot && s < it; s++) {
-        const int last = it - 1 - ((it - 1 - s) % a.nslot);   // last chunk that used slot s
-        mbar_wait(&empty[s], (last / a.nslot) & 1);
-    }
+    drain(a, empty, it);
 }
 
 
 // ---- tile mode: the EXL2 row-major layout as is, 512-column tiles, K ranges split stream-K style
 constexpr int TQ = 128;   // quads per tile
-__device__ __forceinline__ int n4_of(int g, int m) { return (g == 0 ? NQKV : g == 2 ? NI : HD) / 4; (void)m; }
 
 template <bool BULK>
 __device__ void producer_tiles(const Args & a, unsigned char * slots, uint64_t * full, uint64_t * empty) {
-    const int lane = threadIdx.x % 32;
     int it = 0;
     for (int l = 0; l < a.nl; l++)
         for (int g = 0; g < 4; g++) {
             const stage_shape S = shape_of(g);
-            const int N4 = n4_of(g, 0);
+            const int N4 = S.Q * NSTRIP;
             for (int si = 0; si < 4; si++) {
                 const int4 sg = a.segs[(g * 132 + blockIdx.x) * 4 + si];
                 if (sg.w == 0) break;
@@ -197,94 +183,40 @@ __device__ void producer_tiles(const Args & a, unsigned char * slots, uint64_t *
                 for (int r0 = sg.z; r0 < sg.w; r0 += 8, it++) {
                     const int slot = it % a.nslot, use = it / a.nslot, rows = min(8, sg.w - r0);
                     mbar_wait(&empty[slot], (use & 1) ^ 1);
-                    unsigned char * dst = slots + slot * a.slot;
-                    const uint4 * src = W + (size_t)r0 * N4;
-                    if (BULK) {
-                        if (lane == 0)
-                            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sa(&full[slot])),
-                                         "r"(rows * TQ * 16) : "memory");
-                        __syncwarp();
-                        if (lane < rows)
-                            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                                         ::"r"(sa(dst + lane * TQ * 16)), "l"(src + (size_t)lane * N4), "r"(TQ * 16), "r"(sa(&full[slot]))
-                                         : "memory");
-                    } else {
-                        for (int i = lane; i < rows * TQ; i += 32)
-                            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa(dst + i * 16)),
-                                         "l"(src + (size_t)(i / TQ) * N4 + i % TQ) : "memory");
-                        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(sa(&full[slot])) : "memory");
-                    }
+                    issue_rows<BULK>(slots + slot * a.slot, W + (size_t)r0 * N4, rows, TQ, N4, &full[slot]);
                 }
             }
         }
-    for (int s = 0; s < a.nslot && s < it; s++) {
-        const int last = it - 1 - ((it - 1 - s) % a.nslot);
-        mbar_wait(&empty[s], (last / a.nslot) & 1);
-    }
+    drain(a, empty, it);
 }
 
-// One 32-row slice of one quad: 4 word rows from the slot, x from xs (fp16), fp16 pair sums.
+// A slice's 4 word rows, Q uint4 apart in a slot.
+__device__ __forceinline__ void slot_rows(const uint4 * wrow, int Q, uint4 (&w)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) w[i] = wrow[i * Q];
+}
 __device__ __forceinline__ float4 slice_dot(const uint4 * wrow, int Q, const half * xs) {
-    half2 acc[1][4], acc16[1][4];
-#pragma unroll
-    for (int c = 0; c < 4; c++) acc[0][c] = acc16[0][c] = __float2half2_rn(0.0f);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const uint4 u = wrow[i * Q];
-        const uint4 xv = ((const uint4 *)xs)[i];
-        const uint32_t w[4][1] = {{u.x}, {u.y}, {u.z}, {u.w}};
-        const uint32_t xu[1][4] = {{xv.x, xv.y, xv.z, xv.w}};
-        chunk_dot_h2<4, 1, 0>::run(w, xu, acc, acc16);
-    }
-    float r[4];
-#pragma unroll
-    for (int c = 0; c < 4; c++)
-        r[c] = __low2float(acc[0][c]) + __high2float(acc[0][c]) + (__low2float(acc16[0][c]) + __high2float(acc16[0][c])) * 0.0625f;
-    return make_float4(r[0], r[1], r[2], r[3]);
+    uint4 w[4];
+    slot_rows(wrow, Q, w);
+    return slice_dot_h2(w, xs);
 }
-
-__device__ unsigned long long g_prof_acc[4];
 // compute 2: x as int8 per 32-row slice (scale, sum), 4-bit codes as int8 lanes, DP4A
-__device__ __forceinline__ float4 slice_dp4a(const uint4 * wrow, int Q, const uint4 * xq, float2 xsc) {
-    int d[4] = {0, 0, 0, 0};
-    const uint4 x01 = xq[0], x23 = xq[1];
-    const uint32_t xv[8] = {x01.x, x01.y, x01.z, x01.w, x23.x, x23.y, x23.z, x23.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const uint4 u = wrow[i * Q];
-        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-            d[c] = __dp4a((int)(w[c] & 0x0f0f0f0fu), (int)xv[2 * i], d[c]);
-            d[c] = __dp4a((int)((w[c] >> 4) & 0x0f0f0f0fu), (int)xv[2 * i + 1], d[c]);
-        }
-    }
-    return make_float4((d[0] - 8.0f * xsc.y) * xsc.x, (d[1] - 8.0f * xsc.y) * xsc.x, (d[2] - 8.0f * xsc.y) * xsc.x,
-                       (d[3] - 8.0f * xsc.y) * xsc.x);
+__device__ __forceinline__ float4 slice_dp4a(const uint4 * wrow, int Q, const uint32_t * xq, float2 xsc) {
+    uint4 w[4];
+    slot_rows(wrow, Q, w);
+    return slice_dot_dp4a(w, xq, xsc);
 }
 
 template <int NCONS>
 __device__ void quantize_x(int K, const half * xs, uint32_t * xq, float2 * xsc) {
     for (int s = threadIdx.x; s < K / 32; s += NCONS) {
-        float v[32], mx = 0.0f;
+        float v[32];
 #pragma unroll
-        for (int i = 0; i < 32; i++) { v[i] = __half2float(xs[s * 32 + i]); mx = fmaxf(mx, fabsf(v[i])); }
-        const float inv = mx > 0.0f ? 127.0f / mx : 0.0f;
-        int sum = 0;
+        for (int i = 0; i < 32; i++) v[i] = __half2float(xs[s * 32 + i]);
+        uint32_t w[8];
+        xsc[s] = quantize_slice32(v, w);
 #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            uint32_t e = 0, o = 0;
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const int qe = __float2int_rn(v[c * 8 + 2 * j] * inv), qo = __float2int_rn(v[c * 8 + 2 * j + 1] * inv);
-                sum += qe + qo;
-                e |= (uint32_t)(qe & 0xff) << (8 * j);
-                o |= (uint32_t)(qo & 0xff) << (8 * j);
-            }
-            xq[s * 8 + 2 * c] = e;
-            xq[s * 8 + 2 * c + 1] = o;
-        }
-        xsc[s] = make_float2(mx / 127.0f, (float)sum);
+        for (int i = 0; i < 8; i++) xq[s * 8 + i] = w[i];
     }
     cons_sync(NCONS);
 }
@@ -459,7 +391,7 @@ __device__ void consumer(const Args & a, unsigned char * slots, uint64_t * full,
                                 else        { tot1.x += d.x; tot1.y += d.y; tot1.z += d.z; tot1.w += d.w; }
                             }
                         for (; j < ns; j += P) {
-                            const float4 d = a.compute == 2 ? slice_dp4a(w + (j * 4) * S.Q + q, S.Q, (const uint4 *)(xq + (s0 + j) * 8), xsc[s0 + j])
+                            const float4 d = a.compute == 2 ? slice_dp4a(w + (j * 4) * S.Q + q, S.Q, xq + (s0 + j) * 8, xsc[s0 + j])
                                                             : slice_dot(w + (j * 4) * S.Q + q, S.Q, xs + (s0 + j) * 32);
                             const float f = __half2float(__ldg(sc + (s0 + j) / 4));
                             if (m == 0) { tot0.x += d.x * f; tot0.y += d.y * f; tot0.z += d.z * f; tot0.w += d.w * f; }
@@ -610,38 +542,8 @@ __device__ void consumer_direct(const Args & a, half * xs, float4 * red, float *
                 }
                 const int m = k % S.nm, j = p + (k / S.nm) * P;
                 const float f = __half2float(__ldg((m ? sc1 : sc0) + j / 4));
-                float r[4];
-                if constexpr (DP4A) {
-                    int d[4] = {0, 0, 0, 0};
-                    const uint4 x01 = ((const uint4 *)(xq + j * 8))[0], x23 = ((const uint4 *)(xq + j * 8))[1];
-                    const uint32_t xv[8] = {x01.x, x01.y, x01.z, x01.w, x23.x, x23.y, x23.z, x23.w};
-#pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        const uint32_t w[4] = {b[0][i].x, b[0][i].y, b[0][i].z, b[0][i].w};
-#pragma unroll
-                        for (int c = 0; c < 4; c++) {
-                            d[c] = __dp4a((int)(w[c] & 0x0f0f0f0fu), (int)xv[2 * i], d[c]);
-                            d[c] = __dp4a((int)((w[c] >> 4) & 0x0f0f0f0fu), (int)xv[2 * i + 1], d[c]);
-                        }
-                    }
-                    const float2 xs2 = xsc[j];
-#pragma unroll
-                    for (int c = 0; c < 4; c++) r[c] = (d[c] - 8.0f * xs2.y) * xs2.x * f;
-                } else {
-                    half2 acc[1][4], acc16[1][4];
-#pragma unroll
-                    for (int c = 0; c < 4; c++) acc[0][c] = acc16[0][c] = __float2half2_rn(0.0f);
-#pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        const uint4 u = b[0][i], xv = ((const uint4 *)(xs + j * 32))[i];
-                        const uint32_t w[4][1] = {{u.x}, {u.y}, {u.z}, {u.w}};
-                        const uint32_t xu[1][4] = {{xv.x, xv.y, xv.z, xv.w}};
-                        chunk_dot_h2<4, 1, 0>::run(w, xu, acc, acc16);
-                    }
-#pragma unroll
-                    for (int c = 0; c < 4; c++)
-                        r[c] = (__low2float(acc[0][c]) + __high2float(acc[0][c]) + (__low2float(acc16[0][c]) + __high2float(acc16[0][c])) * 0.0625f) * f;
-                }
+                const float4 d = DP4A ? slice_dot_dp4a(b[0], xq + j * 8, xsc[j]) : slice_dot_h2(b[0], xs + j * 32);
+                const float r[4] = {d.x * f, d.y * f, d.z * f, d.w * f};
                 if (m == 0) { tot0.x += r[0]; tot0.y += r[1]; tot0.z += r[2]; tot0.w += r[3]; }
                 else        { tot1.x += r[0]; tot1.y += r[1]; tot1.z += r[2]; tot1.w += r[3]; }
 #pragma unroll
@@ -665,6 +567,8 @@ __global__ void __launch_bounds__(NCONS + 32, 1) k_mega(const Args a) {
     unsigned char * slots = smem;
     half * xs = (half *)(smem + a.nslot * a.slot);                 // [NI] fp16
     float4 * red = (float4 *)(smem + a.nslot * a.slot + NI * 2);   // [2][NCONS]
+    uint32_t * xq = (uint32_t *)(red + 2 * NCONS);                 // [NI / 4] x as int8 (DP4A)
+    float2 * xsc = (float2 *)((unsigned char *)(red + 2 * NCONS) + NI);   // [NI / 32] its scales and sums
     if (threadIdx.x == 0) {
         for (int s = 0; s < a.nslot; s++) {
             mbar_init(&full[s], BULK ? 1 : 32);
@@ -675,8 +579,6 @@ __global__ void __launch_bounds__(NCONS + 32, 1) k_mega(const Args a) {
     __syncthreads();
     if (a.compute >= 3) {
         if (threadIdx.x >= NCONS) return;
-        uint32_t * xq = (uint32_t *)(red + 2 * NCONS);
-        float2 * xsc = (float2 *)((unsigned char *)(red + 2 * NCONS) + NI);
         if (a.compute == 4) consumer_direct<NCONS, true>(a, xs, red, redf, xq, xsc);
         else consumer_direct<NCONS, false>(a, xs, red, redf, xq, xsc);
         return;
@@ -687,15 +589,7 @@ __global__ void __launch_bounds__(NCONS + 32, 1) k_mega(const Args a) {
         return;
     }
     if (threadIdx.x >= NCONS) producer<BULK>(a, slots, full, empty);
-    else consumer<NCONS, G>(a, slots, full, empty, xs, red, redf, (uint32_t *)(red + 2 * NCONS), (float2 *)((unsigned char *)(red + 2 * NCONS) + NI));
-}
-
-__global__ void k_fill(uint32_t * p, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t x = (uint32_t)i * 2654435761u ^ seed;
-        x ^= x >> 13; x *= 0x5bd1e995u; x ^= x >> 15;
-        p[i] = x;
-    }
+    else consumer<NCONS, G>(a, slots, full, empty, xs, red, redf, xq, xsc);
 }
 
 template <int NCONS, bool BULK, int G = 1>
