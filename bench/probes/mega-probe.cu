@@ -12,6 +12,7 @@
 //   1  the same strips, each stored contiguously ([strip][K/8][Q] uint4: a repack at load);
 //   2  tiles of 512 columns x K ranges cut stream-K style over 132 blocks, sums added with atomics;
 //   3  layout 1's 16 KB chunks interleaved across the strips.
+//   4  the flow layout (compute 5-7): each strip as [quad][unit of 32 slices][4 rows][32 slices].
 // Consumers (the configurations in main): a producer warp fills a ring of shared-memory slots
 // (cp.async.bulk, or cp.async 16 B per lane) and 8 or 16 consumer warps take the slots' slices
 // (compute 1: fp16 pairs as in exl2-unpack.cuh; 2: x as int8 and DP4A; 0: release only, the
@@ -558,6 +559,114 @@ __device__ void consumer_direct(const Args & a, half * xs, float4 * red, float *
     write_prof(a, pr, t_start);
 }
 
+// compute 5-7 (layout 4, session 12): one continuous weight stream per thread across stages and
+// layers, D = 2, 3, 4 items in flight. A stage's slices are dealt out in units of 32 slices of one
+// quad, unit u to warp u % 16, so every warp has the same number of units in every stage (3, 2,
+// 14, 7); lane l takes slice l of its warp's unit. Layout 4 stores a quad's unit as [4 rows][32
+// slices] of uint4, so each of a lane's 4 loads is one coalesced 512-byte row of the warp. Loads
+// run D items ahead of the multiply and cross stage and layer boundaries (the grid waits do not
+// stop the stream); ring slots are indexed statically (the flat item loop is unrolled by D), so
+// no register copies wait on loads in flight. A unit's 4 column sums are reduced across the warp
+// (a transposed butterfly) and added into shared memory by 4 lanes.
+template <int G>
+__device__ __forceinline__ const uint4 * flow_item(const LayerW & L, int u, int & meta) {
+    constexpr int Q = G == 0 ? NQKV / 4 / NSTRIP : G == 2 ? NI / 4 / NSTRIP : HD / 4 / NSTRIP;
+    constexpr int K = G == 3 ? NI : HD, QR = K / 8, NSL = QR / 4, PER = Q * NSL, M0 = G == 0 ? 0 : G == 1 ? 1 : G == 2 ? 2 : 4;
+    const int r0 = 32 * u, m = r0 / PER, rr = r0 - m * PER, q = rr / NSL, j0 = rr - q * NSL;
+    meta = j0 | q << 10 | m << 15;
+    return L.w[M0 + m] + (size_t)blockIdx.x * QR * Q + (size_t)(q * (NSL / 32) + j0 / 32) * 128 + threadIdx.x % 32;
+}
+__host__ __device__ constexpr int flow_units(int g) { return (g == 0 ? 48 : g == 1 ? 32 : g == 2 ? 224 : 112) / 16; }
+
+// the load cursor: layer, stage, the warp's unit index in the stage
+struct flow_cursor { int l, g, k; };
+
+__device__ __forceinline__ void flow_issue(const Args & a, flow_cursor & c, uint4 (&b)[4], int & meta) {
+    if (c.l >= a.nl) return;
+    const LayerW & L = a.lw[c.l];
+    const int u = threadIdx.x / 32 + 16 * c.k;
+    const uint4 * w = c.g == 0 ? flow_item<0>(L, u, meta) : c.g == 1 ? flow_item<1>(L, u, meta)
+                    : c.g == 2 ? flow_item<2>(L, u, meta) : flow_item<3>(L, u, meta);
+#pragma unroll
+    for (int i = 0; i < 4; i++) b[i] = __ldcs(w + i * 32);
+    if (++c.k == flow_units(c.g)) { c.k = 0; if (++c.g == 4) { c.g = 0; c.l++; } }
+}
+
+// 4 column values of every lane summed over the warp: lanes 0, 8, 16, 24 end with columns 0-3.
+__device__ __forceinline__ float warp_sum4(float4 v) {
+    const int lane = threadIdx.x % 32;
+    const bool hi = lane & 16, mid = lane & 8;
+    const float a0 = (hi ? v.z : v.x) + __shfl_xor_sync(~0u, hi ? v.x : v.z, 16);
+    const float a1 = (hi ? v.w : v.y) + __shfl_xor_sync(~0u, hi ? v.y : v.w, 16);
+    float b = (mid ? a1 : a0) + __shfl_xor_sync(~0u, mid ? a0 : a1, 8);
+#pragma unroll
+    for (int o = 4; o; o /= 2) b += __shfl_xor_sync(~0u, b, o);
+    return b;
+}
+
+template <int NCONS, int D>
+__device__ void consumer_flow(const Args & a, half * xs, float * colsum, float * redf) {
+    static_assert(NCONS == 512, "flow units are dealt to 16 warps");
+    const int t = threadIdx.x, lane = t % 32;
+    unsigned target = 0;
+    const unsigned long long t_start = gtime();
+    unsigned long long pr[3] = {0, 0, 0};
+    uint4 b[D][4];
+    int meta[D];
+    flow_cursor lc = {0, 0, 0};
+#pragma unroll
+    for (int d = 0; d < D; d++) flow_issue(a, lc, b[d], meta[d]);
+    if (t < 2 * 28 * 4) colsum[t] = 0.0f;
+    int cl = 0, cg = 0, ck = 0;   // the multiply's layer, stage and unit
+    stage_begin<NCONS>(a, a.lw[0], 0, target, xs, redf, nullptr, nullptr, false, pr);
+    const int total = a.nl * 26;
+    for (int i0 = 0; i0 < total; i0 += D) {
+#pragma unroll
+        for (int d = 0; d < D; d++) {
+            if (i0 + d >= total) break;
+            {
+                const int j = meta[d] & 1023, q = (meta[d] >> 10) & 31, m = meta[d] >> 15, jl = j + lane;
+                const stage_shape S = shape_of(cg);
+                const float f = __half2float(__ldg(a.lw[cl].s[S.m0 + m] + jl / 4));
+                const float4 dd = slice_dot_h2(b[d], xs + jl * 32);
+                const float s = warp_sum4(make_float4(dd.x * f, dd.y * f, dd.z * f, dd.w * f));
+                if ((lane & 7) == 0) atomicAdd(colsum + (m * S.Q + q) * 4 + lane / 8, s);
+            }
+            flow_issue(a, lc, b[d], meta[d]);
+            if (++ck == flow_units(cg)) {   // the stage's last unit: epilogue, then the next stage's start
+                const stage_shape S = shape_of(cg);
+                cons_sync(NCONS);
+                if (t < S.Q) {
+                    float4 s4[2];
+                    for (int m = 0; m < S.nm; m++) {
+                        s4[m] = *(float4 *)(colsum + (m * S.Q + t) * 4);
+                        *(float4 *)(colsum + (m * S.Q + t) * 4) = make_float4(0, 0, 0, 0);
+                    }
+                    const int n = (blockIdx.x * S.Q + t) * 4;
+                    if (cg == 0) *(float4 *)(a.yqkv + n) = s4[0];
+                    else if (cg == 2) {
+                        const float * gs = &s4[0].x, * us = &s4[1].x;
+                        half r[4];
+                        for (int c = 0; c < 4; c++) r[c] = __float2half_rn(gs[c] / (1.0f + __expf(-gs[c])) * us[c]);
+                        *(uint2 *)(a.act + n) = *(uint2 *)r;
+                    } else {
+                        float4 hv = __ldcg((const float4 *)(a.h + n));
+                        hv.x += s4[0].x; hv.y += s4[0].y; hv.z += s4[0].z; hv.w += s4[0].w;
+                        *(float4 *)(a.h + n) = hv;
+                    }
+                }
+                grid_arrive<NCONS>(a);
+                target += NSTRIP;
+                if (cg == 0) attn_stage<NCONS>(a, target, redf);
+                ck = 0;
+                if (++cg == 4) { cg = 0; cl++; }
+                if (cl < a.nl) stage_begin<NCONS>(a, a.lw[cl], cg, target, xs, redf, nullptr, nullptr, false, pr);
+            }
+        }
+    }
+    write_prof(a, pr, t_start);
+}
+
 template <int NCONS, bool BULK, int G = 1>
 __global__ void __launch_bounds__(NCONS + 32, 1) k_mega(const Args a) {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -592,9 +701,23 @@ __global__ void __launch_bounds__(NCONS + 32, 1) k_mega(const Args a) {
     else consumer<NCONS, G>(a, slots, full, empty, xs, red, redf, xq, xsc);
 }
 
+// The flow consumers run alone: 512 threads, no producer warp, so up to 128 registers.
+template <int D>
+__global__ void __launch_bounds__(512, 1) k_flow(const Args a) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ float redf[32 + 256];
+    if (blockIdx.x >= NSTRIP) return;
+    consumer_flow<512, D>(a, (half *)smem, (float *)(smem + NI * 2), redf);
+}
+
 template <int NCONS, bool BULK, int G = 1>
 float run(Args a, int iters, size_t smem) {
-    auto k = k_mega<NCONS, BULK, G>;
+    void (*k)(const Args) = k_mega<NCONS, BULK, G>;
+    int threads = NCONS + 32;
+    if (a.compute >= 5) {
+        k = a.compute == 5 ? k_flow<2> : a.compute == 6 ? k_flow<3> : k_flow<4>;
+        threads = 512;
+    }
     CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
@@ -604,7 +727,7 @@ float run(Args a, int iters, size_t smem) {
         CK(cudaMemset(a.cnt, 0, 4));
         CK(cudaMemset(a.prof, 0, 132 * 6 * 8));
         CK(cudaEventRecord(e0));
-        k<<<132, NCONS + 32, smem>>>(a);
+        k<<<132, threads, smem>>>(a);
         CK(cudaEventRecord(e1));
         CK(cudaEventSynchronize(e1));
         CK(cudaGetLastError());
@@ -710,8 +833,8 @@ int main(int argc, char ** argv) {
 
     // correctness of one stage: layer 0's qkv against the CPU (fp16 x, exact 4-bit codes; the
     // kernel sums 32-row slices in fp16, so 1e-2 relative to the column's magnitude)
-    for (int comp : {1, 2, 3, 4}) {
-        if ((comp >= 2 && a.contig != 1) || a.contig == 3 || only >= 0) continue;
+    for (int comp : {1, 2, 3, 4, 5, 6, 7}) {
+        if ((comp >= 2 && comp <= 4 && a.contig != 1) || (comp >= 5) != (a.contig == 4) || a.contig == 3 || only >= 0) continue;
         Args c = a;
         c.nl = 1;
         c.nslot = 8;
@@ -736,8 +859,11 @@ int main(int argc, char ** argv) {
             double acc = 0;
             for (int k = 0; k < HD; k++) {
                 const int Q = NQKV / 4 / NSTRIP, quad = n / 4;
-                const uint32_t word = a.contig == 1 ? w[(((size_t)(quad / Q) * (HD / 8) + k / 8) * Q + quad % Q) * 4 + n % 4]
-                                               : w[(size_t)(k / 8) * NQKV + n];
+                const int j = k / 32, row = k / 8 % 4;   // layout 4: [strip][quad][unit of 32 slices][row][slice]
+                const size_t u4 = (size_t)(quad / Q) * (HD / 8) * Q + ((size_t)(quad % Q * (HD / 256) + j / 32) * 4 + row) * 32 + j % 32;
+                const uint32_t word = a.contig == 4 ? w[u4 * 4 + n % 4]
+                                    : a.contig == 1 ? w[(((size_t)(quad / Q) * (HD / 8) + k / 8) * Q + quad % Q) * 4 + n % 4]
+                                                    : w[(size_t)(k / 8) * NQKV + n];
                 const int v = (word >> (4 * (k % 8))) & 15;
                 acc += (double)(v - 8) * __half2float(__float2half(h0[k] * inv)) * __half2float(s[k / 128]);
             }
@@ -756,11 +882,13 @@ int main(int argc, char ** argv) {
     // configurations: {nslot, slot KB, compute, nobar, consumer groups}
     struct cfg { int nslot, kb, compute, nobar, groups; };
     const cfg cfgs[] = {{8, 16, 0, 1, 1}, {8, 16, 0, 0, 1}, {8, 16, 1, 0, 1}, {8, 16, 1, 0, 2}, {5, 32, 1, 0, 1}, {5, 32, 1, 0, 2},
-                        {4, 32, 1, 0, 2}, {8, 16, 2, 0, 2}, {0, 16, 3, 0, 2}, {0, 16, 4, 0, 2}, {0, 16, 3, 1, 2}, {0, 16, 4, 1, 2}};
+                        {4, 32, 1, 0, 2}, {8, 16, 2, 0, 2}, {0, 16, 3, 0, 2}, {0, 16, 4, 0, 2}, {0, 16, 3, 1, 2}, {0, 16, 4, 1, 2},
+                        {0, 16, 5, 0, 2}, {0, 16, 6, 0, 2}, {0, 16, 7, 0, 2}, {0, 16, 6, 1, 2}};
     for (const cfg & c : cfgs) {
         if (only >= 0 && &c - cfgs != only) continue;
         if (a.contig == 2 && (c.groups != 1 || c.compute == 2)) continue;
-        if (c.compute >= 3 && a.contig != 1) continue;
+        if (c.compute >= 3 && c.compute <= 4 && a.contig != 1) continue;
+        if ((c.compute >= 5) != (a.contig == 4)) continue;
         Args r = a;
         r.nslot = c.nslot;
         r.slot = c.kb * 1024;
@@ -769,8 +897,8 @@ int main(int argc, char ** argv) {
         const size_t sm = (size_t)c.nslot * c.kb * 1024 + NI * 2 + 2 * 256 * c.groups * 16 + (c.compute == 2 || c.compute == 4 ? NI + NI / 32 * 8 : 0);
         if (sm > 227 * 1024) continue;
         char name[128];
-        snprintf(name, sizeof name, "%s bulk %dx8w %2d x %2d KB %s%s", a.contig == 3 ? "inter" : a.contig == 2 ? "tiles" : a.contig ? "strip" : "rows ",
-                 c.groups, c.nslot, c.kb, c.compute == 4 ? "direct loads 16w dp4a" : c.compute == 3 ? "direct loads 16w" : c.compute == 2 ? "dp4a" : c.compute ? "compute" : "stream", c.nobar ? " no grid waits" : "");
+        snprintf(name, sizeof name, "%s bulk %dx8w %2d x %2d KB %s%s", a.contig == 4 ? "flow " : a.contig == 3 ? "inter" : a.contig == 2 ? "tiles" : a.contig ? "strip" : "rows ",
+                 c.groups, c.nslot, c.kb, c.compute >= 5 ? (c.compute == 5 ? "flow D=2" : c.compute == 6 ? "flow D=3" : "flow D=4") : c.compute == 4 ? "direct loads 16w dp4a" : c.compute == 3 ? "direct loads 16w" : c.compute == 2 ? "dp4a" : c.compute ? "compute" : "stream", c.nobar ? " no grid waits" : "");
         report(name, c.groups == 2 ? run<512, true, 2>(r, 10, sm) : run<256, true>(r, 10, sm));
     }
     return 0;
