@@ -569,11 +569,12 @@ __device__ void consumer_direct(const Args & a, half * xs, float4 * red, float *
 // no register copies wait on loads in flight. A unit's 4 column sums are reduced across the warp
 // (a transposed butterfly) and added into shared memory by 4 lanes.
 template <int G>
-__device__ __forceinline__ const uint4 * flow_item(const LayerW & L, int u, int & meta) {
+__device__ __forceinline__ const uint4 * flow_item(const LayerW & L, int u, int & meta, const half * & sc) {
     constexpr int Q = G == 0 ? NQKV / 4 / NSTRIP : G == 2 ? NI / 4 / NSTRIP : HD / 4 / NSTRIP;
     constexpr int K = G == 3 ? NI : HD, QR = K / 8, NSL = QR / 4, PER = Q * NSL, M0 = G == 0 ? 0 : G == 1 ? 1 : G == 2 ? 2 : 4;
     const int r0 = 32 * u, m = r0 / PER, rr = r0 - m * PER, q = rr / NSL, j0 = rr - q * NSL;
     meta = j0 | q << 10 | m << 15;
+    sc = L.s[M0 + m] + (j0 + threadIdx.x % 32) / 4;
     return L.w[M0 + m] + (size_t)blockIdx.x * QR * Q + (size_t)(q * (NSL / 32) + j0 / 32) * 128 + threadIdx.x % 32;
 }
 __host__ __device__ constexpr int flow_units(int g) { return (g == 0 ? 48 : g == 1 ? 32 : g == 2 ? 224 : 112) / 16; }
@@ -581,14 +582,18 @@ __host__ __device__ constexpr int flow_units(int g) { return (g == 0 ? 48 : g ==
 // the load cursor: layer, stage, the warp's unit index in the stage
 struct flow_cursor { int l, g, k; };
 
-__device__ __forceinline__ void flow_issue(const Args & a, flow_cursor & c, uint4 (&b)[4], int & meta) {
+// FIX (compute 5-7): the item's scale loaded with its words (else read at the multiply, compute 8)
+template <bool FIX>
+__device__ __forceinline__ void flow_issue(const Args & a, flow_cursor & c, uint4 (&b)[4], int & meta, half & f) {
     if (c.l >= a.nl) return;
     const LayerW & L = a.lw[c.l];
     const int u = threadIdx.x / 32 + 16 * c.k;
-    const uint4 * w = c.g == 0 ? flow_item<0>(L, u, meta) : c.g == 1 ? flow_item<1>(L, u, meta)
-                    : c.g == 2 ? flow_item<2>(L, u, meta) : flow_item<3>(L, u, meta);
+    const half * sc;
+    const uint4 * w = c.g == 0 ? flow_item<0>(L, u, meta, sc) : c.g == 1 ? flow_item<1>(L, u, meta, sc)
+                    : c.g == 2 ? flow_item<2>(L, u, meta, sc) : flow_item<3>(L, u, meta, sc);
 #pragma unroll
     for (int i = 0; i < 4; i++) b[i] = __ldcs(w + i * 32);
+    if (FIX) f = __ldg(sc);
     if (++c.k == flow_units(c.g)) { c.k = 0; if (++c.g == 4) { c.g = 0; c.l++; } }
 }
 
@@ -604,8 +609,17 @@ __device__ __forceinline__ float warp_sum4(float4 v) {
     return b;
 }
 
-template <int NCONS, int D>
-__device__ void consumer_flow(const Args & a, half * xs, float * colsum, float * redf) {
+// x of a stage copied so that slice s's 16-byte chunk i sits at chunk i ^ ((s >> 1) & 3): the 8
+// lanes of a quarter warp (slices s..s+7, chunk i) then hit 8 different bank groups.
+__device__ __forceinline__ int xw_chunk(int s, int i) { return s * 4 + (i ^ ((s >> 1) & 3)); }
+template <int NCONS>
+__device__ void flow_swizzle(int K, const half * xs, half * xw) {
+    for (int c = threadIdx.x; c < K / 8; c += NCONS) ((uint4 *)xw)[xw_chunk(c / 4, c % 4)] = ((const uint4 *)xs)[c];
+    cons_sync(NCONS);
+}
+
+template <int NCONS, int D, bool FIX>
+__device__ void consumer_flow(const Args & a, half * xs, float * colsum, half * xw, float * redf) {
     static_assert(NCONS == 512, "flow units are dealt to 16 warps");
     const int t = threadIdx.x, lane = t % 32;
     unsigned target = 0;
@@ -613,12 +627,14 @@ __device__ void consumer_flow(const Args & a, half * xs, float * colsum, float *
     unsigned long long pr[3] = {0, 0, 0};
     uint4 b[D][4];
     int meta[D];
+    half fs[D];
     flow_cursor lc = {0, 0, 0};
 #pragma unroll
-    for (int d = 0; d < D; d++) flow_issue(a, lc, b[d], meta[d]);
+    for (int d = 0; d < D; d++) flow_issue<FIX>(a, lc, b[d], meta[d], fs[d]);
     if (t < 2 * 28 * 4) colsum[t] = 0.0f;
     int cl = 0, cg = 0, ck = 0;   // the multiply's layer, stage and unit
     stage_begin<NCONS>(a, a.lw[0], 0, target, xs, redf, nullptr, nullptr, false, pr);
+    if (FIX) flow_swizzle<NCONS>(HD, xs, xw);
     const int total = a.nl * 26;
     for (int i0 = 0; i0 < total; i0 += D) {
 #pragma unroll
@@ -627,12 +643,19 @@ __device__ void consumer_flow(const Args & a, half * xs, float * colsum, float *
             {
                 const int j = meta[d] & 1023, q = (meta[d] >> 10) & 31, m = meta[d] >> 15, jl = j + lane;
                 const stage_shape S = shape_of(cg);
-                const float f = __half2float(__ldg(a.lw[cl].s[S.m0 + m] + jl / 4));
-                const float4 dd = slice_dot_h2(b[d], xs + jl * 32);
+                const float f = __half2float(FIX ? fs[d] : __ldg(a.lw[cl].s[S.m0 + m] + jl / 4));
+                float4 dd;
+                if (FIX) {
+                    uint4 xv[4];
+#pragma unroll
+                    for (int i = 0; i < 4; i++) xv[i] = ((const uint4 *)xw)[xw_chunk(jl, i)];
+                    dd = slice_dot_h2(b[d], xv);
+                } else
+                    dd = slice_dot_h2(b[d], xs + jl * 32);
                 const float s = warp_sum4(make_float4(dd.x * f, dd.y * f, dd.z * f, dd.w * f));
                 if ((lane & 7) == 0) atomicAdd(colsum + (m * S.Q + q) * 4 + lane / 8, s);
             }
-            flow_issue(a, lc, b[d], meta[d]);
+            flow_issue<FIX>(a, lc, b[d], meta[d], fs[d]);
             if (++ck == flow_units(cg)) {   // the stage's last unit: epilogue, then the next stage's start
                 const stage_shape S = shape_of(cg);
                 cons_sync(NCONS);
@@ -660,7 +683,10 @@ __device__ void consumer_flow(const Args & a, half * xs, float * colsum, float *
                 if (cg == 0) attn_stage<NCONS>(a, target, redf);
                 ck = 0;
                 if (++cg == 4) { cg = 0; cl++; }
-                if (cl < a.nl) stage_begin<NCONS>(a, a.lw[cl], cg, target, xs, redf, nullptr, nullptr, false, pr);
+                if (cl < a.nl) {
+                    stage_begin<NCONS>(a, a.lw[cl], cg, target, xs, redf, nullptr, nullptr, false, pr);
+                    if (FIX) flow_swizzle<NCONS>(shape_of(cg).K, xs, xw);
+                }
             }
         }
     }
@@ -702,12 +728,13 @@ __global__ void __launch_bounds__(NCONS + 32, 1) k_mega(const Args a) {
 }
 
 // The flow consumers run alone: 512 threads, no producer warp, so up to 128 registers.
-template <int D>
+// Shared memory: x [NI] fp16, column sums (1 KB), swizzled x [NI] fp16.
+template <int D, bool FIX>
 __global__ void __launch_bounds__(512, 1) k_flow(const Args a) {
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ float redf[32 + 256];
     if (blockIdx.x >= NSTRIP) return;
-    consumer_flow<512, D>(a, (half *)smem, (float *)(smem + NI * 2), redf);
+    consumer_flow<512, D, FIX>(a, (half *)smem, (float *)(smem + NI * 2), (half *)(smem + NI * 2 + 1024), redf);
 }
 
 template <int NCONS, bool BULK, int G = 1>
@@ -715,7 +742,7 @@ float run(Args a, int iters, size_t smem) {
     void (*k)(const Args) = k_mega<NCONS, BULK, G>;
     int threads = NCONS + 32;
     if (a.compute >= 5) {
-        k = a.compute == 5 ? k_flow<2> : a.compute == 6 ? k_flow<3> : k_flow<4>;
+        k = a.compute == 5 ? k_flow<2, true> : a.compute == 6 ? k_flow<3, true> : a.compute == 7 ? k_flow<4, true> : k_flow<3, false>;
         threads = 512;
     }
     CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -833,7 +860,7 @@ int main(int argc, char ** argv) {
 
     // correctness of one stage: layer 0's qkv against the CPU (fp16 x, exact 4-bit codes; the
     // kernel sums 32-row slices in fp16, so 1e-2 relative to the column's magnitude)
-    for (int comp : {1, 2, 3, 4, 5, 6, 7}) {
+    for (int comp : {1, 2, 3, 4, 5, 6, 7, 8}) {
         if ((comp >= 2 && comp <= 4 && a.contig != 1) || (comp >= 5) != (a.contig == 4) || a.contig == 3 || only >= 0) continue;
         Args c = a;
         c.nl = 1;
@@ -843,7 +870,8 @@ int main(int argc, char ** argv) {
         if (comp >= 3) c.nslot = 0;   // no ring: x right at the start of shared memory
         CK(cudaMemset(a.yqkv, 0, NQKV * 4));
         CK(cudaMemcpy(a.h, h0.data(), HD * 4, cudaMemcpyHostToDevice));
-        if (comp >= 3) run<512, true, 2>(c, 0, NI * 2 + 2 * 512 * 16 + NI + NI / 32 * 8);
+        if (comp >= 5) run<512, true, 2>(c, 0, NI * 4 + 1024);
+        else if (comp >= 3) run<512, true, 2>(c, 0, NI * 2 + 2 * 512 * 16 + NI + NI / 32 * 8);
         else run<256, false>(c, 0, 8 * SLOT + NI * 2 + 2 * 256 * 16 + NI + NI / 32 * 8);
         std::vector<float> y(NQKV);
         CK(cudaMemcpy(y.data(), a.yqkv, NQKV * 4, cudaMemcpyDeviceToHost));
@@ -860,7 +888,7 @@ int main(int argc, char ** argv) {
             for (int k = 0; k < HD; k++) {
                 const int Q = NQKV / 4 / NSTRIP, quad = n / 4;
                 const int j = k / 32, row = k / 8 % 4;   // layout 4: [strip][quad][unit of 32 slices][row][slice]
-                const size_t u4 = (size_t)(quad / Q) * (HD / 8) * Q + ((size_t)(quad % Q * (HD / 256) + j / 32) * 4 + row) * 32 + j % 32;
+                const size_t u4 = (size_t)(quad / Q) * (HD / 8) * Q + ((size_t)(quad % Q * (HD / 1024) + j / 32) * 4 + row) * 32 + j % 32;
                 const uint32_t word = a.contig == 4 ? w[u4 * 4 + n % 4]
                                     : a.contig == 1 ? w[(((size_t)(quad / Q) * (HD / 8) + k / 8) * Q + quad % Q) * 4 + n % 4]
                                                     : w[(size_t)(k / 8) * NQKV + n];
@@ -883,7 +911,7 @@ int main(int argc, char ** argv) {
     struct cfg { int nslot, kb, compute, nobar, groups; };
     const cfg cfgs[] = {{8, 16, 0, 1, 1}, {8, 16, 0, 0, 1}, {8, 16, 1, 0, 1}, {8, 16, 1, 0, 2}, {5, 32, 1, 0, 1}, {5, 32, 1, 0, 2},
                         {4, 32, 1, 0, 2}, {8, 16, 2, 0, 2}, {0, 16, 3, 0, 2}, {0, 16, 4, 0, 2}, {0, 16, 3, 1, 2}, {0, 16, 4, 1, 2},
-                        {0, 16, 5, 0, 2}, {0, 16, 6, 0, 2}, {0, 16, 7, 0, 2}, {0, 16, 6, 1, 2}};
+                        {0, 16, 5, 0, 2}, {0, 16, 6, 0, 2}, {0, 16, 7, 0, 2}, {0, 16, 6, 1, 2}, {0, 16, 8, 0, 2}, {0, 16, 8, 1, 2}};
     for (const cfg & c : cfgs) {
         if (only >= 0 && &c - cfgs != only) continue;
         if (a.contig == 2 && (c.groups != 1 || c.compute == 2)) continue;
@@ -894,11 +922,11 @@ int main(int argc, char ** argv) {
         r.slot = c.kb * 1024;
         r.compute = c.compute;
         r.nobar = c.nobar;
-        const size_t sm = (size_t)c.nslot * c.kb * 1024 + NI * 2 + 2 * 256 * c.groups * 16 + (c.compute == 2 || c.compute == 4 ? NI + NI / 32 * 8 : 0);
+        const size_t sm = c.compute >= 5 ? NI * 4 + 1024 : (size_t)c.nslot * c.kb * 1024 + NI * 2 + 2 * 256 * c.groups * 16 + (c.compute == 2 || c.compute == 4 ? NI + NI / 32 * 8 : 0);
         if (sm > 227 * 1024) continue;
         char name[128];
         snprintf(name, sizeof name, "%s bulk %dx8w %2d x %2d KB %s%s", a.contig == 4 ? "flow " : a.contig == 3 ? "inter" : a.contig == 2 ? "tiles" : a.contig ? "strip" : "rows ",
-                 c.groups, c.nslot, c.kb, c.compute >= 5 ? (c.compute == 5 ? "flow D=2" : c.compute == 6 ? "flow D=3" : "flow D=4") : c.compute == 4 ? "direct loads 16w dp4a" : c.compute == 3 ? "direct loads 16w" : c.compute == 2 ? "dp4a" : c.compute ? "compute" : "stream", c.nobar ? " no grid waits" : "");
+                 c.groups, c.nslot, c.kb, c.compute >= 5 ? (c.compute == 5 ? "flow D=2" : c.compute == 6 ? "flow D=3" : c.compute == 7 ? "flow D=4" : "flow D=3 unfixed") : c.compute == 4 ? "direct loads 16w dp4a" : c.compute == 3 ? "direct loads 16w" : c.compute == 2 ? "dp4a" : c.compute ? "compute" : "stream", c.nobar ? " no grid waits" : "");
         report(name, c.groups == 2 ? run<512, true, 2>(r, 10, sm) : run<256, true>(r, 10, sm));
     }
     return 0;

@@ -26,21 +26,24 @@ __device__ __forceinline__ float pair_total(half2 acc, half2 acc16) {
     return __low2float(acc) + __high2float(acc) + (__low2float(acc16) + __high2float(acc16)) * 0.0625f;
 }
 
-// The slice's 4 column sums of (code - 8) * x, x as 32 fp16 values, in fp16 pairs.
-__device__ __forceinline__ float4 slice_dot_h2(const uint4 (&w)[4], const half * xs) {
+// The slice's 4 column sums of (code - 8) * x, x as 32 fp16 values (4 chunks of 8), in fp16 pairs.
+__device__ __forceinline__ float4 slice_dot_h2(const uint4 (&w)[4], const uint4 (&xv)[4]) {
     using namespace ggx_exl2_unpack;
     half2 acc[1][4], acc16[1][4];
 #pragma unroll
     for (int c = 0; c < 4; c++) acc[0][c] = acc16[0][c] = __float2half2_rn(0.0f);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const uint4 xv = ((const uint4 *)xs)[i];
         const uint32_t wc[4][1] = {{w[i].x}, {w[i].y}, {w[i].z}, {w[i].w}};
-        const uint32_t xu[1][4] = {{xv.x, xv.y, xv.z, xv.w}};
+        const uint32_t xu[1][4] = {{xv[i].x, xv[i].y, xv[i].z, xv[i].w}};
         chunk_dot_h2<4, 1, 0>::run(wc, xu, acc, acc16);
     }
     return make_float4(pair_total(acc[0][0], acc16[0][0]), pair_total(acc[0][1], acc16[0][1]),
                        pair_total(acc[0][2], acc16[0][2]), pair_total(acc[0][3], acc16[0][3]));
+}
+__device__ __forceinline__ float4 slice_dot_h2(const uint4 (&w)[4], const half * xs) {
+    const uint4 xv[4] = {((const uint4 *)xs)[0], ((const uint4 *)xs)[1], ((const uint4 *)xs)[2], ((const uint4 *)xs)[3]};
+    return slice_dot_h2(w, xv);
 }
 
 // x of one slice as int8 for DP4A: for the word row c, xq[2c] holds rows 8c + {0, 2, 4, 6} and
