@@ -582,8 +582,9 @@ __host__ __device__ constexpr int flow_units(int g) { return (g == 0 ? 48 : g ==
 // the load cursor: layer, stage, the warp's unit index in the stage
 struct flow_cursor { int l, g, k; };
 
-// The flow's forms: PLAIN (compute 8, 9) reads the item's scale at the multiply; FIX (5-7) loads it
-// with the item's words and reads x swizzled; Q8 (10, 11) is PLAIN with x as int8 and DP4A.
+// The flow's forms: PLAIN (compute 8, 9, 12) reads the item's scale at the multiply; FIX (5-7) loads it
+// with the item's words and reads x swizzled (in flow2, compute 14, x swizzled only); Q8 (10, 11,
+// 13) is PLAIN with x as int8 and DP4A.
 enum { PLAIN, FIX, Q8 };
 template <bool FIXED>
 __device__ __forceinline__ void flow_issue(const Args & a, flow_cursor & c, uint4 (&b)[4], int & meta, half & f) {
@@ -818,7 +819,14 @@ __device__ __forceinline__ void flow2_stage(const Args & a, int l, uint4 (&b)[2]
             cur = mq;
         }
         const float f = __half2float(__ldg(L.s[S::M0 + m] + j / 4));
-        const float4 d = FORM == Q8 ? slice_dot_dp4a(w, xq + j * 8, xsc[j]) : slice_dot_h2(w, xs + j * 32);
+        float4 d;
+        if (FORM == Q8) d = slice_dot_dp4a(w, xq + j * 8, xsc[j]);
+        else if (FORM == FIX) {   // x swizzled: no bank conflicts between the lanes' slices
+            const int sw = (j >> 1) & 3;
+            const uint4 * xr = (const uint4 *)xq + j * 4;
+            const uint4 xv[4] = {xr[sw], xr[1 ^ sw], xr[2 ^ sw], xr[3 ^ sw]};
+            d = slice_dot_h2(w, xv);
+        } else d = slice_dot_h2(w, xs + j * 32);
         acc.x += d.x * f; acc.y += d.y * f; acc.z += d.z * f; acc.w += d.w * f;
         if (k + 2 < S::N) flow2_load<G>(L, k + 2, w);
         else if (ln < a.nl) flow2_load<GN>(a.lw[ln], k + 2 - S::N, w);
@@ -849,6 +857,7 @@ __device__ void consumer_flow2(const Args & a, half * xs, float * colsum, half *
     auto begin = [&](int l, int g) {
         stage_begin<NCONS>(a, a.lw[l], g, target, xs, redf, nullptr, nullptr, false, pr);
         if (FORM == Q8) flow_quantize<NCONS>(shape_of(g).K, xs, xq, xsc);
+        if (FORM == FIX) flow_swizzle<NCONS>(shape_of(g).K, xs, xw);
     };
     auto end = [&](int g) {
         flow_owner_epilogue<NCONS>(a, g, colsum);
@@ -897,7 +906,7 @@ float run(Args a, int iters, size_t smem) {
     int threads = NCONS + 32;
     if (a.compute >= 5) {
         void (*const ks[7])(const Args) = {k_flow<2, FIX>, k_flow<3, FIX>, k_flow<4, FIX>, k_flow<3, PLAIN>, k_flow<2, PLAIN>, k_flow<2, Q8>, k_flow<3, Q8>};
-        k = a.compute == 12 ? k_flow2<PLAIN> : a.compute == 13 ? k_flow2<Q8> : ks[a.compute - 5];
+        k = a.compute == 12 ? k_flow2<PLAIN> : a.compute == 13 ? k_flow2<Q8> : a.compute == 14 ? k_flow2<FIX> : ks[a.compute - 5];
         threads = 512;
     }
     CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -1015,7 +1024,7 @@ int main(int argc, char ** argv) {
 
     // correctness of one stage: layer 0's qkv against the CPU (fp16 x, exact 4-bit codes; the
     // kernel sums 32-row slices in fp16, so 1e-2 relative to the column's magnitude)
-    for (int comp : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}) {
+    for (int comp : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}) {
         if ((comp >= 2 && comp <= 4 && a.contig != 1) || (comp >= 5) != (a.contig == 4) || a.contig == 3 || only >= 0) continue;
         Args c = a;
         c.nl = 1;
@@ -1068,7 +1077,7 @@ int main(int argc, char ** argv) {
                         {4, 32, 1, 0, 2}, {8, 16, 2, 0, 2}, {0, 16, 3, 0, 2}, {0, 16, 4, 0, 2}, {0, 16, 3, 1, 2}, {0, 16, 4, 1, 2},
                         {0, 16, 5, 0, 2}, {0, 16, 6, 0, 2}, {0, 16, 7, 0, 2}, {0, 16, 6, 1, 2}, {0, 16, 8, 0, 2}, {0, 16, 8, 1, 2},
                         {0, 16, 9, 0, 2}, {0, 16, 10, 0, 2}, {0, 16, 11, 0, 2}, {0, 16, 10, 1, 2},
-                        {0, 16, 12, 0, 2}, {0, 16, 13, 0, 2}, {0, 16, 12, 1, 2}, {0, 16, 13, 1, 2}};
+                        {0, 16, 12, 0, 2}, {0, 16, 13, 0, 2}, {0, 16, 12, 1, 2}, {0, 16, 13, 1, 2}, {0, 16, 14, 0, 2}};
     for (const cfg & c : cfgs) {
         if (only >= 0 && &c - cfgs != only) continue;
         if (a.contig == 2 && (c.groups != 1 || c.compute == 2)) continue;
@@ -1083,7 +1092,7 @@ int main(int argc, char ** argv) {
         if (sm > 227 * 1024) continue;
         char name[128];
         snprintf(name, sizeof name, "%s bulk %dx8w %2d x %2d KB %s%s", a.contig == 4 ? "flow " : a.contig == 3 ? "inter" : a.contig == 2 ? "tiles" : a.contig ? "strip" : "rows ",
-                 c.groups, c.nslot, c.kb, c.compute >= 5 ? (c.compute == 5 ? "flow D=2" : c.compute == 6 ? "flow D=3" : c.compute == 7 ? "flow D=4" : c.compute == 8 ? "flow D=3 plain" : c.compute == 9 ? "flow D=2 plain" : c.compute == 10 ? "flow D=2 dp4a" : c.compute == 11 ? "flow D=3 dp4a" : c.compute == 12 ? "flow2 plain" : "flow2 dp4a") : c.compute == 4 ? "direct loads 16w dp4a" : c.compute == 3 ? "direct loads 16w" : c.compute == 2 ? "dp4a" : c.compute ? "compute" : "stream", c.nobar ? " no grid waits" : "");
+                 c.groups, c.nslot, c.kb, c.compute >= 5 ? (c.compute == 5 ? "flow D=2" : c.compute == 6 ? "flow D=3" : c.compute == 7 ? "flow D=4" : c.compute == 8 ? "flow D=3 plain" : c.compute == 9 ? "flow D=2 plain" : c.compute == 10 ? "flow D=2 dp4a" : c.compute == 11 ? "flow D=3 dp4a" : c.compute == 12 ? "flow2 plain" : c.compute == 13 ? "flow2 dp4a" : "flow2 swizzled x") : c.compute == 4 ? "direct loads 16w dp4a" : c.compute == 3 ? "direct loads 16w" : c.compute == 2 ? "dp4a" : c.compute ? "compute" : "stream", c.nobar ? " no grid waits" : "");
         report(name, c.groups == 2 ? run<512, true, 2>(r, 10, sm) : run<256, true>(r, 10, sm));
     }
     return 0;
