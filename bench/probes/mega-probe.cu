@@ -54,6 +54,7 @@ struct Args {
     float * ubuf;
     int slot;         // bytes per ring slot
     int nobar;        // 1: no grid waits (with compute 0: the raw stream)
+    int relbar;       // 1: grid arrivals as one red.release.gpu instead of a fence and an atomic
     int contig;       // 2: tiles of 512 columns x K ranges (stream-K over 132 blocks, sums added by atomics); 1: each strip's rows stored contiguously ([strip][K/8][Q] uint4), 0: EXL2 row-major
 };
 
@@ -234,8 +235,11 @@ template <int NCONS>
 __device__ void grid_arrive(const Args & a) {
     cons_sync(NCONS);
     if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(a.cnt, 1u);
+        if (a.relbar) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(a.cnt) : "memory");
+        else {
+            __threadfence();
+            atomicAdd(a.cnt, 1u);
+        }
     }
 }
 
@@ -786,11 +790,26 @@ template <int G> struct flow2_shape {
     static_assert(NM * QU % 16 == 0, "units are dealt evenly");
 };
 
+// A stage's matrix pointers (this block's strip) and scales, read once per stage: inside the loop
+// the compiler would reload them from the layer table after every store (run 77: ~6 LDG per item).
+template <int G> struct flow2_ptrs {
+    const uint4 * w[flow2_shape<G>::NM];
+    const half * s[flow2_shape<G>::NM];
+    __device__ __forceinline__ flow2_ptrs(const LayerW & L) {
+        using S = flow2_shape<G>;
+#pragma unroll
+        for (int m = 0; m < S::NM; m++) {
+            w[m] = L.w[S::M0 + m] + (size_t)blockIdx.x * S::QR * S::Q + threadIdx.x % 32;
+            s[m] = L.s[S::M0 + m];
+        }
+    }
+};
+
 template <int G>
-__device__ __forceinline__ void flow2_load(const LayerW & L, int k, uint4 (&b)[4]) {
+__device__ __forceinline__ void flow2_load(const flow2_ptrs<G> & P, int k, uint4 (&b)[4]) {
     using S = flow2_shape<G>;
-    const int u = threadIdx.x / 32 * S::N + k, m = u / S::QU;
-    const uint4 * w = L.w[S::M0 + m] + (size_t)blockIdx.x * S::QR * S::Q + (u - m * S::QU) * 128 + threadIdx.x % 32;
+    const int u = threadIdx.x / 32 * S::N + k, m = S::NM > 1 ? u / S::QU : 0;
+    const uint4 * w = (m ? P.w[S::NM - 1] : P.w[0]) + (u - m * S::QU) * 128;
 #pragma unroll
     for (int i = 0; i < 4; i++) b[i] = __ldcs(w + i * 32);
 }
@@ -807,8 +826,9 @@ __device__ __forceinline__ void flow2_stage(const Args & a, int l, uint4 (&b)[2]
                                             const float2 * xsc, float * colsum) {
     using S = flow2_shape<G>;
     constexpr int GN = (G + 1) % 4;
-    const LayerW & L = a.lw[l];
     const int ln = G == 3 ? l + 1 : l, lane = threadIdx.x % 32;
+    const flow2_ptrs<G> P(a.lw[l]);
+    const flow2_ptrs<GN> PN(a.lw[ln < a.nl ? ln : l]);
     float4 acc = make_float4(0, 0, 0, 0);
     int cur = -1;   // m Q + q of the sums in acc
     auto item = [&](int k, uint4 (&w)[4]) {
@@ -818,7 +838,7 @@ __device__ __forceinline__ void flow2_stage(const Args & a, int l, uint4 (&b)[2]
             if (cur >= 0) flow2_flush<FORM>(acc, cur, colsum);
             cur = mq;
         }
-        const float f = __half2float(__ldg(L.s[S::M0 + m] + j / 4));
+        const float f = __half2float(__ldg((m ? P.s[S::NM - 1] : P.s[0]) + j / 4));
         float4 d;
         if (FORM == Q8) d = slice_dot_dp4a(w, xq + j * 8, xsc[j]);
         else if (FORM == FIX) {   // x swizzled: no bank conflicts between the lanes' slices
@@ -828,8 +848,8 @@ __device__ __forceinline__ void flow2_stage(const Args & a, int l, uint4 (&b)[2]
             d = slice_dot_h2(w, xv);
         } else d = slice_dot_h2(w, xs + j * 32);
         acc.x += d.x * f; acc.y += d.y * f; acc.z += d.z * f; acc.w += d.w * f;
-        if (k + 2 < S::N) flow2_load<G>(L, k + 2, w);
-        else if (ln < a.nl) flow2_load<GN>(a.lw[ln], k + 2 - S::N, w);
+        if (k + 2 < S::N) flow2_load<G>(P, k + 2, w);
+        else if (ln < a.nl) flow2_load<GN>(PN, k + 2 - S::N, w);
     };
     int k = 0;
     for (; k + 1 < S::N; k += 2) {
@@ -851,8 +871,11 @@ __device__ void consumer_flow2(const Args & a, half * xs, float * colsum, half *
     const unsigned long long t_start = gtime();
     unsigned long long pr[3] = {0, 0, 0};
     uint4 b[2][4];
-    flow2_load<0>(a.lw[0], 0, b[0]);
-    flow2_load<0>(a.lw[0], 1, b[1]);
+    {
+        const flow2_ptrs<0> P0(a.lw[0]);
+        flow2_load<0>(P0, 0, b[0]);
+        flow2_load<0>(P0, 1, b[1]);
+    }
     if (threadIdx.x < 2 * 28 * 4) colsum[threadIdx.x] = 0.0f;
     auto begin = [&](int l, int g) {
         stage_begin<NCONS>(a, a.lw[l], g, target, xs, redf, nullptr, nullptr, false, pr);
@@ -1072,12 +1095,12 @@ int main(int argc, char ** argv) {
                100.0 * per_layer_bytes / us / 1e6 / 4.2);
     };
     // configurations: {nslot, slot KB, compute, nobar, consumer groups}
-    struct cfg { int nslot, kb, compute, nobar, groups; };
+    struct cfg { int nslot, kb, compute, nobar, groups, relbar = 0; };
     const cfg cfgs[] = {{8, 16, 0, 1, 1}, {8, 16, 0, 0, 1}, {8, 16, 1, 0, 1}, {8, 16, 1, 0, 2}, {5, 32, 1, 0, 1}, {5, 32, 1, 0, 2},
                         {4, 32, 1, 0, 2}, {8, 16, 2, 0, 2}, {0, 16, 3, 0, 2}, {0, 16, 4, 0, 2}, {0, 16, 3, 1, 2}, {0, 16, 4, 1, 2},
                         {0, 16, 5, 0, 2}, {0, 16, 6, 0, 2}, {0, 16, 7, 0, 2}, {0, 16, 6, 1, 2}, {0, 16, 8, 0, 2}, {0, 16, 8, 1, 2},
                         {0, 16, 9, 0, 2}, {0, 16, 10, 0, 2}, {0, 16, 11, 0, 2}, {0, 16, 10, 1, 2},
-                        {0, 16, 12, 0, 2}, {0, 16, 13, 0, 2}, {0, 16, 12, 1, 2}, {0, 16, 13, 1, 2}, {0, 16, 14, 0, 2}};
+                        {0, 16, 12, 0, 2}, {0, 16, 13, 0, 2}, {0, 16, 12, 1, 2}, {0, 16, 13, 1, 2}, {0, 16, 14, 0, 2}, {0, 16, 12, 0, 2, 1}};
     for (const cfg & c : cfgs) {
         if (only >= 0 && &c - cfgs != only) continue;
         if (a.contig == 2 && (c.groups != 1 || c.compute == 2)) continue;
@@ -1088,11 +1111,12 @@ int main(int argc, char ** argv) {
         r.slot = c.kb * 1024;
         r.compute = c.compute;
         r.nobar = c.nobar;
+        r.relbar = c.relbar;
         const size_t sm = c.compute >= 5 ? NI * 4 + 1024 : (size_t)c.nslot * c.kb * 1024 + NI * 2 + 2 * 256 * c.groups * 16 + (c.compute == 2 || c.compute == 4 ? NI + NI / 32 * 8 : 0);
         if (sm > 227 * 1024) continue;
         char name[128];
         snprintf(name, sizeof name, "%s bulk %dx8w %2d x %2d KB %s%s", a.contig == 4 ? "flow " : a.contig == 3 ? "inter" : a.contig == 2 ? "tiles" : a.contig ? "strip" : "rows ",
-                 c.groups, c.nslot, c.kb, c.compute >= 5 ? (c.compute == 5 ? "flow D=2" : c.compute == 6 ? "flow D=3" : c.compute == 7 ? "flow D=4" : c.compute == 8 ? "flow D=3 plain" : c.compute == 9 ? "flow D=2 plain" : c.compute == 10 ? "flow D=2 dp4a" : c.compute == 11 ? "flow D=3 dp4a" : c.compute == 12 ? "flow2 plain" : c.compute == 13 ? "flow2 dp4a" : "flow2 swizzled x") : c.compute == 4 ? "direct loads 16w dp4a" : c.compute == 3 ? "direct loads 16w" : c.compute == 2 ? "dp4a" : c.compute ? "compute" : "stream", c.nobar ? " no grid waits" : "");
+                 c.groups, c.nslot, c.kb, c.compute >= 5 ? (c.compute == 5 ? "flow D=2" : c.compute == 6 ? "flow D=3" : c.compute == 7 ? "flow D=4" : c.compute == 8 ? "flow D=3 plain" : c.compute == 9 ? "flow D=2 plain" : c.compute == 10 ? "flow D=2 dp4a" : c.compute == 11 ? "flow D=3 dp4a" : c.compute == 12 ? "flow2 plain" : c.compute == 13 ? "flow2 dp4a" : "flow2 swizzled x") : c.compute == 4 ? "direct loads 16w dp4a" : c.compute == 3 ? "direct loads 16w" : c.compute == 2 ? "dp4a" : c.compute ? "compute" : "stream", c.nobar ? " no grid waits" : c.relbar ? " red.release" : "");
         report(name, c.groups == 2 ? run<512, true, 2>(r, 10, sm) : run<256, true>(r, 10, sm));
     }
     return 0;
