@@ -34,6 +34,8 @@ struct LayerW {
     const uint4 * w[5];   // qkv, o, gate, up, down: [K/8][N/4] uint4 (4 columns' words per row)
     const half *  s[5];   // [K/128] group scales
     const float * nw[2];  // attention and MLP norm weights [HD]
+    const uint32_t * sc[5];   // EXL2 column scale codes [K/128][N/8], 4 bits per column (COLS form)
+    const half * smax[5];     // their group maxima [K/128]
 };
 
 struct Args {
@@ -44,6 +46,7 @@ struct Args {
     float * attn;     // [HD]
     half *  act;      // [NI]
     const half * kv;  // fake cache [8][ctx][2][DH]
+    const int * perm[2];   // COLS form: x gathered through an act-order permutation of K = HD, NI
     int ctx;
     unsigned * cnt;
     int nslot;
@@ -589,7 +592,7 @@ struct flow_cursor { int l, g, k; };
 // The flow's forms: PLAIN (compute 8, 9, 12) reads the item's scale at the multiply; FIX (5-7) loads it
 // with the item's words and reads x swizzled (in flow2, compute 14, x swizzled only); Q8 (10, 11,
 // 13) is PLAIN with x as int8 and DP4A.
-enum { PLAIN, FIX, Q8 };
+enum { PLAIN, FIX, Q8, COLS };   // COLS (flow2, compute 15): per-column EXL2 scales, x gathered through q_perm
 template <bool FIXED>
 __device__ __forceinline__ void flow_issue(const Args & a, flow_cursor & c, uint4 (&b)[4], int & meta, half & f) {
     if (c.l >= a.nl) return;
@@ -795,12 +798,16 @@ template <int G> struct flow2_shape {
 template <int G> struct flow2_ptrs {
     const uint4 * w[flow2_shape<G>::NM];
     const half * s[flow2_shape<G>::NM];
+    const uint32_t * sc[flow2_shape<G>::NM];
+    const half * smax[flow2_shape<G>::NM];
     __device__ __forceinline__ flow2_ptrs(const LayerW & L) {
         using S = flow2_shape<G>;
 #pragma unroll
         for (int m = 0; m < S::NM; m++) {
             w[m] = L.w[S::M0 + m] + (size_t)blockIdx.x * S::QR * S::Q + threadIdx.x % 32;
             s[m] = L.s[S::M0 + m];
+            sc[m] = L.sc[S::M0 + m];
+            smax[m] = L.smax[S::M0 + m];
         }
     }
 };
@@ -838,8 +845,22 @@ __device__ __forceinline__ void flow2_stage(const Args & a, int l, uint4 (&b)[2]
             if (cur >= 0) flow2_flush<FORM>(acc, cur, colsum);
             cur = mq;
         }
-        const float f = __half2float(__ldg((m ? P.s[S::NM - 1] : P.s[0]) + j / 4));
         float4 d;
+        if (FORM == COLS) {   // the 4 columns' scales h((c + 1)^2) * M_g of the slice's group
+            constexpr int N8 = S::Q * NSTRIP / 2;   // scale words per group row: N / 8
+            const int n0 = (blockIdx.x * S::Q + q) * 4, g = j / 4;
+            const uint32_t codes = __ldg((m ? P.sc[S::NM - 1] : P.sc[0]) + g * N8 + n0 / 8) >> (4 * (n0 % 8));
+            const half mx = __ldg((m ? P.smax[S::NM - 1] : P.smax[0]) + g);
+            const half2 mx2 = __halves2half2(mx, mx);
+            const float2 s01 = __half22float2(ggx_exl2_unpack::scale_pair(codes, mx2));
+            const float2 s23 = __half22float2(ggx_exl2_unpack::scale_pair(codes >> 8, mx2));
+            d = slice_dot_h2(w, xs + j * 32);
+            acc.x += d.x * s01.x; acc.y += d.y * s01.y; acc.z += d.z * s23.x; acc.w += d.w * s23.y;
+            if (k + 2 < S::N) flow2_load<G>(P, k + 2, w);
+            else if (ln < a.nl) flow2_load<GN>(PN, k + 2 - S::N, w);
+            return;
+        }
+        const float f = __half2float(__ldg((m ? P.s[S::NM - 1] : P.s[0]) + j / 4));
         if (FORM == Q8) d = slice_dot_dp4a(w, xq + j * 8, xsc[j]);
         else if (FORM == FIX) {   // x swizzled: no bank conflicts between the lanes' slices
             const int sw = (j >> 1) & 3;
@@ -858,6 +879,13 @@ __device__ __forceinline__ void flow2_stage(const Args & a, int l, uint4 (&b)[2]
     }
     if (k < S::N) item(k, b[PAR]);
     flow2_flush<FORM>(acc, cur, colsum);
+}
+
+// COLS: x in q_perm order, xw[k] = xs[perm[k]] (the engine would fold this gather into the staging)
+template <int NCONS>
+__device__ void flow_gather(int K, const int * perm, const half * xs, half * xw) {
+    for (int k = threadIdx.x; k < K; k += NCONS) xw[k] = xs[__ldg(perm + k)];
+    cons_sync(NCONS);
 }
 
 template <int NCONS, int FORM>
@@ -881,7 +909,9 @@ __device__ void consumer_flow2(const Args & a, half * xs, float * colsum, half *
         stage_begin<NCONS>(a, a.lw[l], g, target, xs, redf, nullptr, nullptr, false, pr);
         if (FORM == Q8) flow_quantize<NCONS>(shape_of(g).K, xs, xq, xsc);
         if (FORM == FIX) flow_swizzle<NCONS>(shape_of(g).K, xs, xw);
+        if (FORM == COLS) flow_gather<NCONS>(shape_of(g).K, a.perm[g == 3], xs, xw);
     };
+    const half * xm = FORM == COLS ? xw : xs;   // the x the multiply reads
     auto end = [&](int g) {
         flow_owner_epilogue<NCONS>(a, g, colsum);
         grid_arrive<NCONS>(a);
@@ -890,16 +920,16 @@ __device__ void consumer_flow2(const Args & a, half * xs, float * colsum, half *
     };
     begin(0, 0);
     for (int l = 0; l < a.nl; l++) {
-        flow2_stage<0, 0, FORM>(a, l, b, xs, xq, xsc, colsum);
+        flow2_stage<0, 0, FORM>(a, l, b, xm, xq, xsc, colsum);
         end(0);
         begin(l, 1);
-        flow2_stage<1, P1, FORM>(a, l, b, xs, xq, xsc, colsum);
+        flow2_stage<1, P1, FORM>(a, l, b, xm, xq, xsc, colsum);
         end(1);
         begin(l, 2);
-        flow2_stage<2, P2, FORM>(a, l, b, xs, xq, xsc, colsum);
+        flow2_stage<2, P2, FORM>(a, l, b, xm, xq, xsc, colsum);
         end(2);
         begin(l, 3);
-        flow2_stage<3, P3, FORM>(a, l, b, xs, xq, xsc, colsum);
+        flow2_stage<3, P3, FORM>(a, l, b, xm, xq, xsc, colsum);
         end(3);
         if (l + 1 < a.nl) begin(l + 1, 0);
     }
@@ -929,7 +959,8 @@ float run(Args a, int iters, size_t smem) {
     int threads = NCONS + 32;
     if (a.compute >= 5) {
         void (*const ks[7])(const Args) = {k_flow<2, FIX>, k_flow<3, FIX>, k_flow<4, FIX>, k_flow<3, PLAIN>, k_flow<2, PLAIN>, k_flow<2, Q8>, k_flow<3, Q8>};
-        k = a.compute == 12 ? k_flow2<PLAIN> : a.compute == 13 ? k_flow2<Q8> : a.compute == 14 ? k_flow2<FIX> : ks[a.compute - 5];
+        k = a.compute == 12 ? k_flow2<PLAIN> : a.compute == 13 ? k_flow2<Q8> : a.compute == 14 ? k_flow2<FIX>
+          : a.compute == 15 ? k_flow2<COLS> : ks[a.compute - 5];
         threads = 512;
     }
     CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -991,6 +1022,16 @@ int main(int argc, char ** argv) {
             CK(cudaMemcpy(sd, s.data(), s.size() * 2, cudaMemcpyHostToDevice));
             lw[l].w[m] = (const uint4 *)w;
             lw[l].s[m] = sd;
+            uint32_t * scw;   // COLS: EXL2 scale codes and group maxima
+            CK(cudaMalloc(&scw, (size_t)K5[m] / 128 * N5[m] / 8 * 4));
+            k_fill<<<256, 256>>>(scw, (size_t)K5[m] / 128 * N5[m] / 8, 991 + l * 5 + m);
+            std::vector<half> mx(K5[m] / 128);
+            for (size_t i = 0; i < mx.size(); i++) mx[i] = __float2half(0.0004f * (1 + (i * 3 + m) % 4));
+            half * mxd;
+            CK(cudaMalloc(&mxd, mx.size() * 2));
+            CK(cudaMemcpy(mxd, mx.data(), mx.size() * 2, cudaMemcpyHostToDevice));
+            lw[l].sc[m] = scw;
+            lw[l].smax[m] = mxd;
         }
         lw[l].nw[0] = lw[l].nw[1] = nwd;
     }
@@ -1037,6 +1078,20 @@ int main(int argc, char ** argv) {
     for (size_t i = 0; i < kvh.size(); i++) kvh[i] = __float2half(0.01f * (float)((i * 37) % 21 - 10));
     CK(cudaMemcpy(kv, kvh.data(), kvh.size() * 2, cudaMemcpyHostToDevice));
     a.kv = kv;
+    std::vector<int> perm_h[2];   // COLS: random act-order permutations of HD and NI rows
+    for (int i = 0; i < 2; i++) {
+        perm_h[i].resize(i ? NI : HD);
+        for (size_t k = 0; k < perm_h[i].size(); k++) perm_h[i][k] = (int)k;
+        uint32_t r = 12345 + i;
+        for (size_t k = perm_h[i].size() - 1; k > 0; k--) {
+            r = r * 1664525u + 1013904223u;
+            std::swap(perm_h[i][k], perm_h[i][(r >> 8) % (k + 1)]);
+        }
+        int * d;
+        CK(cudaMalloc(&d, perm_h[i].size() * 4));
+        CK(cudaMemcpy(d, perm_h[i].data(), perm_h[i].size() * 4, cudaMemcpyHostToDevice));
+        a.perm[i] = d;
+    }
     a.ctx = ctx;
     a.contig = contig;
     a.slot = SLOT;
@@ -1047,7 +1102,7 @@ int main(int argc, char ** argv) {
 
     // correctness of one stage: layer 0's qkv against the CPU (fp16 x, exact 4-bit codes; the
     // kernel sums 32-row slices in fp16, so 1e-2 relative to the column's magnitude)
-    for (int comp : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}) {
+    for (int comp : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}) {
         if ((comp >= 2 && comp <= 4 && a.contig != 1) || (comp >= 5) != (a.contig == 4) || a.contig == 3 || only >= 0) continue;
         Args c = a;
         c.nl = 1;
@@ -1064,8 +1119,11 @@ int main(int argc, char ** argv) {
         CK(cudaMemcpy(y.data(), a.yqkv, NQKV * 4, cudaMemcpyDeviceToHost));
         std::vector<uint32_t> w((size_t)HD / 8 * NQKV);
         CK(cudaMemcpy(w.data(), lw[0].w[0], w.size() * 4, cudaMemcpyDeviceToHost));
-        std::vector<half> s(HD / 128);
+        std::vector<half> s(HD / 128), smx(HD / 128);
         CK(cudaMemcpy(s.data(), lw[0].s[0], s.size() * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(smx.data(), lw[0].smax[0], smx.size() * 2, cudaMemcpyDeviceToHost));
+        std::vector<uint32_t> codes((size_t)HD / 128 * NQKV / 8);
+        CK(cudaMemcpy(codes.data(), lw[0].sc[0], codes.size() * 4, cudaMemcpyDeviceToHost));
         double ss = 0;
         for (float v : h0) ss += (double)v * v;
         const float inv = 1.0f / sqrtf((float)(ss / HD) + 1e-5f);
@@ -1080,7 +1138,12 @@ int main(int argc, char ** argv) {
                                     : a.contig == 1 ? w[(((size_t)(quad / Q) * (HD / 8) + k / 8) * Q + quad % Q) * 4 + n % 4]
                                                     : w[(size_t)(k / 8) * NQKV + n];
                 const int v = (word >> (4 * (k % 8))) & 15;
-                acc += (double)(v - 8) * __half2float(__float2half(h0[k] * inv)) * __half2float(s[k / 128]);
+                if (comp == 15) {   // x through q_perm, per-column scale h((c + 1)^2) * M_g
+                    const int c = (codes[(size_t)(k / 128) * (NQKV / 8) + n / 8] >> (4 * (n % 8))) & 15;
+                    const float sc = __half2float(__float2half((float)((c + 1) * (c + 1)) * __half2float(smx[k / 128])));
+                    acc += (double)(v - 8) * __half2float(__float2half(h0[perm_h[0][k]] * inv)) * sc;
+                } else
+                    acc += (double)(v - 8) * __half2float(__float2half(h0[k] * inv)) * __half2float(s[k / 128]);
             }
             maxerr = fmax(maxerr, fabs(acc - y[n]));
             maxmag = fmax(maxmag, fabs(acc));
@@ -1100,7 +1163,7 @@ int main(int argc, char ** argv) {
                         {4, 32, 1, 0, 2}, {8, 16, 2, 0, 2}, {0, 16, 3, 0, 2}, {0, 16, 4, 0, 2}, {0, 16, 3, 1, 2}, {0, 16, 4, 1, 2},
                         {0, 16, 5, 0, 2}, {0, 16, 6, 0, 2}, {0, 16, 7, 0, 2}, {0, 16, 6, 1, 2}, {0, 16, 8, 0, 2}, {0, 16, 8, 1, 2},
                         {0, 16, 9, 0, 2}, {0, 16, 10, 0, 2}, {0, 16, 11, 0, 2}, {0, 16, 10, 1, 2},
-                        {0, 16, 12, 0, 2}, {0, 16, 13, 0, 2}, {0, 16, 12, 1, 2}, {0, 16, 13, 1, 2}, {0, 16, 14, 0, 2}, {0, 16, 12, 0, 2, 1}};
+                        {0, 16, 12, 0, 2}, {0, 16, 13, 0, 2}, {0, 16, 12, 1, 2}, {0, 16, 13, 1, 2}, {0, 16, 14, 0, 2}, {0, 16, 12, 0, 2, 1}, {0, 16, 15, 0, 2}, {0, 16, 15, 1, 2}};
     for (const cfg & c : cfgs) {
         if (only >= 0 && &c - cfgs != only) continue;
         if (a.contig == 2 && (c.groups != 1 || c.compute == 2)) continue;
@@ -1116,7 +1179,7 @@ int main(int argc, char ** argv) {
         if (sm > 227 * 1024) continue;
         char name[128];
         snprintf(name, sizeof name, "%s bulk %dx8w %2d x %2d KB %s%s", a.contig == 4 ? "flow " : a.contig == 3 ? "inter" : a.contig == 2 ? "tiles" : a.contig ? "strip" : "rows ",
-                 c.groups, c.nslot, c.kb, c.compute >= 5 ? (c.compute == 5 ? "flow D=2" : c.compute == 6 ? "flow D=3" : c.compute == 7 ? "flow D=4" : c.compute == 8 ? "flow D=3 plain" : c.compute == 9 ? "flow D=2 plain" : c.compute == 10 ? "flow D=2 dp4a" : c.compute == 11 ? "flow D=3 dp4a" : c.compute == 12 ? "flow2 plain" : c.compute == 13 ? "flow2 dp4a" : "flow2 swizzled x") : c.compute == 4 ? "direct loads 16w dp4a" : c.compute == 3 ? "direct loads 16w" : c.compute == 2 ? "dp4a" : c.compute ? "compute" : "stream", c.nobar ? " no grid waits" : c.relbar ? " red.release" : "");
+                 c.groups, c.nslot, c.kb, c.compute >= 5 ? (c.compute == 5 ? "flow D=2" : c.compute == 6 ? "flow D=3" : c.compute == 7 ? "flow D=4" : c.compute == 8 ? "flow D=3 plain" : c.compute == 9 ? "flow D=2 plain" : c.compute == 10 ? "flow D=2 dp4a" : c.compute == 11 ? "flow D=3 dp4a" : c.compute == 12 ? "flow2 plain" : c.compute == 13 ? "flow2 dp4a" : c.compute == 14 ? "flow2 swizzled x" : "flow2 column scales + q_perm") : c.compute == 4 ? "direct loads 16w dp4a" : c.compute == 3 ? "direct loads 16w" : c.compute == 2 ? "dp4a" : c.compute ? "compute" : "stream", c.nobar ? " no grid waits" : c.relbar ? " red.release" : "");
         report(name, c.groups == 2 ? run<512, true, 2>(r, 10, sm) : run<256, true>(r, 10, sm));
     }
     return 0;
