@@ -36,6 +36,7 @@ struct LayerW {
     const float * nw[2];  // attention and MLP norm weights [HD]
     const uint32_t * sc[5];   // EXL2 column scale codes [K/128][N/8], 4 bits per column (COLS form)
     const half * smax[5];     // their group maxima [K/128]
+    const half * sch[5];      // COLS_H: the scales h((c + 1)^2) * M_g expanded [K/128][N]
 };
 
 struct Args {
@@ -592,7 +593,9 @@ struct flow_cursor { int l, g, k; };
 // The flow's forms: PLAIN (compute 8, 9, 12) reads the item's scale at the multiply; FIX (5-7) loads it
 // with the item's words and reads x swizzled (in flow2, compute 14, x swizzled only); Q8 (10, 11,
 // 13) is PLAIN with x as int8 and DP4A.
-enum { PLAIN, FIX, Q8, COLS };   // COLS (flow2, compute 15): per-column EXL2 scales, x gathered through q_perm
+enum { PLAIN, FIX, Q8, COLS, COLS_PF, COLS_H };   // COLS (flow2, compute 15): per-column EXL2 scales, x gathered through
+// q_perm; COLS_PF (16): the same with the scale codes and maximum loaded with the item's words;
+// COLS_H (17): the scales expanded to fp16 per column at load, 8 bytes per item loaded with its words
 template <bool FIXED>
 __device__ __forceinline__ void flow_issue(const Args & a, flow_cursor & c, uint4 (&b)[4], int & meta, half & f) {
     if (c.l >= a.nl) return;
@@ -800,6 +803,7 @@ template <int G> struct flow2_ptrs {
     const half * s[flow2_shape<G>::NM];
     const uint32_t * sc[flow2_shape<G>::NM];
     const half * smax[flow2_shape<G>::NM];
+    const half * sch[flow2_shape<G>::NM];
     __device__ __forceinline__ flow2_ptrs(const LayerW & L) {
         using S = flow2_shape<G>;
 #pragma unroll
@@ -808,17 +812,40 @@ template <int G> struct flow2_ptrs {
             s[m] = L.s[S::M0 + m];
             sc[m] = L.sc[S::M0 + m];
             smax[m] = L.smax[S::M0 + m];
+            sch[m] = L.sch[S::M0 + m];
         }
     }
 };
 
+// The 16 bits of scale codes of the item's quad and group, and the group's maximum.
 template <int G>
-__device__ __forceinline__ void flow2_load(const flow2_ptrs<G> & P, int k, uint4 (&b)[4]) {
+__device__ __forceinline__ void flow2_scale_load(const flow2_ptrs<G> & P, int m, int q, int j, uint32_t & codes, uint32_t & mx) {
+    using S = flow2_shape<G>;
+    constexpr int N8 = S::Q * NSTRIP / 2;   // scale words per group row: N / 8
+    const int n0 = (blockIdx.x * S::Q + q) * 4, g = j / 4;
+    codes = __ldg((m ? P.sc[S::NM - 1] : P.sc[0]) + g * N8 + n0 / 8) >> (4 * (n0 % 8));
+    mx = __half_as_ushort(__ldg((m ? P.smax[S::NM - 1] : P.smax[0]) + g));
+}
+
+template <int G, int FORM = PLAIN>
+__device__ __forceinline__ void flow2_load(const flow2_ptrs<G> & P, int k, uint4 (&b)[4], uint32_t * codes = nullptr,
+                                           uint32_t * mx = nullptr) {
     using S = flow2_shape<G>;
     const int u = threadIdx.x / 32 * S::N + k, m = S::NM > 1 ? u / S::QU : 0;
     const uint4 * w = (m ? P.w[S::NM - 1] : P.w[0]) + (u - m * S::QU) * 128;
 #pragma unroll
     for (int i = 0; i < 4; i++) b[i] = __ldcs(w + i * 32);
+    if (FORM == COLS_PF) {
+        const int ur = u - m * S::QU, q = ur / S::UPQ, j = (ur - q * S::UPQ) * 32 + threadIdx.x % 32;
+        flow2_scale_load<G>(P, m, q, j, *codes, *mx);
+    }
+    if (FORM == COLS_H) {   // the 4 fp16 scales: columns 0-1 in codes, 2-3 in mx
+        const int ur = u - m * S::QU, q = ur / S::UPQ, j = (ur - q * S::UPQ) * 32 + threadIdx.x % 32;
+        const uint2 v = __ldg((const uint2 *)((m ? P.sch[S::NM - 1] : P.sch[0]) + (size_t)(j / 4) * S::Q * NSTRIP * 4 +
+                                              (blockIdx.x * S::Q + q) * 4));
+        *codes = v.x;
+        *mx = v.y;
+    }
 }
 
 template <int FORM>
@@ -829,8 +856,8 @@ __device__ __forceinline__ void flow2_flush(float4 & acc, int mq, float * colsum
 }
 
 template <int G, int PAR, int FORM>
-__device__ __forceinline__ void flow2_stage(const Args & a, int l, uint4 (&b)[2][4], const half * xs, const uint32_t * xq,
-                                            const float2 * xsc, float * colsum) {
+__device__ __forceinline__ void flow2_stage(const Args & a, int l, uint4 (&b)[2][4], uint32_t (&cs)[2], uint32_t (&cm)[2],
+                                            const half * xs, const uint32_t * xq, const float2 * xsc, float * colsum) {
     using S = flow2_shape<G>;
     constexpr int GN = (G + 1) % 4;
     const int ln = G == 3 ? l + 1 : l, lane = threadIdx.x % 32;
@@ -838,7 +865,7 @@ __device__ __forceinline__ void flow2_stage(const Args & a, int l, uint4 (&b)[2]
     const flow2_ptrs<GN> PN(a.lw[ln < a.nl ? ln : l]);
     float4 acc = make_float4(0, 0, 0, 0);
     int cur = -1;   // m Q + q of the sums in acc
-    auto item = [&](int k, uint4 (&w)[4]) {
+    auto item = [&](int k, uint4 (&w)[4], uint32_t & codes_pf, uint32_t & mx_pf) {
         const int u = threadIdx.x / 32 * S::N + k, m = u / S::QU, ur = u - m * S::QU, q = ur / S::UPQ;
         const int j = (ur - q * S::UPQ) * 32 + lane, mq = m * S::Q + q;
         if (mq != cur) {
@@ -846,18 +873,22 @@ __device__ __forceinline__ void flow2_stage(const Args & a, int l, uint4 (&b)[2]
             cur = mq;
         }
         float4 d;
-        if (FORM == COLS) {   // the 4 columns' scales h((c + 1)^2) * M_g of the slice's group
-            constexpr int N8 = S::Q * NSTRIP / 2;   // scale words per group row: N / 8
-            const int n0 = (blockIdx.x * S::Q + q) * 4, g = j / 4;
-            const uint32_t codes = __ldg((m ? P.sc[S::NM - 1] : P.sc[0]) + g * N8 + n0 / 8) >> (4 * (n0 % 8));
-            const half mx = __ldg((m ? P.smax[S::NM - 1] : P.smax[0]) + g);
-            const half2 mx2 = __halves2half2(mx, mx);
-            const float2 s01 = __half22float2(ggx_exl2_unpack::scale_pair(codes, mx2));
-            const float2 s23 = __half22float2(ggx_exl2_unpack::scale_pair(codes >> 8, mx2));
+        if (FORM == COLS || FORM == COLS_PF || FORM == COLS_H) {   // the 4 columns' scales h((c + 1)^2) * M_g of the group
+            uint32_t codes = codes_pf, mx = mx_pf;
+            if (FORM == COLS) flow2_scale_load<G>(P, m, q, j, codes, mx);
+            float2 s01, s23;
+            if (FORM == COLS_H) {
+                s01 = __half22float2(ggx_exl2_unpack::u32_as_half2(codes));
+                s23 = __half22float2(ggx_exl2_unpack::u32_as_half2(mx));
+            } else {
+                const half2 mx2 = __halves2half2(__ushort_as_half((unsigned short)mx), __ushort_as_half((unsigned short)mx));
+                s01 = __half22float2(ggx_exl2_unpack::scale_pair(codes, mx2));
+                s23 = __half22float2(ggx_exl2_unpack::scale_pair(codes >> 8, mx2));
+            }
             d = slice_dot_h2(w, xs + j * 32);
             acc.x += d.x * s01.x; acc.y += d.y * s01.y; acc.z += d.z * s23.x; acc.w += d.w * s23.y;
-            if (k + 2 < S::N) flow2_load<G>(P, k + 2, w);
-            else if (ln < a.nl) flow2_load<GN>(PN, k + 2 - S::N, w);
+            if (k + 2 < S::N) flow2_load<G, FORM>(P, k + 2, w, &codes_pf, &mx_pf);
+            else if (ln < a.nl) flow2_load<GN, FORM>(PN, k + 2 - S::N, w, &codes_pf, &mx_pf);
             return;
         }
         const float f = __half2float(__ldg((m ? P.s[S::NM - 1] : P.s[0]) + j / 4));
@@ -874,10 +905,10 @@ __device__ __forceinline__ void flow2_stage(const Args & a, int l, uint4 (&b)[2]
     };
     int k = 0;
     for (; k + 1 < S::N; k += 2) {
-        item(k, b[PAR]);
-        item(k + 1, b[1 - PAR]);
+        item(k, b[PAR], cs[PAR], cm[PAR]);
+        item(k + 1, b[1 - PAR], cs[1 - PAR], cm[1 - PAR]);
     }
-    if (k < S::N) item(k, b[PAR]);
+    if (k < S::N) item(k, b[PAR], cs[PAR], cm[PAR]);
     flow2_flush<FORM>(acc, cur, colsum);
 }
 
@@ -899,19 +930,20 @@ __device__ void consumer_flow2(const Args & a, half * xs, float * colsum, half *
     const unsigned long long t_start = gtime();
     unsigned long long pr[3] = {0, 0, 0};
     uint4 b[2][4];
+    uint32_t cs[2] = {0, 0}, cm[2] = {0, 0};   // COLS_PF, COLS_H: the items' scale data
     {
         const flow2_ptrs<0> P0(a.lw[0]);
-        flow2_load<0>(P0, 0, b[0]);
-        flow2_load<0>(P0, 1, b[1]);
+        flow2_load<0, FORM>(P0, 0, b[0], &cs[0], &cm[0]);
+        flow2_load<0, FORM>(P0, 1, b[1], &cs[1], &cm[1]);
     }
     if (threadIdx.x < 2 * 28 * 4) colsum[threadIdx.x] = 0.0f;
     auto begin = [&](int l, int g) {
         stage_begin<NCONS>(a, a.lw[l], g, target, xs, redf, nullptr, nullptr, false, pr);
         if (FORM == Q8) flow_quantize<NCONS>(shape_of(g).K, xs, xq, xsc);
         if (FORM == FIX) flow_swizzle<NCONS>(shape_of(g).K, xs, xw);
-        if (FORM == COLS) flow_gather<NCONS>(shape_of(g).K, a.perm[g == 3], xs, xw);
+        if (FORM >= COLS) flow_gather<NCONS>(shape_of(g).K, a.perm[g == 3], xs, xw);
     };
-    const half * xm = FORM == COLS ? xw : xs;   // the x the multiply reads
+    const half * xm = FORM >= COLS ? xw : xs;   // the x the multiply reads
     auto end = [&](int g) {
         flow_owner_epilogue<NCONS>(a, g, colsum);
         grid_arrive<NCONS>(a);
@@ -920,16 +952,16 @@ __device__ void consumer_flow2(const Args & a, half * xs, float * colsum, half *
     };
     begin(0, 0);
     for (int l = 0; l < a.nl; l++) {
-        flow2_stage<0, 0, FORM>(a, l, b, xm, xq, xsc, colsum);
+        flow2_stage<0, 0, FORM>(a, l, b, cs, cm, xm, xq, xsc, colsum);
         end(0);
         begin(l, 1);
-        flow2_stage<1, P1, FORM>(a, l, b, xm, xq, xsc, colsum);
+        flow2_stage<1, P1, FORM>(a, l, b, cs, cm, xm, xq, xsc, colsum);
         end(1);
         begin(l, 2);
-        flow2_stage<2, P2, FORM>(a, l, b, xm, xq, xsc, colsum);
+        flow2_stage<2, P2, FORM>(a, l, b, cs, cm, xm, xq, xsc, colsum);
         end(2);
         begin(l, 3);
-        flow2_stage<3, P3, FORM>(a, l, b, xm, xq, xsc, colsum);
+        flow2_stage<3, P3, FORM>(a, l, b, cs, cm, xm, xq, xsc, colsum);
         end(3);
         if (l + 1 < a.nl) begin(l + 1, 0);
     }
@@ -960,7 +992,8 @@ float run(Args a, int iters, size_t smem) {
     if (a.compute >= 5) {
         void (*const ks[7])(const Args) = {k_flow<2, FIX>, k_flow<3, FIX>, k_flow<4, FIX>, k_flow<3, PLAIN>, k_flow<2, PLAIN>, k_flow<2, Q8>, k_flow<3, Q8>};
         k = a.compute == 12 ? k_flow2<PLAIN> : a.compute == 13 ? k_flow2<Q8> : a.compute == 14 ? k_flow2<FIX>
-          : a.compute == 15 ? k_flow2<COLS> : ks[a.compute - 5];
+          : a.compute == 15 ? k_flow2<COLS> : a.compute == 16 ? k_flow2<COLS_PF> : a.compute == 17 ? k_flow2<COLS_H>
+          : ks[a.compute - 5];
         threads = 512;
     }
     CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -993,6 +1026,15 @@ float run(Args a, int iters, size_t smem) {
            s[0] / NSTRIP / 1e3 / a.nl, mx[0] / 1e3 / a.nl, s[1] / NSTRIP / 1e3 / a.nl, mx[1] / 1e3 / a.nl,
            s[2] / NSTRIP / 1e3 / a.nl, mx[2] / 1e3 / a.nl, s[3] / NSTRIP / 1e3 / a.nl);
     return best;
+}
+
+// COLS_H: scale (g, n) = h((c + 1)^2) * M_g as fp16, one block per group
+__global__ void k_expand_scales(const uint32_t * codes, const half * mx, half * out, int N) {
+    const int g = blockIdx.x;
+    for (int n = threadIdx.x; n < N; n += blockDim.x) {
+        const int c = (codes[(size_t)g * (N / 8) + n / 8] >> (4 * (n % 8))) & 15;
+        out[(size_t)g * N + n] = __hmul(__float2half((float)((c + 1) * (c + 1))), mx[g]);
+    }
 }
 
 int main(int argc, char ** argv) {
@@ -1032,6 +1074,10 @@ int main(int argc, char ** argv) {
             CK(cudaMemcpy(mxd, mx.data(), mx.size() * 2, cudaMemcpyHostToDevice));
             lw[l].sc[m] = scw;
             lw[l].smax[m] = mxd;
+            half * shd;
+            CK(cudaMalloc(&shd, (size_t)K5[m] / 128 * N5[m] * 2));
+            k_expand_scales<<<K5[m] / 128, 256>>>(scw, mxd, shd, N5[m]);
+            lw[l].sch[m] = shd;
         }
         lw[l].nw[0] = lw[l].nw[1] = nwd;
     }
@@ -1102,7 +1148,7 @@ int main(int argc, char ** argv) {
 
     // correctness of one stage: layer 0's qkv against the CPU (fp16 x, exact 4-bit codes; the
     // kernel sums 32-row slices in fp16, so 1e-2 relative to the column's magnitude)
-    for (int comp : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}) {
+    for (int comp : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}) {
         if ((comp >= 2 && comp <= 4 && a.contig != 1) || (comp >= 5) != (a.contig == 4) || a.contig == 3 || only >= 0) continue;
         Args c = a;
         c.nl = 1;
@@ -1138,7 +1184,7 @@ int main(int argc, char ** argv) {
                                     : a.contig == 1 ? w[(((size_t)(quad / Q) * (HD / 8) + k / 8) * Q + quad % Q) * 4 + n % 4]
                                                     : w[(size_t)(k / 8) * NQKV + n];
                 const int v = (word >> (4 * (k % 8))) & 15;
-                if (comp == 15) {   // x through q_perm, per-column scale h((c + 1)^2) * M_g
+                if (comp >= 15) {   // x through q_perm, per-column scale h((c + 1)^2) * M_g
                     const int c = (codes[(size_t)(k / 128) * (NQKV / 8) + n / 8] >> (4 * (n % 8))) & 15;
                     const float sc = __half2float(__float2half((float)((c + 1) * (c + 1)) * __half2float(smx[k / 128])));
                     acc += (double)(v - 8) * __half2float(__float2half(h0[perm_h[0][k]] * inv)) * sc;
@@ -1163,7 +1209,7 @@ int main(int argc, char ** argv) {
                         {4, 32, 1, 0, 2}, {8, 16, 2, 0, 2}, {0, 16, 3, 0, 2}, {0, 16, 4, 0, 2}, {0, 16, 3, 1, 2}, {0, 16, 4, 1, 2},
                         {0, 16, 5, 0, 2}, {0, 16, 6, 0, 2}, {0, 16, 7, 0, 2}, {0, 16, 6, 1, 2}, {0, 16, 8, 0, 2}, {0, 16, 8, 1, 2},
                         {0, 16, 9, 0, 2}, {0, 16, 10, 0, 2}, {0, 16, 11, 0, 2}, {0, 16, 10, 1, 2},
-                        {0, 16, 12, 0, 2}, {0, 16, 13, 0, 2}, {0, 16, 12, 1, 2}, {0, 16, 13, 1, 2}, {0, 16, 14, 0, 2}, {0, 16, 12, 0, 2, 1}, {0, 16, 15, 0, 2}, {0, 16, 15, 1, 2}};
+                        {0, 16, 12, 0, 2}, {0, 16, 13, 0, 2}, {0, 16, 12, 1, 2}, {0, 16, 13, 1, 2}, {0, 16, 14, 0, 2}, {0, 16, 12, 0, 2, 1}, {0, 16, 15, 0, 2}, {0, 16, 15, 1, 2}, {0, 16, 16, 0, 2}, {0, 16, 17, 0, 2}};
     for (const cfg & c : cfgs) {
         if (only >= 0 && &c - cfgs != only) continue;
         if (a.contig == 2 && (c.groups != 1 || c.compute == 2)) continue;
@@ -1179,7 +1225,7 @@ int main(int argc, char ** argv) {
         if (sm > 227 * 1024) continue;
         char name[128];
         snprintf(name, sizeof name, "%s bulk %dx8w %2d x %2d KB %s%s", a.contig == 4 ? "flow " : a.contig == 3 ? "inter" : a.contig == 2 ? "tiles" : a.contig ? "strip" : "rows ",
-                 c.groups, c.nslot, c.kb, c.compute >= 5 ? (c.compute == 5 ? "flow D=2" : c.compute == 6 ? "flow D=3" : c.compute == 7 ? "flow D=4" : c.compute == 8 ? "flow D=3 plain" : c.compute == 9 ? "flow D=2 plain" : c.compute == 10 ? "flow D=2 dp4a" : c.compute == 11 ? "flow D=3 dp4a" : c.compute == 12 ? "flow2 plain" : c.compute == 13 ? "flow2 dp4a" : c.compute == 14 ? "flow2 swizzled x" : "flow2 column scales + q_perm") : c.compute == 4 ? "direct loads 16w dp4a" : c.compute == 3 ? "direct loads 16w" : c.compute == 2 ? "dp4a" : c.compute ? "compute" : "stream", c.nobar ? " no grid waits" : c.relbar ? " red.release" : "");
+                 c.groups, c.nslot, c.kb, c.compute >= 5 ? (c.compute == 5 ? "flow D=2" : c.compute == 6 ? "flow D=3" : c.compute == 7 ? "flow D=4" : c.compute == 8 ? "flow D=3 plain" : c.compute == 9 ? "flow D=2 plain" : c.compute == 10 ? "flow D=2 dp4a" : c.compute == 11 ? "flow D=3 dp4a" : c.compute == 12 ? "flow2 plain" : c.compute == 13 ? "flow2 dp4a" : c.compute == 14 ? "flow2 swizzled x" : c.compute == 15 ? "flow2 column scales + q_perm" : c.compute == 16 ? "flow2 column scales (prefetched) + q_perm" : "flow2 fp16 column scales (prefetched) + q_perm") : c.compute == 4 ? "direct loads 16w dp4a" : c.compute == 3 ? "direct loads 16w" : c.compute == 2 ? "dp4a" : c.compute ? "compute" : "stream", c.nobar ? " no grid waits" : c.relbar ? " red.release" : "");
         report(name, c.groups == 2 ? run<512, true, 2>(r, 10, sm) : run<256, true>(r, 10, sm));
     }
     return 0;
