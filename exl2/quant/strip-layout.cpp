@@ -1,0 +1,145 @@
+#include "strip-layout.h"
+
+#include "exl2/error.h"
+#include "ggx/fp16.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace exl2 {
+
+namespace {
+
+// Position of a width in the row order (8 first, 2 last): units sort by it, then quad, then slice.
+int width_rank(int bits) {
+    for (int i = 0; i < GGX_EXL2_N_WIDTHS; i++)
+        if (ggx_exl2_widths[i] == bits) return i;
+    return -1;
+}
+
+// One group as the walk over q_groups sees it.
+struct GroupSpan {
+    int bits, qrow0, slice0, n_slices;
+};
+
+// The groups of q, checked: known widths, non-increasing, whole packed rows, and (when
+// need_slices) whole 32-row slices. Returns false with *why set on the first defect.
+bool walk_groups(const ggx_qmatrix & q, bool need_slices, std::vector<GroupSpan> * out, std::string * why) {
+    auto no = [&](const std::string & s) {
+        if (why) *why = s;
+        return false;
+    };
+    if (!q.groups_host) return no("no host copy of q_groups");
+    if (q.K <= 0 || q.Np <= 0 || q.Np % 32 || q.n_groups <= 0) return no("bad dimensions");
+    if (q.K % 32) return no("K = " + std::to_string(q.K) + " is not a multiple of 32");
+    int rows = 0, prev_bits = 8;
+    for (int g = 0; g < q.n_groups; g++) {
+        const int b = q.groups_host[2 * g], r0 = q.groups_host[2 * g + 1];
+        const int r1 = g + 1 < q.n_groups ? q.groups_host[2 * g + 3] : q.qrows;
+        if (width_rank(b) < 0 || b > prev_bits || r1 <= r0 || (r1 - r0) * 32 % b)
+            return no("group " + std::to_string(g) + " (bits " + std::to_string(b) + ", packed rows " + std::to_string(r0) +
+                      ".." + std::to_string(r1) + ") is malformed");
+        const int n = (r1 - r0) * 32 / b;
+        if (need_slices && (n % 32 || rows % 32))
+            return no("group " + std::to_string(g) + " has " + std::to_string(n) + " rows, not whole 32-row slices");
+        if (out) out->push_back({b, r0, rows / 32, n / 32});
+        rows += n;
+        prev_bits = b;
+    }
+    if (rows != q.K) return no("groups cover " + std::to_string(rows) + " of " + std::to_string(q.K) + " rows");
+    return true;
+}
+
+}  // namespace
+
+bool strip_layout_supported(const ggx_qmatrix & q, std::string * why) {
+    return walk_groups(q, true, nullptr, why);
+}
+
+StripLayout strip_layout_build(const ggx_qmatrix & q, int n_strips) {
+    std::vector<GroupSpan> groups;
+    std::string why;
+    if (!walk_groups(q, true, &groups, &why)) fail("strip layout: %s", why.c_str());
+    const int n_quads = q.Np / 4, n_slices = q.K / 32;
+    if (n_strips < 1 || n_strips > n_quads) fail("strip layout: %d strips for %d quads", n_strips, n_quads);
+
+    StripLayout L;
+    L.K = q.K;
+    L.Np = q.Np;
+    L.n_strips = n_strips;
+    L.slice_group.resize(n_slices);
+    for (const GroupSpan & gs : groups) L.group_bits.push_back((uint8_t)gs.bits);
+    std::vector<int> slice_qrow(n_slices);   // the slice's first packed row
+    for (int g = 0; g < (int)groups.size(); g++)
+        for (int t = 0; t < groups[g].n_slices; t++) {
+            L.slice_group[groups[g].slice0 + t] = g;
+            slice_qrow[groups[g].slice0 + t] = groups[g].qrow0 + t * groups[g].bits;
+        }
+
+    // Width runs: consecutive groups of one width.
+    struct Run { int bits, slice0, n; };
+    std::vector<Run> runs;
+    for (const GroupSpan & gs : groups) {
+        if (runs.empty() || runs.back().bits != gs.bits) runs.push_back({gs.bits, gs.slice0, 0});
+        runs.back().n += gs.n_slices;
+    }
+
+    L.strip_quad0.resize(n_strips + 1);
+    for (int s = 0; s <= n_strips; s++) L.strip_quad0[s] = s * (n_quads / n_strips) + std::min(s, n_quads % n_strips);
+    L.words.resize((size_t)q.qrows * q.Np);
+    uint32_t off = 0;   // in uint4
+    for (int s = 0; s < n_strips; s++) {
+        L.strip_unit0.push_back((int)L.units.size());
+        for (const Run & r : runs)
+            for (int quad = L.strip_quad0[s]; quad < L.strip_quad0[s + 1]; quad++)
+                for (int u0 = r.slice0; u0 < r.slice0 + r.n; u0 += 32) {
+                    const int lanes = std::min(32, r.slice0 + r.n - u0);
+                    L.units.push_back({off, (uint32_t)quad, (uint32_t)u0, (uint8_t)r.bits, (uint8_t)lanes});
+                    for (int i = 0; i < r.bits; i++)
+                        for (int l = 0; l < lanes; l++) {
+                            const uint32_t * src = q.q_weight + (size_t)(slice_qrow[u0 + l] + i) * q.Np + 4 * quad;
+                            std::copy(src, src + 4, &L.words[((size_t)off + i * lanes + l) * 4]);
+                        }
+                    off += r.bits * lanes;
+                }
+    }
+    L.strip_unit0.push_back((int)L.units.size());
+    if ((size_t)off * 4 != L.words.size()) fail("strip layout: %u words placed for %zu", off * 4, L.words.size());
+
+    L.scales.resize((size_t)q.n_groups * q.Np);
+    for (int g = 0; g < q.n_groups; g++) {
+        const float m = ggx_f16_to_f32(q.q_scale_max[g]);
+        for (int n = 0; n < q.Np; n++) {
+            const int c = (q.q_scale[(size_t)g * (q.Np / 8) + n / 8] >> (4 * (n % 8))) & 15;
+            L.scales[(size_t)g * q.Np + n] = ggx_f32_to_f16((float)((c + 1) * (c + 1)) * m);
+        }
+    }
+    return L;
+}
+
+uint16_t strip_layout_weight(const StripLayout & L, int k, int n) {
+    if (k < 0 || k >= L.K || n < 0 || n >= L.Np) fail("strip layout: weight (%d, %d) outside %d x %d", k, n, L.K, L.Np);
+    const int quad = n / 4, slice = k / 32;
+    const int s = (int)(std::upper_bound(L.strip_quad0.begin(), L.strip_quad0.end(), quad) - L.strip_quad0.begin()) - 1;
+    // the strip's units are sorted by (width rank, quad, first slice); the slice's width is its group's
+    const int g = L.slice_group[slice];
+    const StripUnit * u0 = L.units.data() + L.strip_unit0[s], * u1 = L.units.data() + L.strip_unit0[s + 1];
+    const int bits = L.group_bits[g];
+    auto key = [](int bits_, uint32_t q_, uint32_t s_) { return std::make_tuple(width_rank(bits_), q_, s_); };
+    const auto want = key(bits, (uint32_t)quad, (uint32_t)slice);
+    const StripUnit * u = std::upper_bound(u0, u1, want, [&](const std::tuple<int, uint32_t, uint32_t> & w, const StripUnit & x) {
+        return w < key(x.bits, x.quad, x.slice0);
+    }) - 1;
+    if (u < u0 || u->quad != (uint32_t)quad || slice >= (int)(u->slice0 + u->lanes))
+        fail("strip layout: no unit holds row %d of column %d", k, n);
+    // the slice's b words of column n as one bit string; row k % 32 at bits (k % 32) b ..
+    const int b = u->bits, lane = slice - (int)u->slice0, bit = (k % 32) * b;
+    auto word = [&](int i) { return L.words[((size_t)u->offset + (size_t)i * u->lanes + lane) * 4 + n % 4]; };
+    uint64_t v = word(bit / 32) >> (bit % 32);
+    if (bit % 32 + b > 32) v |= (uint64_t)word(bit / 32 + 1) << (32 - bit % 32);
+    v &= (1u << b) - 1;
+    const float sc = ggx_f16_to_f32(L.scales[(size_t)g * L.Np + n]);
+    return ggx_f32_to_f16((float)((int)v - (1 << (b - 1))) * sc);
+}
+
+}  // namespace exl2

@@ -1,0 +1,63 @@
+// The strip layout of an EXL2 matrix: the weight order a persistent decode-step kernel streams
+// (bench/NOTES-cuda-decode.md, "A step kernel"). Host code only, so that it is tested without a
+// GPU; the CUDA step kernel that will read it is not written yet.
+//
+// Each of n_strips blocks owns a strip of whole quads (4 adjacent columns) over the full K, so
+// that it finishes its outputs alone. Inside a strip the codes are regrouped into work units: a
+// unit is up to 32 consecutive 32-row slices (quantized row order) of one quad, all of one bit
+// width, so that lane l of a warp takes slice slice0 + l with no branch on the width. A 32-row
+// slice at b bits is b words per column; the unit stores them as [b word rows][lanes] of uint4,
+// the uint4 holding the quad's 4 columns, so that each word-row load of a warp is one coalesced
+// run of lanes x 16 bytes. Units run width by width (widest first, as the rows), then quad by
+// quad, then slice by slice: a warp taking consecutive units stays on one width and one quad for
+// as long as possible. The layout is compact: a width run's last unit of a quad has fewer lanes
+// and no padding, so the words take exactly the bytes of q_weight.
+//
+// The column scales are expanded to fp16 per (group, column) at the same time (EXL2 stores 4-bit
+// codes and a group maximum): decoding the codes per item cost ~5 us per layer more than loading
+// fp16 scales in the probes (runs 79-81 of bench/RESULTS.md).
+#pragma once
+
+#include "ggx/ggx-qmatrix.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace exl2 {
+
+struct StripUnit {
+    uint32_t offset;   // first uint4 of the unit in StripLayout::words (as uint4 index)
+    uint32_t quad;     // columns 4 quad .. 4 quad + 3
+    uint32_t slice0;   // first 32-row slice, quantized order: rows 32 slice0 ..
+    uint8_t  bits;     // width of every slice of the unit
+    uint8_t  lanes;    // slices in the unit, 1 .. 32
+};
+
+struct StripLayout {
+    int K = 0, Np = 0, n_strips = 0;
+    std::vector<int>       strip_quad0;   // [n_strips + 1]: strip s owns quads strip_quad0[s] .. [s + 1) - 1
+    std::vector<int>       strip_unit0;   // [n_strips + 1]: its units
+    std::vector<StripUnit> units;
+    std::vector<uint32_t>  words;         // 4 words (one uint4) per quad, word row and slice
+    std::vector<int32_t>   slice_group;   // [K / 32] group of each slice
+    std::vector<uint8_t>   group_bits;    // [G] width of each group
+    std::vector<uint16_t>  scales;        // fp16 [G][Np]: h(h((c + 1)^2) * M'_g)
+};
+
+// Whether the matrix can take the strip layout; if not, *why (when given) names the reason. It
+// needs K a multiple of 32 and groups that are whole 32-row slices (2-bit groups of 16 rows are
+// valid EXL2 but split a slice between two scales; the converter never writes them).
+bool strip_layout_supported(const ggx_qmatrix & q, std::string * why = nullptr);
+
+// Builds the layout from an EXL2 matrix in host memory (e.g. qlayer_host_view()), with the quads
+// dealt to n_strips strips as evenly as possible (the first Np / 4 % n_strips strips take one
+// more). Throws exl2::Error when the matrix is not supported or n_strips is not in 1 .. Np / 4.
+StripLayout strip_layout_build(const ggx_qmatrix & q, int n_strips);
+
+// The fp16 weight of quantized row k, column n, read through the layout alone (units, words,
+// slice groups and scales): what the step kernel computes, for tests. Equals the reference
+// dequantizer's W[q_perm[k]][n] bit for bit.
+uint16_t strip_layout_weight(const StripLayout & L, int k, int n);
+
+}  // namespace exl2

@@ -1,0 +1,117 @@
+// The strip layout (exl2/quant/strip-layout.h) on synthetic EXL2 layers of every width mix the
+// converter writes: it must hold every code exactly once, compactly, in units of one width, and
+// give back every weight bit for bit as the reference dequantizer does.
+#include "exl2/error.h"
+#include "exl2/quant/dequant.h"
+#include "exl2/quant/qlayer.h"
+#include "exl2/quant/strip-layout.h"
+#include "exl2/quant/synthetic.h"
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+using namespace exl2;
+
+namespace {
+
+QLayerHost synth_layer(const char * layout, int K, int N, uint64_t seed) {
+    SafeTensors st;
+    SynthExl2Options so;
+    so.seed = seed;
+    so.act_order = true;
+    synth_add(st, synth_exl2_layer("L", K, N, exl2_layout_parse(layout), so));
+    QLoadOptions lo;
+    lo.N = N;
+    return qlayer_load(st, "L", lo);
+}
+
+// Structural checks: strips, unit order and widths, the tiling of the words, coverage.
+void check_structure(const QLayerHost & Q, const StripLayout & L) {
+    const int n_quads = Q.Np / 4, n_slices = Q.K / 32;
+    REQUIRE(L.strip_quad0.size() == (size_t)L.n_strips + 1);
+    CHECK(L.strip_quad0.front() == 0);
+    CHECK(L.strip_quad0.back() == n_quads);
+    for (int s = 0; s < L.n_strips; s++) {
+        const int w = L.strip_quad0[s + 1] - L.strip_quad0[s];
+        CHECK((w == n_quads / L.n_strips || w == n_quads / L.n_strips + 1));
+    }
+    CHECK(L.words.size() == (size_t)Q.QR * Q.Np);   // compact: exactly q_weight's bytes
+    std::vector<int> seen((size_t)n_quads * n_slices, 0);
+    uint32_t next = 0;
+    for (int s = 0; s < L.n_strips; s++) {
+        auto key = [&](const StripUnit & u) {
+            int rank = 0;
+            while (ggx_exl2_widths[rank] != u.bits) rank++;
+            return std::make_tuple(rank, u.quad, u.slice0);
+        };
+        for (int i = L.strip_unit0[s]; i < L.strip_unit0[s + 1]; i++) {
+            const StripUnit & u = L.units[i];
+            CAPTURE(i);
+            CHECK(u.offset == next);   // units follow each other without gaps
+            next = u.offset + u.bits * u.lanes;
+            CHECK((u.lanes >= 1 && u.lanes <= 32));
+            CHECK((int)u.quad >= L.strip_quad0[s]);
+            CHECK((int)u.quad < L.strip_quad0[s + 1]);
+            if (i > L.strip_unit0[s]) CHECK(key(L.units[i - 1]) < key(u));
+            for (int l = 0; l < u.lanes; l++) {
+                const int slice = u.slice0 + l;
+                REQUIRE(slice < n_slices);
+                CHECK(L.group_bits[L.slice_group[slice]] == u.bits);   // one width per unit
+                seen[(size_t)u.quad * n_slices + slice]++;
+            }
+        }
+    }
+    CHECK(next * 4 == L.words.size());
+    size_t wrong = 0;
+    for (int c : seen) wrong += c != 1;
+    CHECK_MESSAGE(wrong == 0, wrong << " (quad, slice) pairs not held exactly once");
+}
+
+}  // namespace
+
+TEST_CASE("strip layout: every width mix, every weight bit for bit through the units") {
+    const char * layouts[] = {"4 g128", "8 g32", "3/2 g64 .1/.9", "4/3 g128 .1/.9", "5/4 g32 .25/.75",
+                              "6/3/2 g32,64,64 .05/.2/.75", "8/6/5 g32,128,128 .05/.1/.85", "8/4/3 g32 .05/.1/.85"};
+    uint64_t seed = 1;
+    for (const char * lay : layouts)
+        for (const auto & kn : {std::make_pair(1024, 100), std::make_pair(2048, 256)}) {
+            const int K = kn.first, N = kn.second;
+            const QLayerHost Q = synth_layer(lay, K, N, seed++);
+            const ggx_qmatrix q = qlayer_host_view(Q);
+            std::vector<uint16_t> W((size_t)K * N);
+            qmatrix_dequant(q, GGX_TYPE_EXL2, W.data());
+            std::string why;
+            REQUIRE_MESSAGE(strip_layout_supported(q, &why), why);
+            for (int n_strips : {1, 7, Q.Np / 4}) {
+                CAPTURE(lay);
+                CAPTURE(K);
+                CAPTURE(N);
+                CAPTURE(n_strips);
+                const StripLayout L = strip_layout_build(q, n_strips);
+                check_structure(Q, L);
+                size_t bad = 0;
+                for (int k = 0; k < K; k++)
+                    for (int n = 0; n < N; n++) bad += strip_layout_weight(L, k, n) != W[(size_t)Q.q_perm[k] * N + n];
+                CHECK_MESSAGE(bad == 0, bad << " of " << (size_t)K * N << " weights differ");
+            }
+        }
+}
+
+TEST_CASE("strip layout: 16-row groups and bad strip counts are refused with a reason") {
+    const QLayerHost Q = synth_layer("2 g16", 512, 64, 9);
+    const ggx_qmatrix q = qlayer_host_view(Q);
+    std::string why;
+    CHECK_FALSE(strip_layout_supported(q, &why));
+    CHECK(why.find("not whole 32-row slices") != std::string::npos);
+    CHECK_THROWS_WITH_AS(strip_layout_build(q, 1), doctest::Contains("strip layout: group 0 has 16 rows"), Error);
+
+    const QLayerHost Q4 = synth_layer("4 g128", 512, 64, 10);
+    const ggx_qmatrix q4 = qlayer_host_view(Q4);
+    CHECK_THROWS_WITH_AS(strip_layout_build(q4, 0), "strip layout: 0 strips for 16 quads", Error);
+    CHECK_THROWS_WITH_AS(strip_layout_build(q4, 17), "strip layout: 17 strips for 16 quads", Error);
+    const StripLayout L = strip_layout_build(q4, 16);
+    CHECK_THROWS_WITH_AS(strip_layout_weight(L, 512, 0), "strip layout: weight (512, 0) outside 512 x 64", Error);
+}
