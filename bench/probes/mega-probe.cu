@@ -593,10 +593,11 @@ struct flow_cursor { int l, g, k; };
 // The flow's forms: PLAIN (compute 8, 9, 12) reads the item's scale at the multiply; FIX (5-7) loads it
 // with the item's words and reads x swizzled (in flow2, compute 14, x swizzled only); Q8 (10, 11,
 // 13) is PLAIN with x as int8 and DP4A.
-enum { PLAIN, FIX, Q8, COLS, COLS_PF, COLS_H, GATHER, COLS_H_NG };   // COLS (flow2, compute 15): per-column EXL2 scales, x gathered through
+enum { PLAIN, FIX, Q8, COLS, COLS_PF, COLS_H, GATHER, COLS_H_NG, COLS_H_PP };   // COLS (flow2, compute 15): per-column EXL2 scales, x gathered through
 // q_perm; COLS_PF (16): the same with the scale codes and maximum loaded with the item's words;
 // COLS_H (17): the scales expanded to fp16 per column at load, 8 bytes per item loaded with its words;
-// GATHER (18): PLAIN with the q_perm gather only; COLS_H_NG (19): COLS_H without the gather
+// GATHER (18): PLAIN with the q_perm gather only; COLS_H_NG (19): COLS_H without the gather;
+// COLS_H_PP (20): COLS_H with the stage's perm copied into shared memory before its grid wait
 template <bool FIXED>
 __device__ __forceinline__ void flow_issue(const Args & a, flow_cursor & c, uint4 (&b)[4], int & meta, half & f) {
     if (c.l >= a.nl) return;
@@ -840,7 +841,7 @@ __device__ __forceinline__ void flow2_load(const flow2_ptrs<G> & P, int k, uint4
         const int ur = u - m * S::QU, q = ur / S::UPQ, j = (ur - q * S::UPQ) * 32 + threadIdx.x % 32;
         flow2_scale_load<G>(P, m, q, j, *codes, *mx);
     }
-    if (FORM == COLS_H || FORM == COLS_H_NG) {   // the 4 fp16 scales: columns 0-1 in codes, 2-3 in mx
+    if (FORM == COLS_H || FORM == COLS_H_NG || FORM == COLS_H_PP) {   // the 4 fp16 scales: columns 0-1 in codes, 2-3 in mx
         const int ur = u - m * S::QU, q = ur / S::UPQ, j = (ur - q * S::UPQ) * 32 + threadIdx.x % 32;
         const uint2 v = __ldg((const uint2 *)((m ? P.sch[S::NM - 1] : P.sch[0]) + (size_t)(j / 4) * S::Q * NSTRIP * 4 +
                                               (blockIdx.x * S::Q + q) * 4));
@@ -874,11 +875,11 @@ __device__ __forceinline__ void flow2_stage(const Args & a, int l, uint4 (&b)[2]
             cur = mq;
         }
         float4 d;
-        if (FORM == COLS || FORM == COLS_PF || FORM == COLS_H || FORM == COLS_H_NG) {   // the 4 columns' scales h((c + 1)^2) * M_g of the group
+        if (FORM == COLS || FORM == COLS_PF || FORM == COLS_H || FORM == COLS_H_NG || FORM == COLS_H_PP) {   // the 4 columns' scales h((c + 1)^2) * M_g of the group
             uint32_t codes = codes_pf, mx = mx_pf;
             if (FORM == COLS) flow2_scale_load<G>(P, m, q, j, codes, mx);
             float2 s01, s23;
-            if (FORM == COLS_H || FORM == COLS_H_NG) {
+            if (FORM == COLS_H || FORM == COLS_H_NG || FORM == COLS_H_PP) {
                 s01 = __half22float2(ggx_exl2_unpack::u32_as_half2(codes));
                 s23 = __half22float2(ggx_exl2_unpack::u32_as_half2(mx));
             } else {
@@ -938,13 +939,20 @@ __device__ void consumer_flow2(const Args & a, half * xs, float * colsum, half *
         flow2_load<0, FORM>(P0, 1, b[1], &cs[1], &cm[1]);
     }
     if (threadIdx.x < 2 * 28 * 4) colsum[threadIdx.x] = 0.0f;
+    int * sp = (int *)(xw + NI);   // COLS_H_PP: the stage's perm [K]
     auto begin = [&](int l, int g) {
+        if (FORM == COLS_H_PP)   // perm does not depend on the step: its loads overlap the grid wait
+            for (int k = threadIdx.x; k < shape_of(g).K; k += NCONS) sp[k] = __ldg(a.perm[g == 3] + k);
         stage_begin<NCONS>(a, a.lw[l], g, target, xs, redf, nullptr, nullptr, false, pr);
+        if (FORM == COLS_H_PP) {
+            for (int k = threadIdx.x; k < shape_of(g).K; k += NCONS) xw[k] = xs[sp[k]];
+            cons_sync(NCONS);
+        }
         if (FORM == Q8) flow_quantize<NCONS>(shape_of(g).K, xs, xq, xsc);
         if (FORM == FIX) flow_swizzle<NCONS>(shape_of(g).K, xs, xw);
         if (FORM >= COLS && FORM <= GATHER) flow_gather<NCONS>(shape_of(g).K, a.perm[g == 3], xs, xw);
     };
-    const half * xm = FORM >= COLS && FORM <= GATHER ? xw : xs;   // the x the multiply reads
+    const half * xm = (FORM >= COLS && FORM <= GATHER) || FORM == COLS_H_PP ? xw : xs;   // the x the multiply reads
     auto end = [&](int g) {
         flow_owner_epilogue<NCONS>(a, g, colsum);
         grid_arrive<NCONS>(a);
@@ -977,7 +985,7 @@ __global__ void __launch_bounds__(512, 1) k_flow2(const Args a) {
     consumer_flow2<512, FORM>(a, (half *)smem, (float *)(smem + NI * 2), (half *)(smem + NI * 2 + 1024), redf);
 }
 
-// Shared memory: x [NI] fp16, column sums (1 KB), swizzled x [NI] fp16.
+// Shared memory: x [NI] fp16, column sums (1 KB), swizzled or gathered x [NI] fp16, perm [NI] (COLS_H_PP).
 template <int D, int FORM>
 __global__ void __launch_bounds__(512, 1) k_flow(const Args a) {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -994,7 +1002,8 @@ float run(Args a, int iters, size_t smem) {
         void (*const ks[7])(const Args) = {k_flow<2, FIX>, k_flow<3, FIX>, k_flow<4, FIX>, k_flow<3, PLAIN>, k_flow<2, PLAIN>, k_flow<2, Q8>, k_flow<3, Q8>};
         k = a.compute == 12 ? k_flow2<PLAIN> : a.compute == 13 ? k_flow2<Q8> : a.compute == 14 ? k_flow2<FIX>
           : a.compute == 15 ? k_flow2<COLS> : a.compute == 16 ? k_flow2<COLS_PF> : a.compute == 17 ? k_flow2<COLS_H>
-          : a.compute == 18 ? k_flow2<GATHER> : a.compute == 19 ? k_flow2<COLS_H_NG> : ks[a.compute - 5];
+          : a.compute == 18 ? k_flow2<GATHER> : a.compute == 19 ? k_flow2<COLS_H_NG> : a.compute == 20 ? k_flow2<COLS_H_PP>
+          : ks[a.compute - 5];
         threads = 512;
     }
     CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -1149,7 +1158,7 @@ int main(int argc, char ** argv) {
 
     // correctness of one stage: layer 0's qkv against the CPU (fp16 x, exact 4-bit codes; the
     // kernel sums 32-row slices in fp16, so 1e-2 relative to the column's magnitude)
-    for (int comp : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}) {
+    for (int comp : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 20}) {
         if ((comp >= 2 && comp <= 4 && a.contig != 1) || (comp >= 5) != (a.contig == 4) || a.contig == 3 || only >= 0) continue;
         Args c = a;
         c.nl = 1;
@@ -1159,7 +1168,7 @@ int main(int argc, char ** argv) {
         if (comp >= 3) c.nslot = 0;   // no ring: x right at the start of shared memory
         CK(cudaMemset(a.yqkv, 0, NQKV * 4));
         CK(cudaMemcpy(a.h, h0.data(), HD * 4, cudaMemcpyHostToDevice));
-        if (comp >= 5) run<512, true, 2>(c, 0, NI * 4 + 1024);
+        if (comp >= 5) run<512, true, 2>(c, 0, NI * 8 + 1024);
         else if (comp >= 3) run<512, true, 2>(c, 0, NI * 2 + 2 * 512 * 16 + NI + NI / 32 * 8);
         else run<256, false>(c, 0, 8 * SLOT + NI * 2 + 2 * 256 * 16 + NI + NI / 32 * 8);
         std::vector<float> y(NQKV);
@@ -1210,7 +1219,7 @@ int main(int argc, char ** argv) {
                         {4, 32, 1, 0, 2}, {8, 16, 2, 0, 2}, {0, 16, 3, 0, 2}, {0, 16, 4, 0, 2}, {0, 16, 3, 1, 2}, {0, 16, 4, 1, 2},
                         {0, 16, 5, 0, 2}, {0, 16, 6, 0, 2}, {0, 16, 7, 0, 2}, {0, 16, 6, 1, 2}, {0, 16, 8, 0, 2}, {0, 16, 8, 1, 2},
                         {0, 16, 9, 0, 2}, {0, 16, 10, 0, 2}, {0, 16, 11, 0, 2}, {0, 16, 10, 1, 2},
-                        {0, 16, 12, 0, 2}, {0, 16, 13, 0, 2}, {0, 16, 12, 1, 2}, {0, 16, 13, 1, 2}, {0, 16, 14, 0, 2}, {0, 16, 12, 0, 2, 1}, {0, 16, 15, 0, 2}, {0, 16, 15, 1, 2}, {0, 16, 16, 0, 2}, {0, 16, 17, 0, 2}, {0, 16, 18, 0, 2}, {0, 16, 19, 0, 2}};
+                        {0, 16, 12, 0, 2}, {0, 16, 13, 0, 2}, {0, 16, 12, 1, 2}, {0, 16, 13, 1, 2}, {0, 16, 14, 0, 2}, {0, 16, 12, 0, 2, 1}, {0, 16, 15, 0, 2}, {0, 16, 15, 1, 2}, {0, 16, 16, 0, 2}, {0, 16, 17, 0, 2}, {0, 16, 18, 0, 2}, {0, 16, 19, 0, 2}, {0, 16, 20, 0, 2}};
     for (const cfg & c : cfgs) {
         if (only >= 0 && &c - cfgs != only) continue;
         if (a.contig == 2 && (c.groups != 1 || c.compute == 2)) continue;
@@ -1222,11 +1231,11 @@ int main(int argc, char ** argv) {
         r.compute = c.compute;
         r.nobar = c.nobar;
         r.relbar = c.relbar;
-        const size_t sm = c.compute >= 5 ? NI * 4 + 1024 : (size_t)c.nslot * c.kb * 1024 + NI * 2 + 2 * 256 * c.groups * 16 + (c.compute == 2 || c.compute == 4 ? NI + NI / 32 * 8 : 0);
+        const size_t sm = c.compute >= 5 ? NI * 8 + 1024 : (size_t)c.nslot * c.kb * 1024 + NI * 2 + 2 * 256 * c.groups * 16 + (c.compute == 2 || c.compute == 4 ? NI + NI / 32 * 8 : 0);
         if (sm > 227 * 1024) continue;
         char name[128];
         snprintf(name, sizeof name, "%s bulk %dx8w %2d x %2d KB %s%s", a.contig == 4 ? "flow " : a.contig == 3 ? "inter" : a.contig == 2 ? "tiles" : a.contig ? "strip" : "rows ",
-                 c.groups, c.nslot, c.kb, c.compute >= 5 ? (c.compute == 5 ? "flow D=2" : c.compute == 6 ? "flow D=3" : c.compute == 7 ? "flow D=4" : c.compute == 8 ? "flow D=3 plain" : c.compute == 9 ? "flow D=2 plain" : c.compute == 10 ? "flow D=2 dp4a" : c.compute == 11 ? "flow D=3 dp4a" : c.compute == 12 ? "flow2 plain" : c.compute == 13 ? "flow2 dp4a" : c.compute == 14 ? "flow2 swizzled x" : c.compute == 15 ? "flow2 column scales + q_perm" : c.compute == 16 ? "flow2 column scales (prefetched) + q_perm" : c.compute == 17 ? "flow2 fp16 column scales (prefetched) + q_perm" : c.compute == 18 ? "flow2 q_perm gather only" : "flow2 fp16 column scales, no gather") : c.compute == 4 ? "direct loads 16w dp4a" : c.compute == 3 ? "direct loads 16w" : c.compute == 2 ? "dp4a" : c.compute ? "compute" : "stream", c.nobar ? " no grid waits" : c.relbar ? " red.release" : "");
+                 c.groups, c.nslot, c.kb, c.compute >= 5 ? (c.compute == 5 ? "flow D=2" : c.compute == 6 ? "flow D=3" : c.compute == 7 ? "flow D=4" : c.compute == 8 ? "flow D=3 plain" : c.compute == 9 ? "flow D=2 plain" : c.compute == 10 ? "flow D=2 dp4a" : c.compute == 11 ? "flow D=3 dp4a" : c.compute == 12 ? "flow2 plain" : c.compute == 13 ? "flow2 dp4a" : c.compute == 14 ? "flow2 swizzled x" : c.compute == 15 ? "flow2 column scales + q_perm" : c.compute == 16 ? "flow2 column scales (prefetched) + q_perm" : c.compute == 17 ? "flow2 fp16 column scales (prefetched) + q_perm" : c.compute == 18 ? "flow2 q_perm gather only" : c.compute == 19 ? "flow2 fp16 column scales, no gather" : "flow2 fp16 column scales + q_perm preloaded") : c.compute == 4 ? "direct loads 16w dp4a" : c.compute == 3 ? "direct loads 16w" : c.compute == 2 ? "dp4a" : c.compute ? "compute" : "stream", c.nobar ? " no grid waits" : c.relbar ? " red.release" : "");
         report(name, c.groups == 2 ? run<512, true, 2>(r, 10, sm) : run<256, true>(r, 10, sm));
     }
     return 0;
