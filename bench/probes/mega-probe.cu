@@ -19,6 +19,9 @@
 // stream's ceiling), or (compute 3, 4) no ring: every thread loads its own slices into registers,
 // two ahead, the first two before the stage's grid wait. Per-layer time splits (grid waits,
 // slot waits, x staging, the producer's waits for free slots) are read with %globaltimer.
+// Session 12 adds layout 4 and the flow consumers (compute 5-20, each described where it is
+// defined): one per-thread weight stream that runs across stage ends, then flow2, whose loops are
+// specialised per stage, with EXL2's per-column scales and q_perm gathers as options.
 //
 // Build: nvcc -O3 -std=c++17 -arch=sm_90 -Ibackends/cuda -I. -Iinclude bench/probes/mega-probe.cu
 // Run:   ./a.out CTX LAYOUT [CONFIG]   (CONFIG: one configuration only, without the CPU check)
