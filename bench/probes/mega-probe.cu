@@ -327,9 +327,25 @@ __device__ void write_prof(const Args & a, const unsigned long long (&pr)[3], un
     a.prof[blockIdx.x * 4 + 3] = gtime() - t_start;
 }
 
+// The owner's output of a stage for its 4 columns at n, from their sums (s[1]: up's, for gate/up):
+// qkv stored, the GLU product as fp16, o and down added into h.
+__device__ __forceinline__ void owner_store(const Args & a, int g, int n, const float4 (&s)[2]) {
+    if (g == 0) *(float4 *)(a.yqkv + n) = s[0];
+    else if (g == 2) {
+        const float * gs = &s[0].x, * us = &s[1].x;
+        half r[4];
+        for (int c = 0; c < 4; c++) r[c] = __float2half_rn(gs[c] / (1.0f + __expf(-gs[c])) * us[c]);
+        *(uint2 *)(a.act + n) = *(uint2 *)r;
+    } else {
+        float4 hv = __ldcg((const float4 *)(a.h + n));
+        hv.x += s[0].x; hv.y += s[0].y; hv.z += s[0].z; hv.w += s[0].w;
+        *(float4 *)(a.h + n) = hv;
+    }
+}
+
 // The strip owner's end of a stage: each thread's column sums (tot0, tot1 for gate/up's second
 // matrix) summed over the P phases of G groups in red[((grp * 2 + m) * P + p) * Q + q], then the
-// epilogue of the stage: qkv stored, GLU product as fp16, o and down added into h.
+// stage's output (owner_store).
 template <int NCONS>
 __device__ void strip_epilogue(const Args & a, int g, const stage_shape & S, int G, int P, int grp, int p, int q,
                                float4 tot0, float4 tot1, float4 * red) {
@@ -344,18 +360,7 @@ __device__ void strip_epilogue(const Args & a, int g, const stage_shape & S, int
             const float4 v = red[(((i / P) * 2 + m) * P + i % P) * S.Q + t];
             s[m].x += v.x; s[m].y += v.y; s[m].z += v.z; s[m].w += v.w;
         }
-    const int n = (blockIdx.x * S.Q + t) * 4;
-    if (g == 0) *(float4 *)(a.yqkv + n) = s[0];
-    else if (g == 2) {
-        const float * gs = &s[0].x, * us = &s[1].x;
-        half r[4];
-        for (int c = 0; c < 4; c++) r[c] = __float2half_rn(gs[c] / (1.0f + __expf(-gs[c])) * us[c]);
-        *(uint2 *)(a.act + n) = *(uint2 *)r;
-    } else {
-        float4 hv = __ldcg((const float4 *)(a.h + n));
-        hv.x += s[0].x; hv.y += s[0].y; hv.z += s[0].z; hv.w += s[0].w;
-        *(float4 *)(a.h + n) = hv;
-    }
+    owner_store(a, g, (blockIdx.x * S.Q + t) * 4, s);
 }
 
 // After qkv: the attention stand-in on blocks 0..31 between two grid-wide counters.
@@ -660,31 +665,19 @@ __device__ void flow_quantize(int K, const half * xs, uint32_t * xq, float2 * xs
 }
 
 // The end of a flow stage: the block's column sums (in colsum, zeroed again for the next stage)
-// go through the stage's epilogue by their owners: qkv stored, the GLU product as fp16, o and
-// down added into h.
+// go through the stage's output by their owners (owner_store).
 template <int NCONS>
 __device__ void flow_owner_epilogue(const Args & a, int cg, float * colsum) {
     const int t = threadIdx.x;
     const stage_shape S = shape_of(cg);
     cons_sync(NCONS);
     if (t < S.Q) {
-        float4 s4[2];
+        float4 s4[2] = {make_float4(0, 0, 0, 0), make_float4(0, 0, 0, 0)};
         for (int m = 0; m < S.nm; m++) {
             s4[m] = *(float4 *)(colsum + (m * S.Q + t) * 4);
             *(float4 *)(colsum + (m * S.Q + t) * 4) = make_float4(0, 0, 0, 0);
         }
-        const int n = (blockIdx.x * S.Q + t) * 4;
-        if (cg == 0) *(float4 *)(a.yqkv + n) = s4[0];
-        else if (cg == 2) {
-            const float * gs = &s4[0].x, * us = &s4[1].x;
-            half r[4];
-            for (int c = 0; c < 4; c++) r[c] = __float2half_rn(gs[c] / (1.0f + __expf(-gs[c])) * us[c]);
-            *(uint2 *)(a.act + n) = *(uint2 *)r;
-        } else {
-            float4 hv = __ldcg((const float4 *)(a.h + n));
-            hv.x += s4[0].x; hv.y += s4[0].y; hv.z += s4[0].z; hv.w += s4[0].w;
-            *(float4 *)(a.h + n) = hv;
-        }
+        owner_store(a, cg, (blockIdx.x * S.Q + t) * 4, s4);
     }
 }
 
