@@ -9,6 +9,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -114,4 +115,37 @@ TEST_CASE("strip layout: 16-row groups and bad strip counts are refused with a r
     CHECK_THROWS_WITH_AS(strip_layout_build(q4, 17), "strip layout: 17 strips for 16 quads", Error);
     const StripLayout L = strip_layout_build(q4, 16);
     CHECK_THROWS_WITH_AS(strip_layout_weight(L, 512, 0), "strip layout: weight (512, 0) outside 512 x 64", Error);
+}
+
+TEST_CASE("strip layout: units dealt to warps in contiguous runs of near-equal bytes") {
+    for (const char * lay : {"4 g128", "8/6/5 g32,128,128 .05/.1/.85", "6/3/2 g32,64,64 .05/.2/.75"}) {
+        const QLayerHost Q = synth_layer(lay, 4096, 512, 11);
+        const StripLayout L = strip_layout_build(qlayer_host_view(Q), 5);
+        for (int n_warps : {1, 16, 200}) {   // 200: more warps than some strips have units
+            CAPTURE(lay);
+            CAPTURE(n_warps);
+            const std::vector<int> r = strip_layout_deal(L, n_warps);
+            REQUIRE(r.size() == (size_t)L.n_strips * (n_warps + 1));
+            for (int s = 0; s < L.n_strips; s++) {
+                const int * rs = &r[(size_t)s * (n_warps + 1)];
+                CHECK(rs[0] == L.strip_unit0[s]);
+                CHECK(rs[n_warps] == L.strip_unit0[s + 1]);
+                uint64_t total = 0, biggest = 0;
+                for (int u = L.strip_unit0[s]; u < L.strip_unit0[s + 1]; u++) {
+                    const uint64_t b = (uint64_t)L.units[u].bits * L.units[u].lanes;
+                    total += b;
+                    biggest = std::max(biggest, b);
+                }
+                for (int w = 0; w < n_warps; w++) {
+                    REQUIRE(rs[w] <= rs[w + 1]);
+                    uint64_t bytes = 0;
+                    for (int u = rs[w]; u < rs[w + 1]; u++) bytes += (uint64_t)L.units[u].bits * L.units[u].lanes;
+                    CHECK(bytes <= (total + n_warps - 1) / n_warps + biggest);
+                }
+            }
+        }
+    }
+    const QLayerHost Q = synth_layer("4 g128", 512, 64, 12);
+    CHECK_THROWS_WITH_AS(strip_layout_deal(strip_layout_build(qlayer_host_view(Q), 2), 0),
+                         "strip layout: 0 warps to deal units to", Error);
 }

@@ -117,6 +117,30 @@ StripLayout strip_layout_build(const ggx_qmatrix & q, int n_strips) {
     return L;
 }
 
+std::vector<int> strip_layout_deal(const StripLayout & L, int n_warps) {
+    if (n_warps < 1) fail("strip layout: %d warps to deal units to", n_warps);
+    std::vector<int> r((size_t)L.n_strips * (n_warps + 1));
+    for (int s = 0; s < L.n_strips; s++) {
+        const int u0 = L.strip_unit0[s], u1 = L.strip_unit0[s + 1];
+        uint64_t total = 0;
+        for (int u = u0; u < u1; u++) total += (uint64_t)L.units[u].bits * L.units[u].lanes;
+        // warp w ends at the first unit whose end passes (w + 1) / n_warps of the strip's bytes
+        int u = u0;
+        uint64_t done = 0;
+        int * rs = &r[(size_t)s * (n_warps + 1)];
+        rs[0] = u0;
+        for (int w = 0; w < n_warps; w++) {
+            const uint64_t goal = total * (w + 1) / n_warps;
+            while (u < u1 && done + (uint64_t)L.units[u].bits * L.units[u].lanes / 2 < goal) {
+                done += (uint64_t)L.units[u].bits * L.units[u].lanes;
+                u++;
+            }
+            rs[w + 1] = w + 1 == n_warps ? u1 : u;
+        }
+    }
+    return r;
+}
+
 uint16_t strip_layout_weight(const StripLayout & L, int k, int n) {
     if (k < 0 || k >= L.K || n < 0 || n >= L.Np) fail("strip layout: weight (%d, %d) outside %d x %d", k, n, L.K, L.Np);
     const int quad = n / 4, slice = k / 32;

@@ -55,6 +55,14 @@ bool strip_layout_supported(const ggx_qmatrix & q, std::string * why = nullptr);
 // more). Throws exl2::Error when the matrix is not supported or n_strips is not in 1 .. Np / 4.
 StripLayout strip_layout_build(const ggx_qmatrix & q, int n_strips);
 
+// The units of each strip dealt to n_warps warps in contiguous runs (a warp's quad sums then stay
+// in registers until its quad changes) of near-equal bytes, so that the warps of a block finish a
+// stage together whatever the width mix (the stage-end barrier was 31% of the step probe's
+// stalls, run 68). Returns [n_strips][n_warps + 1]: warp w of strip s takes units r[s][w] ..
+// r[s][w + 1] - 1 (absolute indices into units); every warp's bytes exceed the strip's mean
+// by at most one unit's. Throws exl2::Error when n_warps < 1.
+std::vector<int> strip_layout_deal(const StripLayout & L, int n_warps);
+
 // The fp16 weight of quantized row k, column n, read through the layout alone (units, words,
 // slice groups and scales): what the step kernel computes, for tests. Equals the reference
 // dequantizer's W[q_perm[k]][n] bit for bit.
