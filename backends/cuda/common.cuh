@@ -142,6 +142,16 @@ static __device__ __forceinline__ void ggx_store_f4(half * p, int64_t i, float4 
     ((uint2 *)p)[i] = u;
 }
 
+// Read-only loads of static data (tables, weights) through the non-coherent cache where there is
+// one.
+template <typename V> static __device__ __forceinline__ V ggx_load_ro(const V * p) {
+#if defined(GGX_USE_HIP)
+    return *p;
+#else
+    return __ldg(p);
+#endif
+}
+
 // Loads of what other blocks wrote during this kernel, read after __threadfence() (split-K
 // partials): past L1 on CUDA; on AMD the fence's acquire already invalidated the cache, so a plain
 // load is fresh.

@@ -190,4 +190,51 @@ __device__ __forceinline__ void exl2_piece(const uint32_t * __restrict__ qw, int
     }
 }
 
+// The 4 column sums of one piece (at most 32 rows of one width, a multiple of its chunk) in fp16
+// pairs: w holds the piece's word rows (one uint4 = the 4 columns' words per row), xh its x as
+// fp16 (ld apart for each of the T rows). Used by the decode GEMV (qgemv.cu) and the strip GEMV
+// (strip-gemv.cu).
+template <int B, int T>
+__device__ __forceinline__ void piece_dot(const uint4 (&w)[8], int rows, const half * xh, int ld, half2 (&acc)[T][4]) {
+    constexpr int CR = chunk_shape<B>::rows, CW = chunk_shape<B>::words, NC = 32 / CR, H = CR / 2;
+    half2 acc16[T][4];   // the pairs summed 16 times too large (4 bits: see pair_shape)
+#pragma unroll
+    for (int t = 0; t < T; t++) acc16[t][0] = acc16[t][1] = acc16[t][2] = acc16[t][3] = __float2half2_rn(0.0f);
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+        if (c * CR >= rows) break;   // 16-row pieces (2-bit only)
+        uint32_t cw[4][CW];
+#pragma unroll
+        for (int i = 0; i < CW; i++) {
+            const uint4 u = w[c * CW + i];
+            cw[0][i] = u.x; cw[1][i] = u.y; cw[2][i] = u.z; cw[3][i] = u.w;
+        }
+        // the chunk's x: CR halves per row (pieces start on multiples of 16 rows, so a chunk's x
+        // is 16-byte aligned, 8-byte for the 4-row chunks of 8 bits)
+        uint32_t xu[T][H];
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            if constexpr (H % 4 == 0) {   // 16-byte aligned: chunks of 8 rows or more
+                const uint4 * src = (const uint4 *)(xh + t * ld + c * CR);
+#pragma unroll
+                for (int i = 0; i < H / 4; i++) {
+                    const uint4 u = src[i];
+                    xu[t][4 * i] = u.x; xu[t][4 * i + 1] = u.y; xu[t][4 * i + 2] = u.z; xu[t][4 * i + 3] = u.w;
+                }
+            } else {
+                const uint2 u = *(const uint2 *)(xh + t * ld + c * CR);
+                xu[t][0] = u.x; xu[t][1] = u.y;
+            }
+        }
+        chunk_dot_h2<B, T, 0>::run(cw, xu, acc, acc16);
+    }
+    if constexpr (B == 4) {
+        const half2 sixteenth = __float2half2_rn(0.0625f);
+#pragma unroll
+        for (int t = 0; t < T; t++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[t][c] = __hfma2(acc16[t][c], sixteenth, acc[t][c]);
+    }
+}
+
 }  // namespace ggx_exl2_unpack

@@ -99,15 +99,6 @@ __device__ __forceinline__ void prefetch_l2(const void * p) {
 #endif
 }
 
-// Read-only loads of static tables (the pieces) through the non-coherent cache where there is one.
-template <typename V> __device__ __forceinline__ V load_ro(const V * p) {
-#if defined(GGX_USE_HIP)
-    return *p;
-#else
-    return __ldg(p);
-#endif
-}
-
 // The packed weights are read once per token, so their loads may be marked L2 evict-first
 // (createpolicy: `evict` of them get that priority): the lines that are reused (x, the split-K
 // partials, the KV cache, the kernels' code) then stay in L2 while ~120 MB of weights stream
@@ -123,7 +114,7 @@ __device__ __forceinline__ uint4 load_weights(const uint4 * p, float evict) {
     return v;
 #else
     (void)evict;
-    return load_ro(p);
+    return ggx_load_ro(p);
 #endif
 }
 
@@ -198,58 +189,15 @@ struct piece_regs {
 };
 
 __device__ __forceinline__ void piece_load(const gemv_mat & M, int p, int n, piece_regs & s, float evict) {
-    s.pc = load_ro(M.pieces + p);
+    s.pc = ggx_load_ro(M.pieces + p);
     const int bits = s.pc.z & 15, g = s.pc.z >> 4;
     const int nw = s.pc.w * bits / 32;
     const uint32_t * base = M.qw + (size_t)s.pc.y * M.Np + n;
 #pragma unroll
     for (int i = 0; i < 8; i++)
         if (i < nw) s.w[i] = load_weights((const uint4 *)(base + (size_t)i * M.Np), evict);
-    s.sw = load_ro(M.qs + (size_t)g * (M.Np / 8) + n / 8) >> (4 * (n % 8));
+    s.sw = ggx_load_ro(M.qs + (size_t)g * (M.Np / 8) + n / 8) >> (4 * (n % 8));
     s.mx = M.qsmax[g];
-}
-
-template <int B, int T>
-__device__ __forceinline__ void piece_dot(const uint4 (&w)[8], int rows, const half * xh, int ld, half2 (&acc)[T][4]) {
-    constexpr int CR = chunk_shape<B>::rows, CW = chunk_shape<B>::words, NC = 32 / CR, H = CR / 2;
-    half2 acc16[T][4];   // the pairs summed 16 times too large (4 bits: see pair_shape)
-#pragma unroll
-    for (int t = 0; t < T; t++) acc16[t][0] = acc16[t][1] = acc16[t][2] = acc16[t][3] = __float2half2_rn(0.0f);
-#pragma unroll
-    for (int c = 0; c < NC; c++) {
-        if (c * CR >= rows) break;   // 16-row pieces (2-bit only)
-        uint32_t cw[4][CW];
-#pragma unroll
-        for (int i = 0; i < CW; i++) {
-            const uint4 u = w[c * CW + i];
-            cw[0][i] = u.x; cw[1][i] = u.y; cw[2][i] = u.z; cw[3][i] = u.w;
-        }
-        // the chunk's x: CR halves per row (pieces start on multiples of 16 rows, so a chunk's x
-        // is 16-byte aligned, 8-byte for the 4-row chunks of 8 bits)
-        uint32_t xu[T][H];
-#pragma unroll
-        for (int t = 0; t < T; t++) {
-            if constexpr (H % 4 == 0) {   // 16-byte aligned: chunks of 8 rows or more
-                const uint4 * src = (const uint4 *)(xh + t * ld + c * CR);
-#pragma unroll
-                for (int i = 0; i < H / 4; i++) {
-                    const uint4 u = src[i];
-                    xu[t][4 * i] = u.x; xu[t][4 * i + 1] = u.y; xu[t][4 * i + 2] = u.z; xu[t][4 * i + 3] = u.w;
-                }
-            } else {
-                const uint2 u = *(const uint2 *)(xh + t * ld + c * CR);
-                xu[t][0] = u.x; xu[t][1] = u.y;
-            }
-        }
-        chunk_dot_h2<B, T, 0>::run(cw, xu, acc, acc16);
-    }
-    if constexpr (B == 4) {
-        const half2 sixteenth = __float2half2_rn(0.0625f);
-#pragma unroll
-        for (int t = 0; t < T; t++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) acc[t][c] = __hfma2(acc16[t][c], sixteenth, acc[t][c]);
-    }
 }
 
 // v[t][c] += scale_c * sum over the piece's rows of (q - z) x[t][row]: the sum in fp16 pairs (at

@@ -1,0 +1,100 @@
+// The strip GEMV (backends/cuda/strip-gemv.h, work in progress) against a double-precision
+// product with the reference dequantizer's fp16 weights, on synthetic EXL2 layers of several
+// width mixes, with act-order permutations and strips of uneven width.
+//
+// Error model: the decode GEMV's (test-cuda-qmatmul.cpp): x rounded to fp16 after an exact
+// power-of-two scaling, (q - z) x summed in fp16 pairs over 32 rows, the group scale applied in
+// fp32: within 2^-10 S, S = sum_k |w_k x_k|, with +1e-6 for outputs near zero. A wrong unit,
+// lane, word row or scale moves an output by ~S / sqrt(K), far outside.
+#include "cuda-harness.h"
+
+#include "backends/cuda/strip-gemv.h"
+#include "exl2/quant/dequant.h"
+#include "exl2/quant/qlayer.h"
+#include "exl2/quant/strip-layout.h"
+#include "exl2/quant/synthetic.h"
+#include "exl2/safetensors.h"
+
+#include <algorithm>
+
+using namespace cudatest;
+
+namespace {
+
+template <typename T> T * upload(const std::vector<T> & v) {
+    void * p = nullptr;
+    REQUIRE(cudaMalloc(&p, std::max<size_t>(v.size(), 1) * sizeof(T)) == cudaSuccess);
+    REQUIRE(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
+    return (T *)p;
+}
+
+}  // namespace
+
+TEST_CASE("strip gemv: synthetic EXL2 layers through the strip layout against a double reference") {
+    REQUIRE_CUDA();
+    const char * layouts[] = {"4 g128", "8/6/5 g32,128,128 .05/.1/.85", "6/3/2 g32,64,64 .05/.2/.75", "3/2 g64 .1/.9",
+                              "5/4 g32 .25/.75"};
+    uint64_t seed = 100;
+    for (const char * lay : layouts)
+        for (int n_strips : {7, 48}) {
+            const int K = 2048, N = 200;
+            CAPTURE(lay);
+            CAPTURE(n_strips);
+            exl2::SafeTensors st;
+            exl2::SynthExl2Options so;
+            so.seed = seed++;
+            so.act_order = true;
+            exl2::synth_add(st, exl2::synth_exl2_layer("w", K, N, exl2::exl2_layout_parse(lay), so));
+            exl2::QLoadOptions lo;
+            lo.N = N;
+            const exl2::QLayerHost L = exl2::qlayer_load(st, "w", lo);
+            const ggx_qmatrix q = exl2::qlayer_host_view(L);
+            std::vector<uint16_t> W((size_t)K * N);
+            exl2::qmatrix_dequant(q, GGX_TYPE_EXL2, W.data());
+            const exl2::StripLayout S = exl2::strip_layout_build(q, n_strips);
+            const std::vector<int> deal = exl2::strip_layout_deal(S, GGX_STRIP_GEMV_WARPS);
+
+            std::vector<ggx_strip_unit> units;
+            for (const exl2::StripUnit & u : S.units) units.push_back({u.offset, u.quad, u.slice0, (uint32_t)u.bits | (uint32_t)u.lanes << 8});
+            int max_quads = 0;
+            for (int s = 0; s < n_strips; s++) max_quads = std::max(max_quads, S.strip_quad0[s + 1] - S.strip_quad0[s]);
+
+            std::mt19937_64 rng(seed);
+            std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+            std::vector<float> x(K), xq(K);
+            for (float & v : x) v = dist(rng);
+            for (int k = 0; k < K; k++) xq[k] = x[L.q_perm[k]];
+            std::vector<double> ref(N, 0.0), bound(N);
+            for (int n = 0; n < N; n++) {
+                double mag = 0.0;
+                for (int k = 0; k < K; k++) {
+                    const double p = (double)ggx_f16_to_f32(W[(size_t)k * N + n]) * x[k];
+                    ref[n] += p;
+                    mag += std::fabs(p);
+                }
+                bound[n] = mag / 1024.0 + 1e-6;
+            }
+
+            ggx_strip_matrix m = {};
+            m.words = (const uint4 *)upload(S.words);
+            m.units = upload(units);
+            m.deal = upload(deal);
+            m.scales = upload(S.scales);
+            m.slice_group = upload(S.slice_group);
+            m.K = K;
+            m.Np = S.Np;
+            m.n_strips = n_strips;
+            m.max_quads = max_quads;
+            float * xd = upload(xq);
+            float * yd = upload(std::vector<float>(S.Np, -12345.0f));
+            REQUIRE(ggx_cuda_strip_gemv(m, xd, yd, nullptr) == cudaSuccess);
+            REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+            std::vector<float> y(S.Np);
+            REQUIRE(cudaMemcpy(y.data(), yd, S.Np * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+            y.resize(N);
+            check_bound(y, ref, bound, std::string("strip gemv ") + lay);
+            for (const void * p : {(const void *)m.words, (const void *)m.units, (const void *)m.deal, (const void *)m.scales,
+                                   (const void *)m.slice_group, (const void *)xd, (const void *)yd})
+                cudaFree((void *)p);
+        }
+}
