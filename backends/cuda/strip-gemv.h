@@ -1,7 +1,8 @@
 // A one-row EXL2 GEMV over the strip layout (exl2/quant/strip-layout.h): the inner part of the
 // planned persistent decode-step kernel (bench/NOTES-cuda-decode.md), as a kernel of its own so
 // that its layout, width loops and numerics are checked against the CPU before the persistent
-// frame is built around it. Work in progress (branch wip/strip-gemv): not called by the backend.
+// frame is built around it. Work in progress: not called by the backend, and not yet run on a GPU
+// (session 12 had no device time left): its test-cuda case is skipped unless asked for.
 //
 // One block of GGX_STRIP_GEMV_WARPS warps per strip. Each warp walks its dealt units (contiguous,
 // by bytes); lane l of a unit multiplies slice slice0 + l of the unit's quad (4 columns) with x
