@@ -174,6 +174,19 @@ static __device__ __forceinline__ float ggx_warp_max(float v) {
     return v;
 }
 
+// 4 values of every lane (4 columns) summed over the warp: lanes 0, 8, 16, 24 end with the sums
+// of x, y, z, w (a transposed butterfly: 6 shuffles instead of 4 x 5).
+static __device__ __forceinline__ float ggx_warp_sum4(float4 v) {
+    const int lane = threadIdx.x % GGX_CUDA_WARP;
+    const bool hi = lane & 16, mid = lane & 8;
+    const float a0 = (hi ? v.z : v.x) + __shfl_xor_sync(0xffffffffu, hi ? v.x : v.z, 16);
+    const float a1 = (hi ? v.w : v.y) + __shfl_xor_sync(0xffffffffu, hi ? v.y : v.w, 16);
+    float b = (mid ? a1 : a0) + __shfl_xor_sync(0xffffffffu, mid ? a0 : a1, 8);
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) b += __shfl_xor_sync(0xffffffffu, b, o);
+    return b;
+}
+
 // Sum over the whole block (blockDim.x a multiple of 32, at most 1024). `sh` holds 32 floats.
 // Every thread gets the result.
 static __device__ __forceinline__ float ggx_block_sum(float v, float * sh) {

@@ -9,19 +9,6 @@ namespace {
 
 constexpr int NT = GGX_STRIP_GEMV_WARPS * GGX_CUDA_WARP;
 
-// 4 column values of every lane summed over the warp: lanes 0, 8, 16, 24 end with columns 0-3
-// (a transposed butterfly: 6 shuffles instead of 4 x 5).
-__device__ __forceinline__ float warp_sum4(float4 v) {
-    const int lane = threadIdx.x % GGX_CUDA_WARP;
-    const bool hi = lane & 16, mid = lane & 8;
-    const float a0 = (hi ? v.z : v.x) + __shfl_xor_sync(~0u, hi ? v.x : v.z, 16);
-    const float a1 = (hi ? v.w : v.y) + __shfl_xor_sync(~0u, hi ? v.y : v.w, 16);
-    float b = (mid ? a1 : a0) + __shfl_xor_sync(~0u, mid ? a0 : a1, 8);
-#pragma unroll
-    for (int o = 4; o; o /= 2) b += __shfl_xor_sync(~0u, b, o);
-    return b;
-}
-
 // Lane's slice of one unit at width B: its B word rows, the fp16-pair sums of (q - z) x over the
 // 32 rows, times the slice's group scales of the 4 columns, into acc.
 template <int B>
@@ -71,7 +58,7 @@ __global__ void __launch_bounds__(NT, 1) k_strip_gemv(const ggx_strip_matrix m, 
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     int cur = -1;
     auto flush = [&]() {
-        const float v = warp_sum4(acc);
+        const float v = ggx_warp_sum4(acc);
         if (lane % 8 == 0) atomicAdd(colsum + (cur - first_quad) * 4 + lane / 8, v);
         acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     };

@@ -620,18 +620,6 @@ __device__ __forceinline__ void flow_issue(const Args & a, flow_cursor & c, uint
     if (++c.k == flow_units(c.g)) { c.k = 0; if (++c.g == 4) { c.g = 0; c.l++; } }
 }
 
-// 4 column values of every lane summed over the warp: lanes 0, 8, 16, 24 end with columns 0-3.
-__device__ __forceinline__ float warp_sum4(float4 v) {
-    const int lane = threadIdx.x % 32;
-    const bool hi = lane & 16, mid = lane & 8;
-    const float a0 = (hi ? v.z : v.x) + __shfl_xor_sync(~0u, hi ? v.x : v.z, 16);
-    const float a1 = (hi ? v.w : v.y) + __shfl_xor_sync(~0u, hi ? v.y : v.w, 16);
-    float b = (mid ? a1 : a0) + __shfl_xor_sync(~0u, mid ? a0 : a1, 8);
-#pragma unroll
-    for (int o = 4; o; o /= 2) b += __shfl_xor_sync(~0u, b, o);
-    return b;
-}
-
 // x of a stage copied so that slice s's 16-byte chunk i sits at chunk i ^ ((s >> 1) & 3): the 8
 // lanes of a quarter warp (slices s..s+7, chunk i) then hit 8 different bank groups.
 __device__ __forceinline__ int xw_chunk(int s, int i) { return s * 4 + (i ^ ((s >> 1) & 3)); }
@@ -724,7 +712,7 @@ __device__ void consumer_flow(const Args & a, half * xs, float * colsum, half * 
                     dd = slice_dot_h2(b[d], xv);
                 } else
                     dd = slice_dot_h2(b[d], xs + jl * 32);
-                const float s = warp_sum4(make_float4(dd.x * f, dd.y * f, dd.z * f, dd.w * f));
+                const float s = ggx_warp_sum4(make_float4(dd.x * f, dd.y * f, dd.z * f, dd.w * f));
                 if ((lane & 7) == 0) atomicAdd(colsum + (m * S.Q + q) * 4 + lane / 8, s);
             }
             flow_issue<FIXED>(a, lc, b[d], meta[d], fs[d]);
@@ -848,7 +836,7 @@ __device__ __forceinline__ void flow2_load(const flow2_ptrs<G> & P, int k, uint4
 
 template <int FORM>
 __device__ __forceinline__ void flow2_flush(float4 & acc, int mq, float * colsum) {
-    const float s = warp_sum4(acc);
+    const float s = ggx_warp_sum4(acc);
     if ((threadIdx.x & 7) == 0) atomicAdd(colsum + mq * 4 + threadIdx.x % 32 / 8, s);
     acc = make_float4(0, 0, 0, 0);
 }
