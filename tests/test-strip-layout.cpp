@@ -93,6 +93,23 @@ TEST_CASE("strip layout: every width mix, every weight bit for bit through the u
                 CAPTURE(n_strips);
                 const StripLayout L = strip_layout_build(q, n_strips);
                 check_structure(Q, L);
+                // Without the words (the loader's form): the same units, and slice_qrow gathers
+                // the same words from q_weight, as the GPU gather will.
+                const StripLayout U = strip_layout_build(q, n_strips, false);
+                CHECK(U.words.empty());
+                REQUIRE(U.units.size() == L.units.size());
+                size_t gathered_bad = 0;
+                for (size_t i = 0; i < U.units.size(); i++) {
+                    const StripUnit & u = U.units[i];
+                    CHECK((u.offset == L.units[i].offset && u.quad == L.units[i].quad && u.slice0 == L.units[i].slice0 &&
+                           u.bits == L.units[i].bits && u.lanes == L.units[i].lanes));
+                    for (int w = 0; w < u.bits; w++)
+                        for (int l = 0; l < u.lanes; l++)
+                            for (int c = 0; c < 4; c++)
+                                gathered_bad += Q.q_weight[(size_t)(U.slice_qrow[u.slice0 + l] + w) * Q.Np + 4 * u.quad + c] !=
+                                                L.words[((size_t)u.offset + (size_t)w * u.lanes + l) * 4 + c];
+                }
+                CHECK(gathered_bad == 0);
                 size_t bad = 0;
                 for (int k = 0; k < K; k++)
                     for (int n = 0; n < N; n++) bad += strip_layout_weight(L, k, n) != W[(size_t)Q.q_perm[k] * N + n];
@@ -115,6 +132,8 @@ TEST_CASE("strip layout: 16-row groups and bad strip counts are refused with a r
     CHECK_THROWS_WITH_AS(strip_layout_build(q4, 17), "strip layout: 17 strips for 16 quads", Error);
     const StripLayout L = strip_layout_build(q4, 16);
     CHECK_THROWS_WITH_AS(strip_layout_weight(L, 512, 0), "strip layout: weight (512, 0) outside 512 x 64", Error);
+    CHECK_THROWS_WITH_AS(strip_layout_weight(strip_layout_build(q4, 16, false), 0, 0), "strip layout: built without its words",
+                         Error);
 }
 
 TEST_CASE("strip layout: units dealt to warps in contiguous runs of near-equal bytes") {

@@ -56,7 +56,7 @@ bool strip_layout_supported(const ggx_qmatrix & q, std::string * why) {
     return walk_groups(q, true, nullptr, why);
 }
 
-StripLayout strip_layout_build(const ggx_qmatrix & q, int n_strips) {
+StripLayout strip_layout_build(const ggx_qmatrix & q, int n_strips, bool copy_words) {
     std::vector<GroupSpan> groups;
     std::string why;
     if (!walk_groups(q, true, &groups, &why)) fail("strip layout: %s", why.c_str());
@@ -69,11 +69,11 @@ StripLayout strip_layout_build(const ggx_qmatrix & q, int n_strips) {
     L.n_strips = n_strips;
     L.slice_group.resize(n_slices);
     for (const GroupSpan & gs : groups) L.group_bits.push_back((uint8_t)gs.bits);
-    std::vector<int> slice_qrow(n_slices);   // the slice's first packed row
+    L.slice_qrow.resize(n_slices);
     for (int g = 0; g < (int)groups.size(); g++)
         for (int t = 0; t < groups[g].n_slices; t++) {
             L.slice_group[groups[g].slice0 + t] = g;
-            slice_qrow[groups[g].slice0 + t] = groups[g].qrow0 + t * groups[g].bits;
+            L.slice_qrow[groups[g].slice0 + t] = groups[g].qrow0 + t * groups[g].bits;
         }
 
     // Width runs: consecutive groups of one width.
@@ -86,7 +86,7 @@ StripLayout strip_layout_build(const ggx_qmatrix & q, int n_strips) {
 
     L.strip_quad0.resize(n_strips + 1);
     for (int s = 0; s <= n_strips; s++) L.strip_quad0[s] = s * (n_quads / n_strips) + std::min(s, n_quads % n_strips);
-    L.words.resize((size_t)q.qrows * q.Np);
+    if (copy_words) L.words.resize((size_t)q.qrows * q.Np);
     uint32_t off = 0;   // in uint4
     for (int s = 0; s < n_strips; s++) {
         L.strip_unit0.push_back((int)L.units.size());
@@ -95,16 +95,16 @@ StripLayout strip_layout_build(const ggx_qmatrix & q, int n_strips) {
                 for (int u0 = r.slice0; u0 < r.slice0 + r.n; u0 += 32) {
                     const int lanes = std::min(32, r.slice0 + r.n - u0);
                     L.units.push_back({off, (uint32_t)quad, (uint32_t)u0, (uint8_t)r.bits, (uint8_t)lanes});
-                    for (int i = 0; i < r.bits; i++)
+                    for (int i = 0; i < r.bits && copy_words; i++)
                         for (int l = 0; l < lanes; l++) {
-                            const uint32_t * src = q.q_weight + (size_t)(slice_qrow[u0 + l] + i) * q.Np + 4 * quad;
+                            const uint32_t * src = q.q_weight + (size_t)(L.slice_qrow[u0 + l] + i) * q.Np + 4 * quad;
                             std::copy(src, src + 4, &L.words[((size_t)off + i * lanes + l) * 4]);
                         }
                     off += r.bits * lanes;
                 }
     }
     L.strip_unit0.push_back((int)L.units.size());
-    if ((size_t)off * 4 != L.words.size()) fail("strip layout: %u words placed for %zu", off * 4, L.words.size());
+    if ((size_t)off * 4 != (size_t)q.qrows * q.Np) fail("strip layout: %u words placed for %zu", off * 4, (size_t)q.qrows * q.Np);
 
     L.scales.resize((size_t)q.n_groups * q.Np);
     for (int g = 0; g < q.n_groups; g++) {
@@ -143,6 +143,7 @@ std::vector<int> strip_layout_deal(const StripLayout & L, int n_warps) {
 
 uint16_t strip_layout_weight(const StripLayout & L, int k, int n) {
     if (k < 0 || k >= L.K || n < 0 || n >= L.Np) fail("strip layout: weight (%d, %d) outside %d x %d", k, n, L.K, L.Np);
+    if (L.words.empty()) fail("strip layout: built without its words");
     const int quad = n / 4, slice = k / 32;
     const int s = (int)(std::upper_bound(L.strip_quad0.begin(), L.strip_quad0.end(), quad) - L.strip_quad0.begin()) - 1;
     // the strip's units are sorted by (width rank, quad, first slice); the slice's width is its group's

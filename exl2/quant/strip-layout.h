@@ -39,8 +39,12 @@ struct StripLayout {
     std::vector<int>       strip_quad0;   // [n_strips + 1]: strip s owns quads strip_quad0[s] .. [s + 1) - 1
     std::vector<int>       strip_unit0;   // [n_strips + 1]: its units
     std::vector<StripUnit> units;
-    std::vector<uint32_t>  words;         // 4 words (one uint4) per quad, word row and slice
+    std::vector<uint32_t>  words;         // 4 words (one uint4) per quad, word row and slice (empty
+                                          // when built without them)
     std::vector<int32_t>   slice_group;   // [K / 32] group of each slice
+    std::vector<int32_t>   slice_qrow;    // [K / 32] first packed row of each slice in q_weight:
+                                          // word row i of unit lane l is q_weight row
+                                          // slice_qrow[slice0 + l] + i, columns 4 quad .. + 3
     std::vector<uint8_t>   group_bits;    // [G] width of each group
     std::vector<uint16_t>  scales;        // fp16 [G][Np]: h(h((c + 1)^2) * M'_g)
 };
@@ -53,7 +57,12 @@ bool strip_layout_supported(const ggx_qmatrix & q, std::string * why = nullptr);
 // Builds the layout from an EXL2 matrix in host memory (e.g. qlayer_host_view()), with the quads
 // dealt to n_strips strips as evenly as possible (the first Np / 4 % n_strips strips take one
 // more). Throws exl2::Error when the matrix is not supported or n_strips is not in 1 .. Np / 4.
-StripLayout strip_layout_build(const ggx_qmatrix & q, int n_strips);
+// The words are copied only when copy_words: on the host that runs at ~320 MB/s (91 ms for a
+// 4096 x 14336 4-bit matrix), ~12 s for an 8B model, far over the 3 s load budget, so a loader
+// builds the units here and gathers the words on the GPU from slice_qrow (a copy at memory
+// speed). Without the words the build still takes ~5 ms for that matrix, mostly the fp16 scale
+// expansion (~1 s for an 8B model): a loader should expand the scales on the GPU as well.
+StripLayout strip_layout_build(const ggx_qmatrix & q, int n_strips, bool copy_words = true);
 
 // The units of each strip dealt to n_warps warps in contiguous runs (a warp's quad sums then stay
 // in registers until its quad changes) of near-equal bytes, so that the warps of a block finish a
