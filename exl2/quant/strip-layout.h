@@ -1,6 +1,7 @@
 // The strip layout of an EXL2 matrix: the weight order a persistent decode-step kernel streams
 // (bench/NOTES-cuda-decode.md, "A step kernel"). Host code only, so that it is tested without a
-// GPU; the CUDA step kernel that will read it is not written yet.
+// GPU. backends/cuda/strip-gemv.cu reads it (not yet run on a GPU); the step kernel is not
+// written yet.
 //
 // Each of n_strips blocks owns a strip of whole quads (4 adjacent columns) over the full K, so
 // that it finishes its outputs alone. Inside a strip the codes are regrouped into work units: a
@@ -14,8 +15,8 @@
 // and no padding, so the words take exactly the bytes of q_weight.
 //
 // The column scales are expanded to fp16 per (group, column) at the same time (EXL2 stores 4-bit
-// codes and a group maximum): decoding the codes per item cost ~5 us per layer more than loading
-// fp16 scales in the probes (runs 79-81 of bench/RESULTS.md).
+// codes and a group maximum): in the probes the codes decoded per item cost ~5 us per layer,
+// fp16 scales ~1.7 (runs 79-81 of bench/RESULTS.md).
 #pragma once
 
 #include "ggx/ggx-qmatrix.h"
