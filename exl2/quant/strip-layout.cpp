@@ -1,7 +1,8 @@
 #include "strip-layout.h"
 
+#include "dequant.h"
+#include "exl2-pack.h"
 #include "exl2/error.h"
-#include "ggx/fp16.h"
 
 #include <algorithm>
 #include <tuple>
@@ -36,7 +37,7 @@ bool walk_groups(const ggx_qmatrix & q, bool need_slices, std::vector<GroupSpan>
     for (int g = 0; g < q.n_groups; g++) {
         const int b = q.groups_host[2 * g], r0 = q.groups_host[2 * g + 1];
         const int r1 = g + 1 < q.n_groups ? q.groups_host[2 * g + 3] : q.qrows;
-        if (width_rank(b) < 0 || b > prev_bits || r1 <= r0 || (r1 - r0) * 32 % b)
+        if (!exl2_bits_valid(b) || b > prev_bits || r1 <= r0 || (r1 - r0) * 32 % b)
             return no("group " + std::to_string(g) + " (bits " + std::to_string(b) + ", packed rows " + std::to_string(r0) +
                       ".." + std::to_string(r1) + ") is malformed");
         const int n = (r1 - r0) * 32 / b;
@@ -107,13 +108,11 @@ StripLayout strip_layout_build(const ggx_qmatrix & q, int n_strips, bool copy_wo
     if ((size_t)off * 4 != (size_t)q.qrows * q.Np) fail("strip layout: %u words placed for %zu", off * 4, (size_t)q.qrows * q.Np);
 
     L.scales.resize((size_t)q.n_groups * q.Np);
-    for (int g = 0; g < q.n_groups; g++) {
-        const float m = ggx_f16_to_f32(q.q_scale_max[g]);
+    for (int g = 0; g < q.n_groups; g++)
         for (int n = 0; n < q.Np; n++) {
-            const int c = (q.q_scale[(size_t)g * (q.Np / 8) + n / 8] >> (4 * (n % 8))) & 15;
-            L.scales[(size_t)g * q.Np + n] = ggx_f32_to_f16((float)((c + 1) * (c + 1)) * m);
+            const uint32_t c = (q.q_scale[(size_t)g * (q.Np / 8) + n / 8] >> (4 * (n % 8))) & 15;
+            L.scales[(size_t)g * q.Np + n] = exl2_dq_scale(c, q.q_scale_max[g]);
         }
-    }
     return L;
 }
 
@@ -157,14 +156,11 @@ uint16_t strip_layout_weight(const StripLayout & L, int k, int n) {
     }) - 1;
     if (u < u0 || u->quad != (uint32_t)quad || slice >= (int)(u->slice0 + u->lanes))
         fail("strip layout: no unit holds row %d of column %d", k, n);
-    // the slice's b words of column n as one bit string; row k % 32 at bits (k % 32) b ..
-    const int b = u->bits, lane = slice - (int)u->slice0, bit = (k % 32) * b;
-    auto word = [&](int i) { return L.words[((size_t)u->offset + (size_t)i * u->lanes + lane) * 4 + n % 4]; };
-    uint64_t v = word(bit / 32) >> (bit % 32);
-    if (bit % 32 + b > 32) v |= (uint64_t)word(bit / 32 + 1) << (32 - bit % 32);
-    v &= (1u << b) - 1;
-    const float sc = ggx_f16_to_f32(L.scales[(size_t)g * L.Np + n]);
-    return ggx_f32_to_f16((float)((int)v - (1 << (b - 1))) * sc);
+    // the slice's b words of column n, lanes x 4 words apart, are a packed group of 32 rows
+    const int lane = slice - (int)u->slice0;
+    const uint32_t * slice_words = &L.words[((size_t)u->offset + lane) * 4 + n % 4];
+    const uint32_t v = exl2_extract(slice_words, (int64_t)u->lanes * 4, 0, k % 32, u->bits);
+    return exl2_dq_weight(v, u->bits, L.scales[(size_t)g * L.Np + n]);
 }
 
 }  // namespace exl2
