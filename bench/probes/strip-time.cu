@@ -1,0 +1,146 @@
+// Times the engine's strip GEMV (backends/cuda/strip-gemv.cu) on llama3-8b-shaped EXL2 layers at
+// a chosen bpw: the seven matrices of a layer (q, k, v, o, gate, up, down) as seven launches per
+// layer, 32 layers in one CUDA graph, cycling over enough device copies of the layer that nothing
+// is served from L2. Prints us per layer and the read rate, then each matrix alone.
+// Its correctness is test-cuda's "strip gemv" case; this only times it.
+//
+// Build (after make BUILD=build-dev CUDA_ARCH=90 build-dev/libexl2.a):
+//   nvcc -O3 -std=c++17 -arch=sm_90 -I. -Iinclude -Ibackends/cuda bench/probes/strip-time.cu \
+//        build-dev/libexl2.a -lcublas -o strip-time
+// Run: ./strip-time [BPW] [N_STRIPS]
+#include "backends/cuda/strip-gemv.h"
+#include "exl2/quant/qlayer.h"
+#include "exl2/quant/strip-layout.h"
+#include "exl2/quant/synthetic.h"
+#include "exl2/safetensors.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CK(x)                                                                                   \
+    do {                                                                                        \
+        cudaError_t e_ = (x);                                                                   \
+        if (e_ != cudaSuccess) {                                                                \
+            std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            std::exit(1);                                                                       \
+        }                                                                                       \
+    } while (0)
+
+template <typename T> static T * upload(const std::vector<T> & v) {
+    void * p = nullptr;
+    CK(cudaMalloc(&p, v.size() * sizeof(T)));
+    CK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return (T *)p;
+}
+
+struct Mat {
+    const char * name;
+    int K, N;
+    ggx_strip_matrix m[16];   // one per device copy (words differ, tables shared)
+    size_t bytes;             // words + scales read per call
+};
+
+int main(int argc, char ** argv) {
+    const double bpw = argc > 1 ? std::atof(argv[1]) : 4.0;
+    const int n_strips_arg = argc > 2 ? std::atoi(argv[2]) : 0;
+    const int COPIES = 16;
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    const int n_strips = n_strips_arg > 0 ? n_strips_arg : prop.multiProcessorCount;
+    Mat mats[7] = {{"q", 4096, 4096}, {"k", 4096, 1024}, {"v", 4096, 1024}, {"o", 4096, 4096},
+                   {"gate", 4096, 14336}, {"up", 4096, 14336}, {"down", 14336, 4096}};
+    size_t layer_bytes = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (Mat & M : mats) {
+        exl2::SafeTensors st;
+        exl2::SynthExl2Options so;
+        so.seed = 7;
+        exl2::synth_add(st, exl2::synth_exl2_layer("w", M.K, M.N, exl2::exl2_layout_for_bpw(bpw, M.K, M.N), so));
+        exl2::QLoadOptions lo;
+        lo.N = M.N;
+        const exl2::QLayerHost L = exl2::qlayer_load(st, "w", lo);
+        const ggx_qmatrix q = exl2::qlayer_host_view(L);
+        const exl2::StripLayout S = exl2::strip_layout_build(q, n_strips);
+        const std::vector<int> deal = exl2::strip_layout_deal(S, GGX_STRIP_GEMV_WARPS);
+        std::vector<ggx_strip_unit> units;
+        for (const exl2::StripUnit & u : S.units) units.push_back({u.offset, u.quad, u.slice0, (uint32_t)u.bits | (uint32_t)u.lanes << 8});
+        int max_quads = 0;
+        for (int s = 0; s < n_strips; s++) max_quads = std::max(max_quads, S.strip_quad0[s + 1] - S.strip_quad0[s]);
+        ggx_strip_matrix m = {};
+        m.units = upload(units);
+        m.deal = upload(deal);
+        m.scales = upload(S.scales);
+        m.slice_group = upload(S.slice_group);
+        m.K = M.K;
+        m.Np = S.Np;
+        m.n_strips = n_strips;
+        m.max_quads = max_quads;
+        for (int c = 0; c < COPIES; c++) {
+            M.m[c] = m;
+            M.m[c].words = (const uint4 *)upload(S.words);
+        }
+        M.bytes = S.words.size() * 4 + S.scales.size() * 2;
+        layer_bytes += M.bytes;
+    }
+    const double setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("strip-time: %s, %d strips, bpw %.2f, %.1f MB per layer (words + fp16 scales), setup %.1f s\n", prop.name,
+                n_strips, bpw, layer_bytes / 1e6, setup_s);
+
+    std::vector<float> xh(14336);
+    for (size_t i = 0; i < xh.size(); i++) xh[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+    float * x = upload(xh);
+    float * y = nullptr;
+    CK(cudaMalloc(&y, 14336 * 4));
+    cudaStream_t st;
+    CK(cudaStreamCreate(&st));
+
+    auto time_graph = [&](auto && body, int reps) {
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+        body();
+        CK(cudaStreamEndCapture(st, &g));
+        CK(cudaGraphInstantiate(&ge, g, 0));
+        CK(cudaGraphLaunch(ge, st));
+        CK(cudaStreamSynchronize(st));
+        cudaEvent_t a, b;
+        CK(cudaEventCreate(&a));
+        CK(cudaEventCreate(&b));
+        std::vector<float> ms(reps);
+        for (int r = 0; r < reps; r++) {
+            CK(cudaEventRecord(a, st));
+            CK(cudaGraphLaunch(ge, st));
+            CK(cudaEventRecord(b, st));
+            CK(cudaEventSynchronize(b));
+            CK(cudaEventElapsedTime(&ms[r], a, b));
+        }
+        std::sort(ms.begin(), ms.end());
+        CK(cudaGraphExecDestroy(ge));
+        CK(cudaGraphDestroy(g));
+        return (double)ms[reps / 2];
+    };
+
+    const int LAYERS = 32;
+    const double step_ms = time_graph(
+        [&] {
+            for (int l = 0; l < LAYERS; l++)
+                for (Mat & M : mats) CK(ggx_cuda_strip_gemv(M.m[l % COPIES], x, y, st));
+        },
+        9);
+    const double us_layer = step_ms * 1e3 / LAYERS;
+    std::printf("layer (7 launches): %.2f us, %.2f TB/s (median of 9 graphs of %d layers)\n", us_layer,
+                layer_bytes / (us_layer * 1e-6) / 1e12, LAYERS);
+    for (Mat & M : mats) {
+        const double ms = time_graph(
+            [&] {
+                for (int l = 0; l < LAYERS; l++) CK(ggx_cuda_strip_gemv(M.m[l % COPIES], x, y, st));
+            },
+            9);
+        const double us = ms * 1e3 / LAYERS;
+        std::printf("  %-4s %5d x %5d: %6.2f us per call, %5.2f TB/s\n", M.name, M.K, M.N, us, M.bytes / (us * 1e-6) / 1e12);
+    }
+    return 0;
+}
