@@ -71,6 +71,9 @@ struct ggx_backend * ggx_backend_cpu_init(int n_threads);
 void                 ggx_backend_cpu_set_n_threads(struct ggx_backend * be, int n_threads);
 #ifdef GGX_USE_CUDA
 struct ggx_backend * ggx_backend_cuda_init(int device);
+// Decode jobs this CUDA backend has issued as stages of the strip step (GGX_CUDA_STEP=1) since
+// it started, counted when a graph is recorded (not per replay): tests check that the path ran.
+long                 ggx_backend_cuda_strip_stages(struct ggx_backend * be);
 #endif
 
 // Convenience wrappers.

@@ -75,6 +75,9 @@ struct ggx_cuda_ctx {
     int            n_counters = 0;
     bool           pdl = false;              // programmatic dependent launch (sm_90+; GGX_CUDA_NO_PDL=1 off)
     bool           fuse = true;              // decode fusion (GGX_CUDA_NO_FUSE=1 off)
+    bool           strip_step = false;       // one-row jobs as persistent strip steps (GGX_CUDA_STEP=1; strip-plan.cuh)
+    int *          step_counter = nullptr;   // the strip step's grid counter: counters[n_counters], zero between launches
+    long           strip_stages = 0;         // jobs issued as strip-step stages (ggx_backend_cuda_strip_stages)
     bool           prefetch = true;          // decode GEMV warms L2 before its PDL wait (GGX_CUDA_NO_PREFETCH=1 off)
     bool           use_graphs = true;        // GGX_CUDA_NO_GRAPH=1 turns capture off (debugging)
     bool           profile = false;          // GGX_CUDA_PROFILE=1: time every node (eager), print at exit

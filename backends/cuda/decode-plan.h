@@ -47,6 +47,7 @@ struct ggx_cuda_qextra {
     int *  slice_first = nullptr;   // [n_slices + 1]
     int4 * groups = nullptr;        // per group {k0, qrow0, bits, rows} (EXL2 prefill)
     int    n_groups = 0;
+    struct ggx_strip_matrix * strip = nullptr;   // strip-layout copy (strip-plan.cuh), GGX_CUDA_STEP=1 only
 };
 
 #define GGX_QGEMV_MAX_MATS 4

@@ -193,7 +193,7 @@ __device__ __forceinline__ void exl2_piece(const uint32_t * __restrict__ qw, int
 // The 4 column sums of one piece (at most 32 rows of one width, a multiple of its chunk) in fp16
 // pairs: w holds the piece's word rows (one uint4 = the 4 columns' words per row), xh its x as
 // fp16 (ld apart for each of the T rows). Used by the decode GEMV (qgemv.cu) and the strip GEMV
-// (strip-gemv.cu).
+// (strip-step.cu).
 template <int B, int T>
 __device__ __forceinline__ void piece_dot(const uint4 (&w)[8], int rows, const half * xh, int ld, half2 (&acc)[T][4]) {
     constexpr int CR = chunk_shape<B>::rows, CW = chunk_shape<B>::words, NC = 32 / CR, H = CR / 2;

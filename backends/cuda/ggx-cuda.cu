@@ -18,6 +18,8 @@
 #include "qmatrix.cuh"
 #include "rope.cuh"
 #include "softmax.cuh"
+#include "strip-plan.cuh"
+#include "strip-step.h"
 #include "trace.cuh"
 
 #include <algorithm>
@@ -204,6 +206,22 @@ ggx_status compute_x16(ggx_cuda_ctx & ctx, ggx_tensor * node) {
     }
 }
 
+// With GGX_CUDA_STEP=1: the jobs from node i on that can run as one strip step (consecutive jobs,
+// only folded nodes between them, each ggx_cuda_strip_job_ok); their nodes' indices go to *nodes.
+std::vector<const ggx_qgemv_job *> strip_run_at(const ggx_cuda_ctx & ctx, ggx_graph * g, const ggx_cuda_plan & plan, int i,
+                                                std::vector<int> * nodes) {
+    std::vector<const ggx_qgemv_job *> run;
+    if (!ctx.strip_step) return run;
+    for (int j = i; j < ggx_graph_n_nodes(g) && (int)run.size() < GGX_STRIP_MAX_STAGES; j++) {
+        const int act = plan.action[j];
+        if (act == ggx_cuda_plan::SKIP) continue;
+        if (act < 0 || !ggx_cuda_strip_job_ok(ctx, plan.jobs[act])) break;
+        run.push_back(&plan.jobs[act]);
+        nodes->push_back(j);
+    }
+    return run;
+}
+
 ggx_status run_nodes(ggx_cuda_ctx & ctx, ggx_graph * g, const ggx_cuda_plan & plan) {
     cudaEvent_t ev[2] = {nullptr, nullptr};
     if (ctx.profile) {
@@ -220,7 +238,11 @@ ggx_status run_nodes(ggx_cuda_ctx & ctx, ggx_graph * g, const ggx_cuda_plan & pl
         if (ctx.profile && n->op != GGX_OP_NONE) (void)cudaEventRecord(ev[0], ctx.stream);
         const int fn = plan.add_norm[i];   // the norm this add computes too
         const ggx_tensor * x16_of = plan.x16_out[fn >= 0 ? fn : i];
-        ggx_status st = act >= 0  ? ggx_cuda_qgemv_run(ctx, plan.jobs[act])
+        std::vector<int> run_at;
+        const std::vector<const ggx_qgemv_job *> run = act >= 0 ? strip_run_at(ctx, g, plan, i, &run_at) : std::vector<const ggx_qgemv_job *>();
+        if (!run.empty()) i = run_at.back();   // the run's last job; the loop goes on after it
+        ggx_status st = !run.empty() ? ggx_cuda_strip_run(ctx, run.data(), (int)run.size())
+                      : act >= 0  ? ggx_cuda_qgemv_run(ctx, plan.jobs[act])
                       : fn >= 0   ? ggx_cuda_op_add_rms_norm(ctx, n, ggx_graph_node(g, fn), x16_of ? (half *)ctx.scratch : nullptr)
                       : x16_of    ? compute_x16(ctx, n)
                                   : compute_node(ctx, n);
@@ -230,7 +252,9 @@ ggx_status run_nodes(ggx_cuda_ctx & ctx, ggx_graph * g, const ggx_cuda_plan & pl
             (void)cudaEventSynchronize(ev[1]);
             float ms = 0;
             (void)cudaEventElapsedTime(&ms, ev[0], ev[1]);
-            prof_entry & e = (*(prof_table *)ctx.prof)[act >= 0 ? job_key(plan.jobs[act]) : prof_key(n)];
+            prof_entry & e = (*(prof_table *)ctx.prof)[!run.empty() ? "strip step x" + std::to_string(run.size())
+                                                       : act >= 0    ? job_key(plan.jobs[act])
+                                                                     : prof_key(n)];
             e.ms += ms;
             e.n++;
         }
@@ -429,6 +453,8 @@ static bool env_flag(const char * name) {
     return v && *v && strcmp(v, "0") != 0;
 }
 
+extern "C" long ggx_backend_cuda_strip_stages(ggx_backend * be) { return be ? ctx_of(be)->strip_stages : 0; }
+
 extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     int n_dev = 0;
     cudaError_t err = cudaGetDeviceCount(&n_dev);
@@ -475,6 +501,7 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->profile = env_flag("GGX_CUDA_PROFILE");
     ctx->pdl = prop.major >= 9 && !env_flag("GGX_CUDA_NO_PDL");
     ctx->fuse = !env_flag("GGX_CUDA_NO_FUSE");
+    ctx->strip_step = env_flag("GGX_CUDA_STEP");
     ctx->prefetch = !env_flag("GGX_CUDA_NO_PREFETCH");
     ggx_cuda_trace_init(*ctx);
     snprintf(ctx->name, sizeof ctx->name, "cuda:%d", device);
@@ -485,8 +512,9 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     };
     if ((err = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)) != cudaSuccess) return fail_init("stream creation", (int)err);
     ctx->n_counters = 1 << 16;
-    if ((err = cudaMalloc(&ctx->counters, ctx->n_counters * sizeof(int))) != cudaSuccess) return fail_init("counter allocation", (int)err);
-    if ((err = cudaMemset(ctx->counters, 0, ctx->n_counters * sizeof(int))) != cudaSuccess) return fail_init("counter reset", (int)err);
+    if ((err = cudaMalloc(&ctx->counters, (ctx->n_counters + 1) * sizeof(int))) != cudaSuccess) return fail_init("counter allocation", (int)err);
+    if ((err = cudaMemset(ctx->counters, 0, (ctx->n_counters + 1) * sizeof(int))) != cudaSuccess) return fail_init("counter reset", (int)err);
+    ctx->step_counter = ctx->counters + ctx->n_counters;
 #if !defined(GGX_NO_BLAS)
     cublasStatus_t bs = cublasCreate(&ctx->cublas);
     if (bs != CUBLAS_STATUS_SUCCESS) return fail_init("cublasCreate", (int)bs);

@@ -1,4 +1,4 @@
-// Times the engine's strip GEMV (backends/cuda/strip-gemv.cu) on llama3-8b-shaped EXL2 layers at
+// Times the engine's strip GEMV (backends/cuda/strip-step.cu) on llama3-8b-shaped EXL2 layers at
 // a chosen bpw: the seven matrices of a layer (q, k, v, o, gate, up, down) as seven launches per
 // layer, 32 layers in one CUDA graph, cycling over enough device copies of the layer that nothing
 // is served from L2. Prints us per layer and the read rate, then each matrix alone.
@@ -8,7 +8,7 @@
 //   nvcc -O3 -std=c++17 -arch=sm_90 -I. -Iinclude -Ibackends/cuda bench/probes/strip-time.cu \
 //        build-dev/libexl2.a -lcublas -o strip-time
 // Run: ./strip-time [BPW] [N_STRIPS]
-#include "backends/cuda/strip-gemv.h"
+#include "backends/cuda/strip-step.h"
 #include "exl2/quant/qlayer.h"
 #include "exl2/quant/strip-layout.h"
 #include "exl2/quant/synthetic.h"
@@ -64,7 +64,7 @@ int main(int argc, char ** argv) {
         const exl2::QLayerHost L = exl2::qlayer_load(st, "w", lo);
         const ggx_qmatrix q = exl2::qlayer_host_view(L);
         const exl2::StripLayout S = exl2::strip_layout_build(q, n_strips);
-        const std::vector<int> deal = exl2::strip_layout_deal(S, GGX_STRIP_GEMV_WARPS);
+        const std::vector<int> deal = exl2::strip_layout_deal(S, GGX_STRIP_WARPS);
         std::vector<ggx_strip_unit> units;
         for (const exl2::StripUnit & u : S.units) units.push_back({u.offset, u.quad, u.slice0, (uint32_t)u.bits | (uint32_t)u.lanes << 8});
         int max_quads = 0;
@@ -94,6 +94,7 @@ int main(int argc, char ** argv) {
     float * x = upload(xh);
     float * y = nullptr;
     CK(cudaMalloc(&y, 14336 * 4));
+    int * counter = upload(std::vector<int>(1, 0));
     cudaStream_t st;
     CK(cudaStreamCreate(&st));
 
@@ -127,7 +128,7 @@ int main(int argc, char ** argv) {
     const double step_ms = time_graph(
         [&] {
             for (int l = 0; l < LAYERS; l++)
-                for (Mat & M : mats) CK(ggx_cuda_strip_gemv(M.m[l % COPIES], x, y, st));
+                for (Mat & M : mats) CK(ggx_cuda_strip_gemv(M.m[l % COPIES], x, y, counter, st));
         },
         9);
     const double us_layer = step_ms * 1e3 / LAYERS;
@@ -136,7 +137,7 @@ int main(int argc, char ** argv) {
     for (Mat & M : mats) {
         const double ms = time_graph(
             [&] {
-                for (int l = 0; l < LAYERS; l++) CK(ggx_cuda_strip_gemv(M.m[l % COPIES], x, y, st));
+                for (int l = 0; l < LAYERS; l++) CK(ggx_cuda_strip_gemv(M.m[l % COPIES], x, y, counter, st));
             },
             9);
         const double us = ms * 1e3 / LAYERS;

@@ -117,6 +117,29 @@ void compare_synthetic(const char * name, double bpw, int layers) {
     compare_models(*cpu, *gpu, name, {1, 1, 3, 1, 8, 2, 1}, 5e-2, plain.get());
 }
 
+// The strip step (GGX_CUDA_STEP=1, backends/cuda/strip-plan.cuh): a layer's o, gate/up and down
+// (and the head) as one persistent launch over a strip-layout copy of the weights. Its sums are
+// the fused GEMV's (x in fp16 after the same power-of-two scaling, fp16 pairs over 32-row
+// slices, the group scale in fp32) added in another order across slices, so against the fused
+// path the bound is compare_models' fused-vs-unfused one (5e-3); against the CPU, 5e-2 as for
+// the fused path on random weights. The backend's stage count proves that the step ran.
+void compare_synthetic_step(const char * name, double bpw, int layers) {
+    ModelParams cpu_p, gpu_p;
+    cpu_p.device = "cpu";
+    gpu_p.device = "cuda:0";
+    SyntheticModel a = synthetic_build(name, bpw, layers, 3);
+    SyntheticModel b = synthetic_build(name, bpw, layers, 3);
+    SyntheticModel c = synthetic_build(name, bpw, layers, 3);
+    auto cpu = Model::load_tensors(std::move(a.st), a.config, cpu_p, "", false);
+    auto fused = Model::load_tensors(std::move(b.st), b.config, gpu_p, "", false);
+    setenv("GGX_CUDA_STEP", "1", 1);   // read when the backend starts
+    auto step = Model::load_tensors(std::move(c.st), c.config, gpu_p, "", false);
+    unsetenv("GGX_CUDA_STEP");
+    compare_models(*cpu, *step, std::string(name) + " (strip step)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, fused.get());
+    // per captured one-token graph: o, gate/up and down of every layer, and the head
+    CHECK(ggx_backend_cuda_strip_stages(step->backend) >= 3 * layers + 1);
+}
+
 }  // namespace
 
 TEST_CASE("cuda: kjv-6m logits match the CPU backend") {
@@ -138,4 +161,11 @@ TEST_CASE("cuda: synthetic llama3.2-1b and qwen2.5-7b slices, decode of 1..8 tok
     REQUIRE_CUDA();
     compare_synthetic("llama3.2-1b", 4.0, 2);
     compare_synthetic("qwen2.5-7b", 3.0, 1);
+}
+
+TEST_CASE("cuda: the strip step (GGX_CUDA_STEP=1) matches the CPU backend and the fused decode path") {
+    REQUIRE_CUDA();
+    compare_synthetic_step("llama3.2-1b", 4.0, 2);
+    compare_synthetic_step("llama3.2-1b", 2.5, 1);   // mixed widths
+    compare_synthetic_step("qwen2.5-7b", 6.0, 1);
 }

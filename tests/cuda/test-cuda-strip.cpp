@@ -1,4 +1,4 @@
-// The strip GEMV (backends/cuda/strip-gemv.h) against a double-precision product with the
+// The strip GEMV (backends/cuda/strip-step.h) against a double-precision product with the
 // reference dequantizer's fp16 weights, on synthetic EXL2 layers of several width mixes, with
 // act-order permutations and strips of uneven width (first passed on the H200 in run 83).
 //
@@ -8,7 +8,7 @@
 // lane, word row or scale moves an output by ~S / sqrt(K), far outside.
 #include "cuda-harness.h"
 
-#include "backends/cuda/strip-gemv.h"
+#include "backends/cuda/strip-step.h"
 #include "exl2/quant/dequant.h"
 #include "exl2/quant/qlayer.h"
 #include "exl2/quant/strip-layout.h"
@@ -52,7 +52,7 @@ TEST_CASE("strip gemv: synthetic EXL2 layers through the strip layout against a 
             std::vector<uint16_t> W((size_t)K * N);
             exl2::qmatrix_dequant(q, GGX_TYPE_EXL2, W.data());
             const exl2::StripLayout S = exl2::strip_layout_build(q, n_strips);
-            const std::vector<int> deal = exl2::strip_layout_deal(S, GGX_STRIP_GEMV_WARPS);
+            const std::vector<int> deal = exl2::strip_layout_deal(S, GGX_STRIP_WARPS);
 
             std::vector<ggx_strip_unit> units;
             for (const exl2::StripUnit & u : S.units) units.push_back({u.offset, u.quad, u.slice0, (uint32_t)u.bits | (uint32_t)u.lanes << 8});
@@ -87,14 +87,15 @@ TEST_CASE("strip gemv: synthetic EXL2 layers through the strip layout against a 
             m.max_quads = max_quads;
             float * xd = upload(xq);
             float * yd = upload(std::vector<float>(S.Np, -12345.0f));
-            REQUIRE(ggx_cuda_strip_gemv(m, xd, yd, nullptr) == cudaSuccess);
+            int * counter = upload(std::vector<int>(1, 0));
+            REQUIRE(ggx_cuda_strip_gemv(m, xd, yd, counter, nullptr) == cudaSuccess);
             REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
             std::vector<float> y(S.Np);
             REQUIRE(cudaMemcpy(y.data(), yd, S.Np * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
             y.resize(N);
             check_bound(y, ref, bound, std::string("strip gemv ") + lay);
             for (const void * p : {(const void *)m.words, (const void *)m.units, (const void *)m.deal, (const void *)m.scales,
-                                   (const void *)m.slice_group, (const void *)xd, (const void *)yd})
+                                   (const void *)m.slice_group, (const void *)xd, (const void *)yd, (const void *)counter})
                 cudaFree((void *)p);
         }
 }

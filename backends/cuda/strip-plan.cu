@@ -1,0 +1,175 @@
+#include "strip-plan.cuh"
+
+#include "strip-step.h"
+
+#include "exl2/error.h"
+#include "exl2/quant/strip-layout.h"
+
+#include <algorithm>
+#include <string>
+
+namespace {
+
+// words[u.offset + i * lanes + l] = q_weight's 16 bytes of quad u.quad in packed row
+// slice_qrow[u.slice0 + l] + i: one block per unit.
+__global__ void k_strip_gather(const uint4 * __restrict__ qw, int quads, const ggx_strip_unit * __restrict__ units,
+                               const int * __restrict__ slice_qrow, uint4 * __restrict__ words) {
+    const ggx_strip_unit u = units[blockIdx.x];
+    const int bits = u.bits_lanes & 255, lanes = u.bits_lanes >> 8;
+    for (int j = threadIdx.x; j < bits * lanes; j += blockDim.x) {
+        const int i = j / lanes, l = j - i * lanes;
+        words[u.offset + j] = qw[(size_t)(slice_qrow[u.slice0 + l] + i) * quads + u.quad];
+    }
+}
+
+__global__ void k_invert_perm(const int32_t * __restrict__ perm, int K, int * __restrict__ inv) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < K) inv[perm[j]] = j;
+}
+
+template <typename T> ggx_status upload(ggx_cuda_ctx & ctx, const std::vector<T> & v, T ** out) {
+    GGX_CUDA_CHECK(cudaMalloc((void **)out, std::max<size_t>(v.size(), 1) * sizeof(T)));
+    GGX_CUDA_CHECK(cudaMemcpyAsync(*out, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, ctx.stream));
+    return GGX_STATUS_OK;
+}
+
+const ggx_strip_matrix * strip_of(const ggx_tensor * w) {
+    const ggx_qmatrix * q = (const ggx_qmatrix *)w->extra;
+    const ggx_cuda_qextra * e = q ? (const ggx_cuda_qextra *)q->backend_extra : nullptr;
+    return e ? e->strip : nullptr;
+}
+
+bool f32_or_null(const ggx_tensor * t) { return !t || t->type == GGX_TYPE_F32; }
+
+size_t stage_smem(int n_mat, int K, int max_quads) { return ((size_t)n_mat * K * 2 + 15) / 16 * 16 + (size_t)n_mat * max_quads * 16; }
+
+}  // namespace
+
+ggx_status ggx_cuda_strip_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std::vector<uint16_t> & groups) {
+    const ggx_qmatrix * q = (const ggx_qmatrix *)t->extra;
+    ggx_cuda_qextra * e = (ggx_cuda_qextra *)q->backend_extra;
+    // the layout is built on the host from the groups and the column scales (downloaded), without
+    // the words, which the device gathers from q_weight itself
+    ggx_qmatrix h = *q;
+    h.groups_host = groups.data();
+    h.q_weight = nullptr;
+    h.q_perm = nullptr;
+    if (!exl2::strip_layout_supported(h)) return GGX_STATUS_OK;
+    std::vector<uint32_t> qs((size_t)q->n_groups * (q->Np / 8));
+    std::vector<uint16_t> qsmax(q->n_groups);
+    GGX_CUDA_CHECK(cudaMemcpyAsync(qs.data(), q->q_scale, qs.size() * 4, cudaMemcpyDeviceToHost, ctx.stream));
+    GGX_CUDA_CHECK(cudaMemcpyAsync(qsmax.data(), q->q_scale_max, qsmax.size() * 2, cudaMemcpyDeviceToHost, ctx.stream));
+    GGX_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    h.q_scale = qs.data();
+    h.q_scale_max = qsmax.data();
+    exl2::StripLayout L;
+    std::vector<int> deal;
+    try {
+        L = exl2::strip_layout_build(h, std::min(ctx.n_sm, q->Np / 4), false);
+        deal = exl2::strip_layout_deal(L, GGX_STRIP_WARPS);
+    } catch (const exl2::Error & err) {
+        ggx_set_error("cuda: %s: %s", t->name, err.what());
+        return GGX_STATUS_FAILED;
+    }
+    std::vector<ggx_strip_unit> units;
+    units.reserve(L.units.size());
+    for (const exl2::StripUnit & u : L.units) units.push_back({u.offset, u.quad, u.slice0, (uint32_t)u.bits | (uint32_t)u.lanes << 8});
+    int max_quads = 0;
+    for (int s = 0; s < L.n_strips; s++) max_quads = std::max(max_quads, L.strip_quad0[s + 1] - L.strip_quad0[s]);
+
+    ggx_strip_matrix * m = new ggx_strip_matrix();
+    e->strip = m;
+    m->K = q->K;
+    m->Np = q->Np;
+    m->n_strips = L.n_strips;
+    m->max_quads = max_quads;
+    ggx_strip_unit * d_units = nullptr;
+    int * d_deal = nullptr, * d_sg = nullptr, * d_qrow = nullptr;
+    uint16_t * d_scales = nullptr;
+    GGX_RETURN_IF_ERR(upload(ctx, units, &d_units));
+    m->units = d_units;
+    GGX_RETURN_IF_ERR(upload(ctx, deal, &d_deal));
+    m->deal = d_deal;
+    GGX_RETURN_IF_ERR(upload(ctx, L.scales, &d_scales));
+    m->scales = d_scales;
+    GGX_RETURN_IF_ERR(upload(ctx, L.slice_group, &d_sg));
+    m->slice_group = d_sg;
+    uint4 * words = nullptr;
+    GGX_CUDA_CHECK(cudaMalloc((void **)&words, (size_t)q->qrows * q->Np * 4));
+    m->words = words;
+    GGX_RETURN_IF_ERR(upload(ctx, L.slice_qrow, &d_qrow));
+    k_strip_gather<<<(unsigned)units.size(), 256, 0, ctx.stream>>>((const uint4 *)q->q_weight, q->Np / 4, d_units, d_qrow, words);
+    GGX_CUDA_LAUNCH_CHECK();
+    if (q->q_perm) {
+        int * inv = nullptr;
+        GGX_CUDA_CHECK(cudaMalloc((void **)&inv, (size_t)q->K * sizeof(int)));
+        m->inv_perm = inv;
+        k_invert_perm<<<ggx_cuda_blocks(q->K, 256), 256, 0, ctx.stream>>>(q->q_perm, q->K, inv);
+        GGX_CUDA_LAUNCH_CHECK();
+    }
+    GGX_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));   // host vectors die here
+    (void)cudaFree(d_qrow);
+    return GGX_STATUS_OK;
+}
+
+void ggx_cuda_strip_release(ggx_cuda_qextra * e) {
+    ggx_strip_matrix * m = e->strip;
+    if (!m) return;
+    for (const void * p : {(const void *)m->words, (const void *)m->units, (const void *)m->deal, (const void *)m->scales,
+                           (const void *)m->slice_group, (const void *)m->inv_perm})
+        (void)cudaFree((void *)p);
+    delete m;
+    e->strip = nullptr;
+}
+
+bool ggx_cuda_strip_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
+    if (!ctx.strip_step || job.T != 1 || !f32_or_null(job.x) || !job.x) return false;
+    if (job.norm_w && !ggx_cuda_is_ftype(job.norm_w->type)) return false;
+    const bool glu = job.n_mat == 2 && job.m[0].epi == GGX_QGEMV_GLU && job.m[1].epi == GGX_QGEMV_GLU &&
+                     job.m[0].is_gate != job.m[1].is_gate;
+    if (job.n_mat != 1 && !glu) return false;
+    for (int i = 0; i < job.n_mat; i++) {
+        const ggx_qgemv_job_mat & jm = job.m[i];
+        const ggx_strip_matrix * s = strip_of(jm.w);
+        if (!s || jm.rope || jm.cache || !jm.out || !f32_or_null(jm.out) || !f32_or_null(jm.bias) || !f32_or_null(jm.resid)) return false;
+        if (s->n_strips > ctx.n_sm || s->K != (int)job.x->ne[0]) return false;
+        if (stage_smem(job.n_mat, s->K, s->max_quads) > ctx.smem_optin) return false;
+    }
+    return true;
+}
+
+ggx_status ggx_cuda_strip_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job * const * jobs, int n) {
+    if (n < 1 || n > GGX_STRIP_MAX_STAGES) {
+        ggx_set_error("cuda: strip step of %d stages (1..%d)", n, GGX_STRIP_MAX_STAGES);
+        return GGX_STATUS_FAILED;
+    }
+    ggx_strip_step s = {};
+    s.n_stages = n;
+    s.counter = ctx.step_counter;
+    for (int i = 0; i < n; i++) {
+        const ggx_qgemv_job & job = *jobs[i];
+        ggx_strip_stage & S = s.st[i];
+        const int gate = job.n_mat == 2 && !job.m[0].is_gate ? 1 : 0;   // GLU: the gate first
+        for (int j = 0; j < job.n_mat; j++) {
+            const ggx_qgemv_job_mat & jm = job.m[j == 0 ? gate : 1 - gate];
+            S.m[j] = *strip_of(jm.w);
+            S.bias[j] = jm.bias ? (const float *)jm.bias->data : nullptr;
+        }
+        const ggx_qgemv_job_mat & m0 = job.m[gate];
+        S.n_mat = job.n_mat;
+        S.x = (const float *)job.x->data;
+        S.K = S.m[0].K;
+        S.N = ((const ggx_qmatrix *)m0.w->extra)->N;
+        S.norm = job.norm;
+        S.norm_w = job.norm_w ? job.norm_w->data : nullptr;
+        S.norm_type = job.norm_w ? (int)job.norm_w->type : (int)GGX_TYPE_F32;
+        S.norm_eps = job.norm_eps;
+        S.epi = m0.epi == GGX_QGEMV_GLU ? GGX_STRIP_GLU : m0.epi == GGX_QGEMV_ADD ? GGX_STRIP_ADD : GGX_STRIP_STORE;
+        S.act = job.act;
+        S.y = (float *)m0.out->data;
+        S.resid = m0.resid ? (const float *)m0.resid->data : nullptr;
+    }
+    GGX_CUDA_CHECK(ggx_cuda_strip_step(s, ctx.n_sm, ctx.stream));
+    ctx.strip_stages += n;
+    return GGX_STATUS_OK;
+}

@@ -1,0 +1,23 @@
+// The backend's use of the strip step (strip-step.h), switched on by GGX_CUDA_STEP=1
+// (experimental): EXL2 matrices get a strip-layout copy of their words at load, and runs of
+// consecutive one-row decode jobs without RoPE or cache stores (a layer's o, gate/up and down,
+// then the head) run as one persistent launch instead of one launch per job.
+//
+// The copy doubles the memory of the matrices that get it (the prefill and multi-row paths still
+// read the stored layout), which is why it is not on by default.
+#pragma once
+
+#include "common.cuh"
+#include "decode-plan.h"
+
+// Builds the strip layout of EXL2 tensor t on the device (q_weight already there; `groups` is
+// the host copy of q_groups) and records it in the tensor's ggx_cuda_qextra. A matrix the layout
+// does not take (16-row groups, K not a multiple of 32) is left without one: its jobs keep the
+// ordinary kernels.
+enum ggx_status ggx_cuda_strip_prepare(ggx_cuda_ctx & ctx, struct ggx_tensor * t, const std::vector<uint16_t> & groups);
+void            ggx_cuda_strip_release(ggx_cuda_qextra * e);
+
+// Whether a decode job can be a stage of the strip step.
+bool            ggx_cuda_strip_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job);
+// Runs jobs[0 .. n - 1] (each ggx_cuda_strip_job_ok, consecutive in the plan) as one launch.
+enum ggx_status ggx_cuda_strip_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job * const * jobs, int n);

@@ -1,0 +1,85 @@
+// The strip step: one persistent kernel that runs several one-row EXL2 GEMV stages in a row (a
+// layer's o, gate/up and down, then the head), each block owning a strip of every matrix's
+// columns over the full K (exl2/quant/strip-layout.h), with a grid-wide counter between stages
+// instead of a kernel boundary. No split-K: a block finishes its columns alone and applies the
+// epilogue (store, residual add, gated activation) itself. bench/NOTES-cuda-decode.md ("A step
+// kernel") has the measurements this shape comes from.
+//
+// One block of GGX_STRIP_WARPS warps per strip, one block per SM, all resident (the grid is the
+// SM count at most, one block fits an SM). A stage: wait for every block to finish the previous
+// stage; stage x (RMS-normalised when asked, scaled by a power of two into fp16, written straight
+// into each matrix's quantized row order through its inverse permutation); each warp walks its
+// dealt units (contiguous, by bytes), lane l of a unit multiplying slice slice0 + l of the unit's
+// quad (4 columns) in fp16 pairs (exl2-unpack.cuh's piece_dot), the next unit's words loading
+// while it multiplies, the quad's sums kept in registers until the quad changes; then one warp
+// reduction into shared memory and the owners' epilogue.
+#pragma once
+
+#if defined(GGX_USE_HIP)
+#include "backends/hip/hip-compat.h"
+#else
+#include <cuda_runtime.h>
+#endif
+
+#include <cstddef>
+#include <cstdint>
+
+#define GGX_STRIP_WARPS      16
+#define GGX_STRIP_MAX_STAGES 6
+
+// One unit (exl2::StripUnit's fields): word rows offset .. offset + bits * lanes - 1 (uint4),
+// [bits][lanes].
+struct ggx_strip_unit {
+    uint32_t offset, quad, slice0;
+    uint32_t bits_lanes;   // bits | lanes << 8
+};
+
+// A matrix in the strip layout, in device memory.
+struct ggx_strip_matrix {
+    const uint4 *          words;
+    const ggx_strip_unit * units;
+    const int *            deal;          // [n_strips][GGX_STRIP_WARPS + 1] unit ranges per warp
+    const uint16_t *       scales;        // fp16 [G][Np]
+    const int *            slice_group;   // [K / 32]
+    const int *            inv_perm;      // [K]: x[k] goes to quantized row inv_perm[k]; null: identity
+    int K, Np, n_strips;
+    int max_quads;                        // quads of the widest strip
+};
+
+enum ggx_strip_epi {
+    GGX_STRIP_STORE = 0,   // y = W x (+ bias)
+    GGX_STRIP_ADD   = 1,   // y = resid + W x (+ bias); y may be resid (in place)
+    GGX_STRIP_GLU   = 2,   // y = act(W_0 x + b_0) * (W_1 x + b_1): m[0] is the gate, m[1] the up
+};
+
+// One GEMV stage: one matrix, or the two of a GLU (same N, so the same strips).
+struct ggx_strip_stage {
+    ggx_strip_matrix m[2];
+    const float *    bias[2];    // f32 [N] or null
+    int              n_mat;
+    const float *    x;          // f32 [K], possibly written by an earlier stage
+    int              K, N;
+    const void *     norm_w;     // RMS norm weights {K} (norm_type f32 / f16 / bf16) or null
+    int              norm, norm_type;
+    float            norm_eps;
+    int              epi, act;   // ggx_strip_epi; act: enum ggx_act for GLU
+    float *          y;          // f32 [N]
+    const float *    resid;      // GGX_STRIP_ADD
+};
+
+struct ggx_strip_step {
+    ggx_strip_stage st[GGX_STRIP_MAX_STAGES];
+    int             n_stages;
+    int *           counter;     // zero before the launch; the kernel leaves it zero
+};
+
+// Dynamic shared memory the step needs (x for every matrix of a stage, and its column sums).
+size_t ggx_strip_step_smem(const ggx_strip_step & s);
+
+// Runs the stages on `grid` blocks (at least every stage's n_strips, at most one per SM). The
+// caller checks the shared memory against the device's limit first.
+cudaError_t ggx_cuda_strip_step(const ggx_strip_step & s, int grid, cudaStream_t stream);
+
+// One stage, one matrix, no norm, x already in quantized order (inv_perm ignored): y = W_q xq
+// for the Np columns (tests and bench/probes/strip-time.cu). counter: one int of device memory.
+cudaError_t ggx_cuda_strip_gemv(const ggx_strip_matrix & m, const float * xq, float * y, int * counter, cudaStream_t stream);
