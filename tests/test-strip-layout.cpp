@@ -33,6 +33,11 @@ QLayerHost synth_layer(const char * layout, int K, int N, uint64_t seed) {
 void check_structure(const QLayerHost & Q, const StripLayout & L) {
     const int n_quads = Q.Np / 4, n_slices = Q.K / 32;
     REQUIRE(L.strip_quad0.size() == (size_t)L.n_strips + 1);
+    REQUIRE(L.width_unit0.size() == (size_t)L.n_strips * (GGX_EXL2_N_WIDTHS + 1));
+    for (int s = 0; s < L.n_strips; s++) {
+        CHECK(L.width_unit0[(size_t)s * (GGX_EXL2_N_WIDTHS + 1)] == L.strip_unit0[s]);
+        CHECK(L.width_unit0[(size_t)s * (GGX_EXL2_N_WIDTHS + 1) + GGX_EXL2_N_WIDTHS] == L.strip_unit0[s + 1]);
+    }
     CHECK(L.strip_quad0.front() == 0);
     CHECK(L.strip_quad0.back() == n_quads);
     for (int s = 0; s < L.n_strips; s++) {
@@ -57,6 +62,11 @@ void check_structure(const QLayerHost & Q, const StripLayout & L) {
             CHECK((int)u.quad >= L.strip_quad0[s]);
             CHECK((int)u.quad < L.strip_quad0[s + 1]);
             if (i > L.strip_unit0[s]) CHECK(key(L.units[i - 1]) < key(u));
+            // width_unit0 brackets the unit by its width
+            const int * wu = &L.width_unit0[(size_t)s * (GGX_EXL2_N_WIDTHS + 1)];
+            const int rank = std::get<0>(key(u));
+            CHECK(wu[rank] <= i);
+            CHECK(i < wu[rank + 1]);
             for (int l = 0; l < u.lanes; l++) {
                 const int slice = u.slice0 + l;
                 REQUIRE(slice < n_slices);

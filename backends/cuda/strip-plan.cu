@@ -41,7 +41,9 @@ const ggx_strip_matrix * strip_of(const ggx_tensor * w) {
 
 bool f32_or_null(const ggx_tensor * t) { return !t || t->type == GGX_TYPE_F32; }
 
-size_t stage_smem(int n_mat, int K, int max_quads) { return ((size_t)n_mat * K * 2 + 15) / 16 * 16 + (size_t)n_mat * max_quads * 16; }
+size_t stage_smem(int n_mat, int K, int max_quads) {   // as ggx_strip_step_smem
+    return ((size_t)K * 4 + (size_t)n_mat * K * 2 + 15) / 16 * 16 + (size_t)n_mat * max_quads * 16;
+}
 
 }  // namespace
 
@@ -94,6 +96,9 @@ ggx_status ggx_cuda_strip_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std:
     m->scales = d_scales;
     GGX_RETURN_IF_ERR(upload(ctx, L.slice_group, &d_sg));
     m->slice_group = d_sg;
+    int * d_wu = nullptr;
+    GGX_RETURN_IF_ERR(upload(ctx, L.width_unit0, &d_wu));
+    m->width_unit0 = d_wu;
     uint4 * words = nullptr;
     GGX_CUDA_CHECK(cudaMalloc((void **)&words, (size_t)q->qrows * q->Np * 4));
     m->words = words;
@@ -116,15 +121,17 @@ void ggx_cuda_strip_release(ggx_cuda_qextra * e) {
     ggx_strip_matrix * m = e->strip;
     if (!m) return;
     for (const void * p : {(const void *)m->words, (const void *)m->units, (const void *)m->deal, (const void *)m->scales,
-                           (const void *)m->slice_group, (const void *)m->inv_perm})
+                           (const void *)m->slice_group, (const void *)m->inv_perm, (const void *)m->width_unit0})
         (void)cudaFree((void *)p);
     delete m;
     e->strip = nullptr;
 }
 
 bool ggx_cuda_strip_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
-    if (!ctx.strip_step || job.T != 1 || !f32_or_null(job.x) || !job.x) return false;
-    if (job.norm_w && !ggx_cuda_is_ftype(job.norm_w->type)) return false;
+    if (!ctx.strip_step || job.T != 1 || !job.x || job.x->type != GGX_TYPE_F32 || !ggx_aligned16(job.x->data)) return false;
+    // norm weights are read four at a time
+    if (job.norm_w && (!ggx_cuda_is_ftype(job.norm_w->type) || ((uintptr_t)job.norm_w->data & (job.norm_w->type == GGX_TYPE_F32 ? 15 : 7))))
+        return false;
     const bool glu = job.n_mat == 2 && job.m[0].epi == GGX_QGEMV_GLU && job.m[1].epi == GGX_QGEMV_GLU &&
                      job.m[0].is_gate != job.m[1].is_gate;
     if (job.n_mat != 1 && !glu) return false;

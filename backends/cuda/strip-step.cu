@@ -13,28 +13,12 @@ static_assert(GGX_CUDA_WARP == 32, "a unit is 32 slices, one per lane");
 
 __host__ __device__ inline size_t align16(size_t v) { return (v + 15) & ~(size_t)15; }
 
-// What a lane holds of one unit: its slice's word rows and the slice's group.
-struct unit_regs {
-    uint4 w[8];
-    int   group;
-};
-
 __device__ __forceinline__ ggx_strip_unit load_unit(const ggx_strip_unit * p) {
     const uint4 v = ggx_load_ro((const uint4 *)p);
     return {v.x, v.y, v.z, v.w};
 }
 
-__device__ __forceinline__ void fetch_words(const ggx_strip_matrix & m, const ggx_strip_unit & u, int lane, unit_regs & r) {
-    const int bits = u.bits_lanes & 255, lanes = u.bits_lanes >> 8;
-    if (lane >= lanes) return;
-    const uint4 * p = m.words + u.offset + lane;
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-        if (i < bits) r.w[i] = ggx_load_ro(p + (size_t)i * lanes);
-    r.group = ggx_load_ro(m.slice_group + u.slice0 + lane);
-}
-
-// The lane's slice of unit u: sum over its 32 rows of (q - z) x per column, in fp16 pairs.
+// The lane's slice of one unit: sum over its 32 rows of (q - z) x per column, in fp16 pairs.
 template <int B> __device__ __forceinline__ float4 slice_dot(const uint4 (&w)[8], const half * xs) {
     half2 s[1][4];
 #pragma unroll
@@ -44,66 +28,145 @@ template <int B> __device__ __forceinline__ float4 slice_dot(const uint4 (&w)[8]
                        __low2float(s[0][2]) + __high2float(s[0][2]), __low2float(s[0][3]) + __high2float(s[0][3]));
 }
 
-// One warp's dealt units of matrix m in strip b, summed into colsum[(quad - strip's first quad) * 4 + c].
-// Pipelined one unit deep: unit i + 1's words (and the descriptor of i + 2) load while unit i
-// multiplies; unit i's scales load before its multiply and are applied after it.
-__device__ __forceinline__ void run_units(const ggx_strip_matrix & m, const half * xs, float * colsum, int b, int warp, int lane) {
-    const int * deal = m.deal + (size_t)b * (GGX_STRIP_WARPS + 1);
-    int ui = ggx_load_ro(deal + warp);
-    const int end = ggx_load_ro(deal + warp + 1);
-    if (ui >= end) return;
-    const int q0 = (int)load_unit(m.units + ggx_load_ro(deal)).quad;
-    ggx_strip_unit u = load_unit(m.units + ui);
-    unit_regs A;
-    fetch_words(m, u, lane, A);
-    ggx_strip_unit un = ui + 1 < end ? load_unit(m.units + ui + 1) : u;
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    int cur = (int)u.quad;
-    auto flush = [&]() {
+// A warp's units, their descriptors held one per lane in batches of 32 and broadcast with
+// shuffles, so that no descriptor load stands in front of a unit's word loads.
+struct unit_batch {
+    ggx_strip_unit mine;   // descriptor of unit base + lane
+    int base;
+    __device__ __forceinline__ void load(const ggx_strip_unit * units, int b, int e, int lane) {
+        base = b;
+        if (b + lane < e) mine = load_unit(units + b + lane);
+    }
+    // unit i's descriptor (i in base .. base + 31), in every lane
+    __device__ __forceinline__ ggx_strip_unit get(int i) const {
+        const int src = i - base;
+        return {__shfl_sync(0xffffffffu, mine.offset, src), __shfl_sync(0xffffffffu, mine.quad, src),
+                __shfl_sync(0xffffffffu, mine.slice0, src), __shfl_sync(0xffffffffu, mine.bits_lanes, src)};
+    }
+};
+
+// A warp's running sums of its current quad (registers), added into the block's column sums in
+// shared memory when the quad changes: one warp reduction per quad, not per unit.
+struct quad_sums {
+    float4 acc;
+    int    cur;   // quad the sums belong to
+    int    q0;    // the strip's first quad
+    float * colsum;
+    __device__ __forceinline__ void flush(int lane) {
         const float v = ggx_warp_sum4(acc);
         if (lane % 8 == 0) atomicAdd(colsum + (cur - q0) * 4 + lane / 8, v);
         acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    };
-    for (; ui < end; ui++) {
-        unit_regs B;
-        if (ui + 1 < end) fetch_words(m, un, lane, B);
-        const ggx_strip_unit un2 = ui + 2 < end ? load_unit(m.units + ui + 2) : un;
-        const int bits = u.bits_lanes & 255, lanes = u.bits_lanes >> 8;
-        const bool on = lane < lanes;
-        const uint2 sc = on ? ggx_load_ro((const uint2 *)(m.scales + (size_t)A.group * m.Np + 4 * u.quad)) : make_uint2(0, 0);
-        float4 d = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (on) {
-            const half * x = xs + (u.slice0 + lane) * 32;
-            switch (bits) {
-                case 8: d = slice_dot<8>(A.w, x); break;
-                case 6: d = slice_dot<6>(A.w, x); break;
-                case 5: d = slice_dot<5>(A.w, x); break;
-                case 4: d = slice_dot<4>(A.w, x); break;
-                case 3: d = slice_dot<3>(A.w, x); break;
-                default: d = slice_dot<2>(A.w, x); break;
-            }
-        }
-        if ((int)u.quad != cur) {
-            flush();
-            cur = (int)u.quad;
-        }
-        const float2 s01 = __half22float2(u32_as_half2(sc.x)), s23 = __half22float2(u32_as_half2(sc.y));
-        acc.x += d.x * s01.x;
-        acc.y += d.y * s01.y;
-        acc.z += d.z * s23.x;
-        acc.w += d.w * s23.y;
-        A = B;
-        u = un;
-        un = un2;
     }
-    flush();
+    __device__ __forceinline__ void add(int quad, float4 v, uint2 s, int lane) {
+        if (quad != cur) {   // uniform: the unit is the warp's
+            flush(lane);
+            cur = quad;
+        }
+        const float2 s01 = __half22float2(u32_as_half2(s.x)), s23 = __half22float2(u32_as_half2(s.y));
+        acc.x += v.x * s01.x;
+        acc.y += v.y * s01.y;
+        acc.z += v.z * s23.x;
+        acc.w += v.w * s23.y;
+    }
+};
+
+// Units a .. e - 1 of matrix m, all of width B, D deep: the words of the next D - 1 units load
+// while one multiplies, each unit's scales load one unit ahead. Slots are static register arrays
+// (the loop body is unrolled D times), refilled right after their multiply.
+template <int B, int D>
+__device__ __forceinline__ void run_width(const ggx_strip_matrix & m, const half * xs, int a, int e, int lane, quad_sums & qs) {
+    uint4 w[D][8];
+    int grp[D];
+    uint32_t quad[D], sl[D];   // per slot: the unit's quad, and slice0 | lanes << 24
+    uint2 sc[D];
+    unit_batch batch;
+    batch.load(m.units, a, e, lane);
+    auto fetch = [&](int d, int i) {   // unit i into slot d
+        if (i - batch.base >= 32) batch.load(m.units, i, e, lane);   // uniform: every lane takes the branch
+        const ggx_strip_unit u = batch.get(i);
+        const int lanes = u.bits_lanes >> 8;
+        quad[d] = u.quad;
+        sl[d] = u.slice0 | (uint32_t)lanes << 24;
+        if (lane >= lanes) return;
+        const uint4 * p = m.words + u.offset + lane;
+#pragma unroll
+        for (int r = 0; r < B; r++) w[d][r] = ggx_load_ro(p + (size_t)r * lanes);
+        grp[d] = ggx_load_ro(m.slice_group + u.slice0 + lane);
+    };
+    auto scale = [&](int d) {
+        if (lane < (int)(sl[d] >> 24)) sc[d] = ggx_load_ro((const uint2 *)(m.scales + (size_t)grp[d] * m.Np + 4 * quad[d]));
+    };
+#pragma unroll
+    for (int d = 0; d < D; d++)
+        if (a + d < e) fetch(d, a + d);
+    scale(0);
+    for (int i = a; i < e; i += D) {
+#pragma unroll
+        for (int d = 0; d < D; d++) {
+            if (i + d >= e) break;
+            const int uq = (int)quad[d];
+            if (i + d + 1 < e) scale((d + 1) % D);
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (lane < (int)(sl[d] >> 24)) v = slice_dot<B>(w[d], xs + ((sl[d] & 0xffffffu) + lane) * 32);
+            const uint2 s = sc[d];
+            if (i + d + D < e) fetch(d, i + d + D);
+            qs.add(uq, v, s, lane);
+        }
+    }
 }
 
-__device__ __forceinline__ float load_norm_w(const void * p, int type, int k) {
+// Pipeline depth per width (units in flight per warp). Deeper keeps more bytes in flight, but the
+// 512-thread block allows 128 registers per thread; overridable for measurements.
+#ifndef GGX_STRIP_DEPTH_HI
+#define GGX_STRIP_DEPTH_HI 2   // 8, 6, 5 bits
+#endif
+#ifndef GGX_STRIP_DEPTH_LO
+#define GGX_STRIP_DEPTH_LO 2   // 4, 3, 2 bits
+#endif
+
+// One warp's dealt units of matrix m in strip b, summed into colsum[(quad - strip's first quad) * 4
+// + c]. A strip's units run width by width (m.width_unit0 has where each width starts), so the
+// warp's range splits into at most 6 runs of one width.
+__device__ __forceinline__ void run_units(const ggx_strip_matrix & m, const half * xs, float * colsum, int b, int warp, int lane) {
+    const int * deal = m.deal + (size_t)b * (GGX_STRIP_WARPS + 1);
+    const int u0 = ggx_load_ro(deal + warp), u1 = ggx_load_ro(deal + warp + 1);
+    if (u0 >= u1) return;
+    quad_sums qs;
+    qs.acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    qs.q0 = (int)load_unit(m.units + ggx_load_ro(deal)).quad;
+    qs.cur = (int)load_unit(m.units + u0).quad;
+    qs.colsum = colsum;
+    const int * wu = m.width_unit0 + (size_t)b * (GGX_EXL2_N_WIDTHS + 1);
+#pragma unroll 1
+    for (int r = 0; r < GGX_EXL2_N_WIDTHS; r++) {
+        const int a = max(u0, ggx_load_ro(wu + r)), e = min(u1, ggx_load_ro(wu + r + 1));
+        if (a >= e) continue;
+        switch (r) {   // ggx_exl2_widths order
+            case 0: run_width<8, GGX_STRIP_DEPTH_HI>(m, xs, a, e, lane, qs); break;
+            case 1: run_width<6, GGX_STRIP_DEPTH_HI>(m, xs, a, e, lane, qs); break;
+            case 2: run_width<5, GGX_STRIP_DEPTH_HI>(m, xs, a, e, lane, qs); break;
+            case 3: run_width<4, GGX_STRIP_DEPTH_LO>(m, xs, a, e, lane, qs); break;
+            case 4: run_width<3, GGX_STRIP_DEPTH_LO>(m, xs, a, e, lane, qs); break;
+            default: run_width<2, GGX_STRIP_DEPTH_LO>(m, xs, a, e, lane, qs); break;
+        }
+    }
+    qs.flush(lane);
+}
+
+// Norm weights 4 i .. 4 i + 3 (rows of 16-byte aligned f32, 8-byte aligned f16 / bf16).
+__device__ __forceinline__ float4 load_norm_w4(const void * p, int type, int i) {
     switch (type) {
-        case GGX_TYPE_F16:  return __half2float(((const half *)p)[k]);
-        case GGX_TYPE_BF16: return __bfloat162float(((const nv_bfloat16 *)p)[k]);
-        default:            return ((const float *)p)[k];
+        case GGX_TYPE_F16: {
+            const uint2 u = ggx_load_ro((const uint2 *)p + i);
+            const float2 a = __half22float2(u32_as_half2(u.x)), b = __half22float2(u32_as_half2(u.y));
+            return make_float4(a.x, a.y, b.x, b.y);
+        }
+        case GGX_TYPE_BF16: {
+            const uint2 u = ggx_load_ro((const uint2 *)p + i);
+            return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                               __uint_as_float(u.y & 0xffff0000u));
+        }
+        default: return ggx_load_ro((const float4 *)p + i);
     }
 }
 
@@ -137,30 +200,47 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
             if (si == s.n_stages - 1 && t == 0 && atomicAdd(s.counter, 1) == s.n_stages * (int)gridDim.x - 1)
                 atomicExch(s.counter, 0);   // every block is past its last wait: ready for the next launch
         }
-        half * xs = (half *)smem;                                    // [n_mat][K]
-        float * colsum = (float *)(smem + align16((size_t)S.n_mat * S.K * 2));   // [n_mat][max_quads * 4]
+        float * xw = (float *)smem;                                             // [K] x times the norm weights
+        half * xs = (half *)(smem + (size_t)S.K * 4);                           // [n_mat][K]
+        float * colsum = (float *)(smem + align16((size_t)S.K * 4 + (size_t)S.n_mat * S.K * 2));   // [n_mat][max_quads * 4]
         const int cs_ld = S.m[0].max_quads * 4;
 
-        // x: sum of squares (RMS norm) and max |x w| in one pass, then x w / rms times the power of
-        // two that brings the maximum into [8, 16) (so that 16 products of at most 128 * 16 per
-        // half stay below 32768; see qgemv.cu), inf and nan left unscaled
+        // x: sum of squares (RMS norm) and max |x w| in one pass that keeps x w in shared memory,
+        // then x w / rms times the power of two that brings the maximum into [8, 16) (so that 16
+        // products of at most 128 * 16 per half stay below 32768; see qgemv.cu), inf and nan left
+        // unscaled, in fp16 to each matrix's quantized row order. Four values per load and four
+        // loads in flight per thread: a load per element in a loop put ~2 x K / 512 L2 round
+        // trips in a row in front of every stage (~13 us for K = 14336, run 84).
         float ss = 0.0f, am = 0.0f;
-        for (int k = t; k < S.K; k += NT) {
-            const float v = ggx_load_cg(S.x + k), w = S.norm_w ? load_norm_w(S.norm_w, S.norm_type, k) : 1.0f;
-            ss += v * v;
-            am = fmaxf(am, fabsf(v * w));
+        const int K4 = S.K / 4;
+#pragma unroll 4
+        for (int i = t; i < K4; i += NT) {
+            const float4 v = ggx_load_cg((const float4 *)S.x + i);
+            const float4 w = S.norm_w ? load_norm_w4(S.norm_w, S.norm_type, i) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+            const float4 p = make_float4(v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w);
+            am = fmaxf(am, fmaxf(fmaxf(fabsf(p.x), fabsf(p.y)), fmaxf(fabsf(p.z), fabsf(p.w))));
+            ((float4 *)xw)[i] = p;
         }
         ss = ggx_block_sum(ss, red[0]);
-        am = ggx_block_max(am, red[1]);
+        am = ggx_block_max(am, red[1]);   // (its barriers also publish xw)
         const float rms = S.norm ? rsqrtf(ss / (float)S.K + S.norm_eps) : 1.0f;
         const float amax = am * rms;
         const int field = (__float_as_int(amax) >> 23) & 255;
         const int e = field == 255 ? 0 : max(-120, min(120, 4 - (field - 126)));
         const float xscale = rms * ldexpf(1.0f, e), xunscale = ldexpf(1.0f, -e);
-        for (int k = t; k < S.K; k += NT) {
-            const float w = S.norm_w ? load_norm_w(S.norm_w, S.norm_type, k) : 1.0f;
-            const half v = __float2half_rn(ggx_load_cg(S.x + k) * w * xscale);
-            for (int mi = 0; mi < S.n_mat; mi++) xs[(size_t)mi * S.K + (S.m[mi].inv_perm ? ggx_load_ro(S.m[mi].inv_perm + k) : k)] = v;
+        for (int mi = 0; mi < S.n_mat; mi++) {
+            const int * inv = S.m[mi].inv_perm;
+            half * xm = xs + (size_t)mi * S.K;
+#pragma unroll 4
+            for (int i = t; i < K4; i += NT) {
+                const float4 p = ((const float4 *)xw)[i];
+                const int4 d = inv ? ggx_load_ro((const int4 *)inv + i) : make_int4(4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3);
+                xm[d.x] = __float2half_rn(p.x * xscale);
+                xm[d.y] = __float2half_rn(p.y * xscale);
+                xm[d.z] = __float2half_rn(p.z * xscale);
+                xm[d.w] = __float2half_rn(p.w * xscale);
+            }
         }
         for (int i = t; i < S.n_mat * cs_ld; i += NT) colsum[i] = 0.0f;
         __syncthreads();
@@ -200,7 +280,7 @@ size_t ggx_strip_step_smem(const ggx_strip_step & s) {
     size_t need = 0;
     for (int i = 0; i < s.n_stages; i++) {
         const ggx_strip_stage & S = s.st[i];
-        need = std::max(need, align16((size_t)S.n_mat * S.K * 2) + (size_t)S.n_mat * S.m[0].max_quads * 16);
+        need = std::max(need, align16((size_t)S.K * 4 + (size_t)S.n_mat * S.K * 2) + (size_t)S.n_mat * S.m[0].max_quads * 16);
     }
     return need;
 }

@@ -42,6 +42,7 @@ struct ggx_strip_matrix {
     const uint16_t *       scales;        // fp16 [G][Np]
     const int *            slice_group;   // [K / 32]
     const int *            inv_perm;      // [K]: x[k] goes to quantized row inv_perm[k]; null: identity
+    const int *            width_unit0;   // [n_strips][7]: each strip's units of each width (StripLayout::width_unit0)
     int K, Np, n_strips;
     int max_quads;                        // quads of the widest strip
 };

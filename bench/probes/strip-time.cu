@@ -74,6 +74,7 @@ int main(int argc, char ** argv) {
         m.deal = upload(deal);
         m.scales = upload(S.scales);
         m.slice_group = upload(S.slice_group);
+        m.width_unit0 = upload(S.width_unit0);
         m.K = M.K;
         m.Np = S.Np;
         m.n_strips = n_strips;

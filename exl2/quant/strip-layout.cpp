@@ -105,6 +105,13 @@ StripLayout strip_layout_build(const ggx_qmatrix & q, int n_strips, bool copy_wo
                 }
     }
     L.strip_unit0.push_back((int)L.units.size());
+    for (int s = 0; s < n_strips; s++) {
+        int u = L.strip_unit0[s];
+        for (int r = 0; r <= GGX_EXL2_N_WIDTHS; r++) {
+            while (u < L.strip_unit0[s + 1] && width_rank(L.units[u].bits) < r) u++;
+            L.width_unit0.push_back(u);
+        }
+    }
     if ((size_t)off * 4 != (size_t)q.qrows * q.Np) fail("strip layout: %u words placed for %zu", off * 4, (size_t)q.qrows * q.Np);
 
     L.scales.resize((size_t)q.n_groups * q.Np);

@@ -39,6 +39,8 @@ struct StripLayout {
     int K = 0, Np = 0, n_strips = 0;
     std::vector<int>       strip_quad0;   // [n_strips + 1]: strip s owns quads strip_quad0[s] .. [s + 1) - 1
     std::vector<int>       strip_unit0;   // [n_strips + 1]: its units
+    std::vector<int>       width_unit0;   // [n_strips][GGX_EXL2_N_WIDTHS + 1]: strip s's units of width
+                                          // ggx_exl2_widths[r] are width_unit0[s][r] .. [s][r + 1] - 1
     std::vector<StripUnit> units;
     std::vector<uint32_t>  words;         // 4 words (one uint4) per quad, word row and slice (empty
                                           // when built without them)

@@ -81,6 +81,7 @@ TEST_CASE("strip gemv: synthetic EXL2 layers through the strip layout against a 
             m.deal = upload(deal);
             m.scales = upload(S.scales);
             m.slice_group = upload(S.slice_group);
+            m.width_unit0 = upload(S.width_unit0);
             m.K = K;
             m.Np = S.Np;
             m.n_strips = n_strips;
@@ -95,7 +96,7 @@ TEST_CASE("strip gemv: synthetic EXL2 layers through the strip layout against a 
             y.resize(N);
             check_bound(y, ref, bound, std::string("strip gemv ") + lay);
             for (const void * p : {(const void *)m.words, (const void *)m.units, (const void *)m.deal, (const void *)m.scales,
-                                   (const void *)m.slice_group, (const void *)xd, (const void *)yd, (const void *)counter})
+                                   (const void *)m.slice_group, (const void *)m.width_unit0, (const void *)xd, (const void *)yd, (const void *)counter})
                 cudaFree((void *)p);
         }
 }
