@@ -118,10 +118,10 @@ __device__ __forceinline__ void run_width(const ggx_strip_matrix & m, const half
 // Pipeline depth per width (units in flight per warp). Deeper keeps more bytes in flight, but the
 // 512-thread block allows 128 registers per thread; overridable for measurements.
 #ifndef GGX_STRIP_DEPTH_HI
-#define GGX_STRIP_DEPTH_HI 2   // 8, 6, 5 bits
+#define GGX_STRIP_DEPTH_HI 1   // 8, 6, 5 bits
 #endif
 #ifndef GGX_STRIP_DEPTH_LO
-#define GGX_STRIP_DEPTH_LO 2   // 4, 3, 2 bits
+#define GGX_STRIP_DEPTH_LO 1   // 4, 3, 2 bits
 #endif
 
 // One warp's dealt units of matrix m in strip b, summed into colsum[(quad - strip's first quad) * 4
