@@ -1,6 +1,7 @@
 #include "strip-plan.cuh"
 
 #include "strip-step.h"
+#include "trace.cuh"
 
 #include "exl2/error.h"
 #include "exl2/quant/strip-layout.h"
@@ -176,7 +177,9 @@ ggx_status ggx_cuda_strip_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job * const * 
         S.y = (float *)m0.out->data;
         S.resid = m0.resid ? (const float *)m0.resid->data : nullptr;
     }
-    GGX_CUDA_CHECK(ggx_cuda_strip_step(s, ctx.n_sm, ctx.stream));
+    ggx_trace_dev tr = {};
+    if (ctx.trace) tr = ggx_cuda_trace_launch(ctx, "strip step x" + std::to_string(n));
+    GGX_CUDA_CHECK(ggx_cuda_strip_step(s, ctx.n_sm, ctx.stream, &tr));
     ctx.strip_stages += n;
     return GGX_STATUS_OK;
 }

@@ -3,6 +3,7 @@
 #include "activation.cuh"
 #include "common.cuh"
 #include "exl2-unpack.cuh"
+#include "trace.cuh"
 
 using namespace ggx_exl2_unpack;
 
@@ -79,6 +80,8 @@ __device__ __forceinline__ void run_width(const ggx_strip_matrix & m, const half
     int grp[D];
     uint32_t quad[D], sl[D];   // per slot: the unit's quad, and slice0 | lanes << 24
     uint2 sc[D];
+#pragma unroll
+    for (int d = 0; d < D; d++) sc[d] = make_uint2(0, 0);   // idle lanes add 0 x 0, never 0 x garbage
     unit_batch batch;
     batch.load(m.units, a, e, lane);
     auto fetch = [&](int d, int i) {   // unit i into slot d
@@ -105,7 +108,8 @@ __device__ __forceinline__ void run_width(const ggx_strip_matrix & m, const half
         for (int d = 0; d < D; d++) {
             if (i + d >= e) break;
             const int uq = (int)quad[d];
-            if (i + d + 1 < e) scale((d + 1) % D);
+            if (D == 1) scale(0);                      // one slot: this unit's scales now
+            else if (i + d + 1 < e) scale((d + 1) % D);   // the next unit's, in the next slot
             float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if (lane < (int)(sl[d] >> 24)) v = slice_dot<B>(w[d], xs + ((sl[d] & 0xffffffu) + lane) * 32);
             const uint2 s = sc[d];
@@ -189,9 +193,12 @@ __device__ __forceinline__ void grid_wait(int * counter, int target) {
     __syncthreads();
 }
 
-__global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ ggx_strip_step s) {
+__global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ ggx_strip_step s, const ggx_trace_dev tr) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float red[2][GGX_CUDA_WARP];
+    __shared__ int trace_slot;
+    ggx_trace_begin(tr, &trace_slot);
+    ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_WAITED);   // (no PDL wait: launched plainly)
     const int b = blockIdx.x, t = threadIdx.x, lane = t % GGX_CUDA_WARP, warp = t / GGX_CUDA_WARP;
     for (int si = 0; si < s.n_stages; si++) {
         const ggx_strip_stage & S = s.st[si];
@@ -244,10 +251,12 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
         }
         for (int i = t; i < S.n_mat * cs_ld; i += NT) colsum[i] = 0.0f;
         __syncthreads();
+        if (si == 0) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_LOOP);
 
         if (b < S.m[0].n_strips) {
             for (int mi = 0; mi < S.n_mat; mi++) run_units(S.m[mi], xs + (size_t)mi * S.K, colsum + mi * cs_ld, b, warp, lane);
             __syncthreads();
+            if (si == 0) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_LOOP_END);
             // the owners' epilogue: the strip's first unit holds its first quad, its last unit its
             // last (units run width by width, each width over all of the strip's quads)
             const ggx_strip_matrix & M = S.m[0];
@@ -269,9 +278,11 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
                 }
             }
         }
+        if (si < 3) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_A + si);   // stage ends (first three)
         if (si + 1 < s.n_stages) grid_arrive(s.counter);
         else __syncthreads();   // (shared memory is reused by nothing after the last stage)
     }
+    ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_EXIT);
 }
 
 }  // namespace
@@ -285,11 +296,11 @@ size_t ggx_strip_step_smem(const ggx_strip_step & s) {
     return need;
 }
 
-cudaError_t ggx_cuda_strip_step(const ggx_strip_step & s, int grid, cudaStream_t stream) {
+cudaError_t ggx_cuda_strip_step(const ggx_strip_step & s, int grid, cudaStream_t stream, const ggx_trace_dev * trace) {
     const size_t smem = ggx_strip_step_smem(s);
     cudaError_t err = cudaFuncSetAttribute(k_strip_step, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess) return err;
-    k_strip_step<<<grid, NT, smem, stream>>>(s);
+    k_strip_step<<<grid, NT, smem, stream>>>(s, trace ? *trace : ggx_trace_dev{});
     return cudaGetLastError();
 }
 

@@ -77,9 +77,13 @@ struct ggx_strip_step {
 // Dynamic shared memory the step needs (x for every matrix of a stage, and its column sums).
 size_t ggx_strip_step_smem(const ggx_strip_step & s);
 
+struct ggx_trace_dev;   // trace.cuh (GGX_CUDA_TRACE)
+
 // Runs the stages on `grid` blocks (at least every stage's n_strips, at most one per SM). The
-// caller checks the shared memory against the device's limit first.
-cudaError_t ggx_cuda_strip_step(const ggx_strip_step & s, int grid, cudaStream_t stream);
+// caller checks the shared memory against the device's limit first. trace: null, or where the
+// backend's in-graph timeline records this launch (entry, stage 0's loop, the first three stage
+// ends as points A, B, C, exit).
+cudaError_t ggx_cuda_strip_step(const ggx_strip_step & s, int grid, cudaStream_t stream, const ggx_trace_dev * trace = nullptr);
 
 // One stage, one matrix, no norm, x already in quantized order (inv_perm ignored): y = W_q xq
 // for the Np columns (tests and bench/probes/strip-time.cu). counter: one int of device memory.
