@@ -3,8 +3,7 @@
 #include "strip-step.h"
 #include "trace.cuh"
 
-#include "exl2/error.h"
-#include "exl2/quant/strip-layout.h"
+#include "ggx/ggx-strip-layout.h"
 
 #include <algorithm>
 #include <string>
@@ -57,7 +56,7 @@ ggx_status ggx_cuda_strip_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std:
     h.groups_host = groups.data();
     h.q_weight = nullptr;
     h.q_perm = nullptr;
-    if (!exl2::strip_layout_supported(h)) return GGX_STATUS_OK;
+    if (!ggx::strip_layout_supported(h)) return GGX_STATUS_OK;
     std::vector<uint32_t> qs((size_t)q->n_groups * (q->Np / 8));
     std::vector<uint16_t> qsmax(q->n_groups);
     GGX_CUDA_CHECK(cudaMemcpyAsync(qs.data(), q->q_scale, qs.size() * 4, cudaMemcpyDeviceToHost, ctx.stream));
@@ -65,18 +64,16 @@ ggx_status ggx_cuda_strip_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std:
     GGX_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     h.q_scale = qs.data();
     h.q_scale_max = qsmax.data();
-    exl2::StripLayout L;
-    std::vector<int> deal;
-    try {
-        L = exl2::strip_layout_build(h, std::min(ctx.n_sm, q->Np / 4), false);
-        deal = exl2::strip_layout_deal(L, GGX_STRIP_WARPS);
-    } catch (const exl2::Error & err) {
-        ggx_set_error("cuda: %s: %s", t->name, err.what());
+    ggx::StripLayout L;
+    std::string why;
+    if (!ggx::strip_layout_build(h, std::min(ctx.n_sm, q->Np / 4), false, &L, &why)) {
+        ggx_set_error("cuda: %s: strip layout: %s", t->name, why.c_str());
         return GGX_STATUS_FAILED;
     }
+    const std::vector<int> deal = ggx::strip_layout_deal(L, GGX_STRIP_WARPS);
     std::vector<ggx_strip_unit> units;
     units.reserve(L.units.size());
-    for (const exl2::StripUnit & u : L.units) units.push_back({u.offset, u.quad, u.slice0, (uint32_t)u.bits | (uint32_t)u.lanes << 8});
+    for (const ggx::StripUnit & u : L.units) units.push_back({u.offset, u.quad, u.slice0, (uint32_t)u.bits | (uint32_t)u.lanes << 8});
     int max_quads = 0;
     for (int s = 0; s < L.n_strips; s++) max_quads = std::max(max_quads, L.strip_quad0[s + 1] - L.strip_quad0[s]);
 

@@ -1,6 +1,6 @@
 // The strip step: one persistent kernel that runs several one-row EXL2 GEMV stages in a row (a
 // layer's o, gate/up and down, then the head), each block owning a strip of every matrix's
-// columns over the full K (exl2/quant/strip-layout.h), with a grid-wide counter between stages
+// columns over the full K (ggx/ggx-strip-layout.h), with a grid-wide counter between stages
 // instead of a kernel boundary. No split-K: a block finishes its columns alone and applies the
 // epilogue (store, residual add, gated activation) itself. bench/NOTES-cuda-decode.md ("A step
 // kernel") has the measurements this shape comes from.
@@ -27,7 +27,7 @@
 #define GGX_STRIP_WARPS      16
 #define GGX_STRIP_MAX_STAGES 6
 
-// One unit (exl2::StripUnit's fields): word rows offset .. offset + bits * lanes - 1 (uint4),
+// One unit (ggx::StripUnit's fields): word rows offset .. offset + bits * lanes - 1 (uint4),
 // [bits][lanes].
 struct ggx_strip_unit {
     uint32_t offset, quad, slice0;

@@ -10,9 +10,9 @@
 // Run: ./strip-time [BPW] [N_STRIPS]
 #include "backends/cuda/strip-step.h"
 #include "exl2/quant/qlayer.h"
-#include "exl2/quant/strip-layout.h"
 #include "exl2/quant/synthetic.h"
 #include "exl2/safetensors.h"
+#include "ggx/ggx-strip-layout.h"
 
 #include <algorithm>
 #include <chrono>
@@ -63,10 +63,15 @@ int main(int argc, char ** argv) {
         lo.N = M.N;
         const exl2::QLayerHost L = exl2::qlayer_load(st, "w", lo);
         const ggx_qmatrix q = exl2::qlayer_host_view(L);
-        const exl2::StripLayout S = exl2::strip_layout_build(q, n_strips);
-        const std::vector<int> deal = exl2::strip_layout_deal(S, GGX_STRIP_WARPS);
+        ggx::StripLayout S;
+        std::string why;
+        if (!ggx::strip_layout_build(q, n_strips, true, &S, &why)) {
+            std::fprintf(stderr, "strip-time: %s: %s\n", M.name, why.c_str());
+            return 1;
+        }
+        const std::vector<int> deal = ggx::strip_layout_deal(S, GGX_STRIP_WARPS);
         std::vector<ggx_strip_unit> units;
-        for (const exl2::StripUnit & u : S.units) units.push_back({u.offset, u.quad, u.slice0, (uint32_t)u.bits | (uint32_t)u.lanes << 8});
+        for (const ggx::StripUnit & u : S.units) units.push_back({u.offset, u.quad, u.slice0, (uint32_t)u.bits | (uint32_t)u.lanes << 8});
         int max_quads = 0;
         for (int s = 0; s < n_strips; s++) max_quads = std::max(max_quads, S.strip_quad0[s + 1] - S.strip_quad0[s]);
         ggx_strip_matrix m = {};

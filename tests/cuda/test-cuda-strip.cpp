@@ -11,9 +11,9 @@
 #include "backends/cuda/strip-step.h"
 #include "exl2/quant/dequant.h"
 #include "exl2/quant/qlayer.h"
-#include "exl2/quant/strip-layout.h"
 #include "exl2/quant/synthetic.h"
 #include "exl2/safetensors.h"
+#include "ggx/ggx-strip-layout.h"
 
 #include <algorithm>
 
@@ -51,11 +51,13 @@ TEST_CASE("strip gemv: synthetic EXL2 layers through the strip layout against a 
             const ggx_qmatrix q = exl2::qlayer_host_view(L);
             std::vector<uint16_t> W((size_t)K * N);
             exl2::qmatrix_dequant(q, GGX_TYPE_EXL2, W.data());
-            const exl2::StripLayout S = exl2::strip_layout_build(q, n_strips);
-            const std::vector<int> deal = exl2::strip_layout_deal(S, GGX_STRIP_WARPS);
+            ggx::StripLayout S;
+            std::string why;
+            REQUIRE_MESSAGE(ggx::strip_layout_build(q, n_strips, true, &S, &why), why);
+            const std::vector<int> deal = ggx::strip_layout_deal(S, GGX_STRIP_WARPS);
 
             std::vector<ggx_strip_unit> units;
-            for (const exl2::StripUnit & u : S.units) units.push_back({u.offset, u.quad, u.slice0, (uint32_t)u.bits | (uint32_t)u.lanes << 8});
+            for (const ggx::StripUnit & u : S.units) units.push_back({u.offset, u.quad, u.slice0, (uint32_t)u.bits | (uint32_t)u.lanes << 8});
             int max_quads = 0;
             for (int s = 0; s < n_strips; s++) max_quads = std::max(max_quads, S.strip_quad0[s + 1] - S.strip_quad0[s]);
 

@@ -1,7 +1,7 @@
-// The strip layout of an EXL2 matrix: the weight order a persistent decode-step kernel streams
-// (bench/NOTES-cuda-decode.md, "A step kernel"). Host code only, so that it is tested without a
-// GPU. backends/cuda/strip-gemv.cu reads it (not yet run on a GPU); the step kernel is not
-// written yet.
+// The strip layout of an EXL2 matrix: the weight order the CUDA backend's strip step streams
+// (backends/cuda/strip-step.h; bench/NOTES-cuda-decode.md, "A step kernel"). Host code, so that it
+// is tested without a GPU; it lives in ggx because a backend builds it from the ggx_qmatrix it is
+// given (ggx never includes exl2: the fp16 scale below restates the format's formula).
 //
 // Each of n_strips blocks owns a strip of whole quads (4 adjacent columns) over the full K, so
 // that it finishes its outputs alone. Inside a strip the codes are regrouped into work units: a
@@ -19,13 +19,13 @@
 // fp16 scales ~1.7 (runs 79-81 of bench/RESULTS.md).
 #pragma once
 
-#include "ggx/ggx-qmatrix.h"
+#include "ggx-qmatrix.h"
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace exl2 {
+namespace ggx {
 
 struct StripUnit {
     uint32_t offset;   // first uint4 of the unit in StripLayout::words (as uint4 index)
@@ -57,27 +57,22 @@ struct StripLayout {
 // valid EXL2 but split a slice between two scales; the converter never writes them).
 bool strip_layout_supported(const ggx_qmatrix & q, std::string * why = nullptr);
 
-// Builds the layout from an EXL2 matrix in host memory (e.g. qlayer_host_view()), with the quads
-// dealt to n_strips strips as evenly as possible (the first Np / 4 % n_strips strips take one
-// more). Throws exl2::Error when the matrix is not supported or n_strips is not in 1 .. Np / 4.
-// The words are copied only when copy_words: on the host that runs at ~320 MB/s (91 ms for a
-// 4096 x 14336 4-bit matrix), ~12 s for an 8B model, far over the 3 s load budget, so a loader
-// builds the units here and gathers the words on the GPU from slice_qrow (a copy at memory
-// speed). Without the words the build still takes ~5 ms for that matrix, mostly the fp16 scale
-// expansion (~1 s for an 8B model): a loader should expand the scales on the GPU as well.
-StripLayout strip_layout_build(const ggx_qmatrix & q, int n_strips, bool copy_words = true);
+// Builds the layout from an EXL2 matrix in host memory (q_scale, q_scale_max and groups_host on
+// the host; q_weight too when copy_words), with the quads dealt to n_strips strips as evenly as
+// possible (the first Np / 4 % n_strips strips take one more). False, with *why, when the matrix
+// is not supported or n_strips is not in 1 .. Np / 4. The words are copied only when copy_words:
+// on the host that runs at ~320 MB/s (91 ms for a 4096 x 14336 4-bit matrix), ~12 s for an 8B
+// model, far over the 3 s load budget, so a backend builds the units here and gathers the words
+// on its device from slice_qrow (a copy at memory speed). Without the words the build still takes
+// ~5 ms for that matrix, mostly the fp16 scale expansion (~1 s for an 8B model).
+bool strip_layout_build(const ggx_qmatrix & q, int n_strips, bool copy_words, StripLayout * out, std::string * why = nullptr);
 
 // The units of each strip dealt to n_warps warps in contiguous runs (a warp's quad sums then stay
 // in registers until its quad changes) of near-equal bytes, so that the warps of a block finish a
 // stage together whatever the width mix (the stage-end barrier was 31% of the step probe's
 // stalls, run 68). Returns [n_strips][n_warps + 1]: warp w of strip s takes units r[s][w] ..
 // r[s][w + 1] - 1 (absolute indices into units); every warp's bytes exceed the strip's mean
-// by at most one unit's. Throws exl2::Error when n_warps < 1.
+// by at most one unit's. Empty when n_warps < 1.
 std::vector<int> strip_layout_deal(const StripLayout & L, int n_warps);
 
-// The fp16 weight of quantized row k, column n, read through the layout alone (units, words,
-// slice groups and scales): what the step kernel computes, for tests. Equals the reference
-// dequantizer's W[q_perm[k]][n] bit for bit.
-uint16_t strip_layout_weight(const StripLayout & L, int k, int n);
-
-}  // namespace exl2
+}  // namespace ggx

@@ -1,13 +1,10 @@
-#include "strip-layout.h"
+#include "ggx-strip-layout.h"
 
-#include "dequant.h"
-#include "exl2-pack.h"
-#include "exl2/error.h"
+#include "fp16.h"
 
 #include <algorithm>
-#include <tuple>
 
-namespace exl2 {
+namespace ggx {
 
 namespace {
 
@@ -37,7 +34,7 @@ bool walk_groups(const ggx_qmatrix & q, bool need_slices, std::vector<GroupSpan>
     for (int g = 0; g < q.n_groups; g++) {
         const int b = q.groups_host[2 * g], r0 = q.groups_host[2 * g + 1];
         const int r1 = g + 1 < q.n_groups ? q.groups_host[2 * g + 3] : q.qrows;
-        if (!exl2_bits_valid(b) || b > prev_bits || r1 <= r0 || (r1 - r0) * 32 % b)
+        if (width_rank(b) < 0 || b > prev_bits || r1 <= r0 || (r1 - r0) * 32 % b)
             return no("group " + std::to_string(g) + " (bits " + std::to_string(b) + ", packed rows " + std::to_string(r0) +
                       ".." + std::to_string(r1) + ") is malformed");
         const int n = (r1 - r0) * 32 / b;
@@ -57,14 +54,17 @@ bool strip_layout_supported(const ggx_qmatrix & q, std::string * why) {
     return walk_groups(q, true, nullptr, why);
 }
 
-StripLayout strip_layout_build(const ggx_qmatrix & q, int n_strips, bool copy_words) {
+bool strip_layout_build(const ggx_qmatrix & q, int n_strips, bool copy_words, StripLayout * out, std::string * why) {
     std::vector<GroupSpan> groups;
-    std::string why;
-    if (!walk_groups(q, true, &groups, &why)) fail("strip layout: %s", why.c_str());
+    if (!walk_groups(q, true, &groups, why)) return false;
     const int n_quads = q.Np / 4, n_slices = q.K / 32;
-    if (n_strips < 1 || n_strips > n_quads) fail("strip layout: %d strips for %d quads", n_strips, n_quads);
+    if (n_strips < 1 || n_strips > n_quads) {
+        if (why) *why = std::to_string(n_strips) + " strips for " + std::to_string(n_quads) + " quads";
+        return false;
+    }
 
-    StripLayout L;
+    StripLayout & L = *out;
+    L = StripLayout();
     L.K = q.K;
     L.Np = q.Np;
     L.n_strips = n_strips;
@@ -112,19 +112,23 @@ StripLayout strip_layout_build(const ggx_qmatrix & q, int n_strips, bool copy_wo
             L.width_unit0.push_back(u);
         }
     }
-    if ((size_t)off * 4 != (size_t)q.qrows * q.Np) fail("strip layout: %u words placed for %zu", off * 4, (size_t)q.qrows * q.Np);
+    if ((size_t)off * 4 != (size_t)q.qrows * q.Np) {   // cannot happen once the groups walked cleanly
+        if (why) *why = "the units hold " + std::to_string((size_t)off * 4) + " words of " + std::to_string((size_t)q.qrows * q.Np);
+        return false;
+    }
 
     L.scales.resize((size_t)q.n_groups * q.Np);
     for (int g = 0; g < q.n_groups; g++)
         for (int n = 0; n < q.Np; n++) {
             const uint32_t c = (q.q_scale[(size_t)g * (q.Np / 8) + n / 8] >> (4 * (n % 8))) & 15;
-            L.scales[(size_t)g * q.Np + n] = exl2_dq_scale(c, q.q_scale_max[g]);
+            // h(h((c + 1)^2) * M'_g), as the reference dequantizer (exl2/quant/dequant.h) rounds it
+            L.scales[(size_t)g * q.Np + n] = ggx_f32_to_f16((float)((c + 1) * (c + 1)) * ggx_f16_to_f32(q.q_scale_max[g]));
         }
-    return L;
+    return true;
 }
 
 std::vector<int> strip_layout_deal(const StripLayout & L, int n_warps) {
-    if (n_warps < 1) fail("strip layout: %d warps to deal units to", n_warps);
+    if (n_warps < 1) return {};
     std::vector<int> r((size_t)L.n_strips * (n_warps + 1));
     for (int s = 0; s < L.n_strips; s++) {
         const int u0 = L.strip_unit0[s], u1 = L.strip_unit0[s + 1];
@@ -147,27 +151,4 @@ std::vector<int> strip_layout_deal(const StripLayout & L, int n_warps) {
     return r;
 }
 
-uint16_t strip_layout_weight(const StripLayout & L, int k, int n) {
-    if (k < 0 || k >= L.K || n < 0 || n >= L.Np) fail("strip layout: weight (%d, %d) outside %d x %d", k, n, L.K, L.Np);
-    if (L.words.empty()) fail("strip layout: built without its words");
-    const int quad = n / 4, slice = k / 32;
-    const int s = (int)(std::upper_bound(L.strip_quad0.begin(), L.strip_quad0.end(), quad) - L.strip_quad0.begin()) - 1;
-    // the strip's units are sorted by (width rank, quad, first slice); the slice's width is its group's
-    const int g = L.slice_group[slice];
-    const StripUnit * u0 = L.units.data() + L.strip_unit0[s], * u1 = L.units.data() + L.strip_unit0[s + 1];
-    const int bits = L.group_bits[g];
-    auto key = [](int bits_, uint32_t q_, uint32_t s_) { return std::make_tuple(width_rank(bits_), q_, s_); };
-    const auto want = key(bits, (uint32_t)quad, (uint32_t)slice);
-    const StripUnit * u = std::upper_bound(u0, u1, want, [&](const std::tuple<int, uint32_t, uint32_t> & w, const StripUnit & x) {
-        return w < key(x.bits, x.quad, x.slice0);
-    }) - 1;
-    if (u < u0 || u->quad != (uint32_t)quad || slice >= (int)(u->slice0 + u->lanes))
-        fail("strip layout: no unit holds row %d of column %d", k, n);
-    // the slice's b words of column n, lanes x 4 words apart, are a packed group of 32 rows
-    const int lane = slice - (int)u->slice0;
-    const uint32_t * slice_words = &L.words[((size_t)u->offset + lane) * 4 + n % 4];
-    const uint32_t v = exl2_extract(slice_words, (int64_t)u->lanes * 4, 0, k % 32, u->bits);
-    return exl2_dq_weight(v, u->bits, L.scales[(size_t)g * L.Np + n]);
-}
-
-}  // namespace exl2
+}  // namespace ggx
