@@ -41,10 +41,6 @@ const ggx_strip_matrix * strip_of(const ggx_tensor * w) {
 
 bool f32_or_null(const ggx_tensor * t) { return !t || t->type == GGX_TYPE_F32; }
 
-size_t stage_smem(int n_mat, int K, int max_quads) {   // as ggx_strip_step_smem
-    return ((size_t)K * 4 + (size_t)n_mat * K * 2 + 15) / 16 * 16 + (size_t)n_mat * max_quads * 16;
-}
-
 }  // namespace
 
 ggx_status ggx_cuda_strip_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std::vector<uint16_t> & groups) {
@@ -138,7 +134,7 @@ bool ggx_cuda_strip_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) 
         const ggx_strip_matrix * s = strip_of(jm.w);
         if (!s || jm.rope || jm.cache || !jm.out || !f32_or_null(jm.out) || !f32_or_null(jm.bias) || !f32_or_null(jm.resid)) return false;
         if (s->n_strips > ctx.n_sm || s->K != (int)job.x->ne[0]) return false;
-        if (stage_smem(job.n_mat, s->K, s->max_quads) > ctx.smem_optin) return false;
+        if (ggx_strip_stage_smem(job.n_mat, s->K, s->max_quads, ctx.strip_ring) > ctx.smem_optin) return false;
     }
     return true;
 }
@@ -150,6 +146,7 @@ ggx_status ggx_cuda_strip_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job * const * 
     }
     ggx_strip_step s = {};
     s.n_stages = n;
+    s.ring = ctx.strip_ring;
     s.counter = ctx.step_counter;
     for (int i = 0; i < n; i++) {
         const ggx_qgemv_job & job = *jobs[i];
@@ -176,7 +173,7 @@ ggx_status ggx_cuda_strip_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job * const * 
     }
     ggx_trace_dev tr = {};
     if (ctx.trace) tr = ggx_cuda_trace_launch(ctx, "strip step x" + std::to_string(n));
-    GGX_CUDA_CHECK(ggx_cuda_strip_step(s, ctx.n_sm, ctx.stream, &tr));
+    GGX_CUDA_CHECK(ggx_cuda_strip_step(s, ctx.n_sm, ctx.stream, ctx.pdl, &tr));
     ctx.strip_stages += n;
     return GGX_STATUS_OK;
 }

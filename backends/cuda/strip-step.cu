@@ -2,6 +2,7 @@
 
 #include "activation.cuh"
 #include "common.cuh"
+#include "async-copy.cuh"
 #include "exl2-unpack.cuh"
 #include "trace.cuh"
 
@@ -128,10 +129,71 @@ __device__ __forceinline__ void run_width(const ggx_strip_matrix & m, const half
 #define GGX_STRIP_DEPTH_LO 1   // 4, 3, 2 bits
 #endif
 
+// The ring form (ggx_strip_step::ring): units a .. e - 1 of width B streamed through this warp's
+// R slots of shared memory with cp.async, R - 1 units in flight while one multiplies, no
+// registers held by the copies (the register form spills past one unit in flight, run 85). A
+// lane copies and later reads only its own slice's words, so no barrier is needed between
+// them. The scales run a step ahead in registers: unit i + 1's load while unit i multiplies.
+constexpr int k_ring_bytes = 8192;   // per warp: R = 16 / B slots of B x 512 bytes
+
+template <int B, int R>
+__device__ __forceinline__ void run_width_ring(const ggx_strip_matrix & m, const half * xs, int a, int e, int lane, quad_sums & qs,
+                                               uint4 * ring) {
+    static_assert(R >= 2 && R * B * 512 <= k_ring_bytes, "ring slots");
+    unit_batch batch;
+    batch.load(m.units, a, e, lane);
+    auto issue = [&](int i) {   // unit i's words into slot i % R; always one commit group
+        if (i < e) {
+            const ggx_strip_unit u = batch.get(i);
+            const int lanes = u.bits_lanes >> 8;
+            const uint4 * p = m.words + u.offset + lane;
+            uint4 * slot = ring + (size_t)(i % R) * B * 32 + lane;
+#pragma unroll
+            for (int r = 0; r < B; r++) ggx_cp_async16(slot + r * 32, p + (size_t)r * lanes, lane < lanes);
+        }
+        ggx_cp_async_commit();
+    };
+    auto group_of = [&](int i) {   // slice group of this lane's slice of unit i (0 past the end)
+        if (i >= e) return 0;
+        const ggx_strip_unit u = batch.get(i);
+        return lane < (int)(u.bits_lanes >> 8) ? ggx_load_ro(m.slice_group + u.slice0 + lane) : 0;
+    };
+    auto scale_of = [&](int i, int g) {
+        if (i >= e) return make_uint2(0, 0);
+        const ggx_strip_unit u = batch.get(i);
+        return lane < (int)(u.bits_lanes >> 8) ? ggx_load_ro((const uint2 *)(m.scales + (size_t)g * m.Np + 4 * u.quad))
+                                               : make_uint2(0, 0);
+    };
+#pragma unroll
+    for (int j = 0; j < R - 1; j++) issue(a + j);
+    uint2 sc = scale_of(a, group_of(a));
+    int g_next = group_of(a + 1);
+    for (int i = a; i < e; i++) {
+        if (i + R + 2 - batch.base > 32) batch.load(m.units, i, e, lane);   // uniform; keeps i .. i + R + 1 in the batch
+        issue(i + R - 1);
+        const uint2 sc_next = scale_of(i + 1, g_next);
+        g_next = group_of(i + 2);
+        ggx_cp_async_wait<R - 1>();   // unit i's group is in
+        const ggx_strip_unit u = batch.get(i);
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (lane < (int)(u.bits_lanes >> 8)) {
+            uint4 w[8];
+            const uint4 * slot = ring + (size_t)(i % R) * B * 32 + lane;
+#pragma unroll
+            for (int r = 0; r < B; r++) w[r] = slot[r * 32];
+            v = slice_dot<B>(w, xs + (u.slice0 + lane) * 32);
+        }
+        qs.add((int)u.quad, v, sc, lane);
+        sc = sc_next;
+    }
+}
+
 // One warp's dealt units of matrix m in strip b, summed into colsum[(quad - strip's first quad) * 4
 // + c]. A strip's units run width by width (m.width_unit0 has where each width starts), so the
 // warp's range splits into at most 6 runs of one width.
-__device__ __forceinline__ void run_units(const ggx_strip_matrix & m, const half * xs, float * colsum, int b, int warp, int lane) {
+template <bool RING>
+__device__ __forceinline__ void run_units(const ggx_strip_matrix & m, const half * xs, float * colsum, int b, int warp, int lane,
+                                          uint4 * ring) {
     const int * deal = m.deal + (size_t)b * (GGX_STRIP_WARPS + 1);
     const int u0 = ggx_load_ro(deal + warp), u1 = ggx_load_ro(deal + warp + 1);
     if (u0 >= u1) return;
@@ -145,13 +207,24 @@ __device__ __forceinline__ void run_units(const ggx_strip_matrix & m, const half
     for (int r = 0; r < GGX_EXL2_N_WIDTHS; r++) {
         const int a = max(u0, ggx_load_ro(wu + r)), e = min(u1, ggx_load_ro(wu + r + 1));
         if (a >= e) continue;
-        switch (r) {   // ggx_exl2_widths order
-            case 0: run_width<8, GGX_STRIP_DEPTH_HI>(m, xs, a, e, lane, qs); break;
-            case 1: run_width<6, GGX_STRIP_DEPTH_HI>(m, xs, a, e, lane, qs); break;
-            case 2: run_width<5, GGX_STRIP_DEPTH_HI>(m, xs, a, e, lane, qs); break;
-            case 3: run_width<4, GGX_STRIP_DEPTH_LO>(m, xs, a, e, lane, qs); break;
-            case 4: run_width<3, GGX_STRIP_DEPTH_LO>(m, xs, a, e, lane, qs); break;
-            default: run_width<2, GGX_STRIP_DEPTH_LO>(m, xs, a, e, lane, qs); break;
+        if constexpr (RING) {
+            switch (r) {   // ggx_exl2_widths order; slots: 16 / B, at least 2
+                case 0: run_width_ring<8, 2>(m, xs, a, e, lane, qs, ring); break;
+                case 1: run_width_ring<6, 2>(m, xs, a, e, lane, qs, ring); break;
+                case 2: run_width_ring<5, 3>(m, xs, a, e, lane, qs, ring); break;
+                case 3: run_width_ring<4, 4>(m, xs, a, e, lane, qs, ring); break;
+                case 4: run_width_ring<3, 5>(m, xs, a, e, lane, qs, ring); break;
+                default: run_width_ring<2, 8>(m, xs, a, e, lane, qs, ring); break;
+            }
+        } else {
+            switch (r) {   // ggx_exl2_widths order
+                case 0: run_width<8, GGX_STRIP_DEPTH_HI>(m, xs, a, e, lane, qs); break;
+                case 1: run_width<6, GGX_STRIP_DEPTH_HI>(m, xs, a, e, lane, qs); break;
+                case 2: run_width<5, GGX_STRIP_DEPTH_HI>(m, xs, a, e, lane, qs); break;
+                case 3: run_width<4, GGX_STRIP_DEPTH_LO>(m, xs, a, e, lane, qs); break;
+                case 4: run_width<3, GGX_STRIP_DEPTH_LO>(m, xs, a, e, lane, qs); break;
+                default: run_width<2, GGX_STRIP_DEPTH_LO>(m, xs, a, e, lane, qs); break;
+            }
         }
     }
     qs.flush(lane);
@@ -193,23 +266,41 @@ __device__ __forceinline__ void grid_wait(int * counter, int target) {
     __syncthreads();
 }
 
+// Shared memory: [region 0][x in fp16 per matrix][column sums]; region 0 holds x w during the
+// staging and then, in the ring form, the warps' rings (max of K x 4 and 16 x k_ring_bytes).
+__host__ __device__ inline size_t region0_bytes(int K, bool ring) {
+    const size_t xw = (size_t)K * 4, rings = ring ? (size_t)GGX_STRIP_WARPS * k_ring_bytes : 0;
+    return align16(xw > rings ? xw : rings);
+}
+
+template <bool RING>
 __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ ggx_strip_step s, const ggx_trace_dev tr) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float red[2][GGX_CUDA_WARP];
     __shared__ int trace_slot;
     ggx_trace_begin(tr, &trace_slot);
-    ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_WAITED);   // (no PDL wait: launched plainly)
+    // Launched with PDL after the attention kernel: this block may start on an SM attention has
+    // left, before attention's results are complete. The grid counter is safe with that: no block
+    // waits for another before stage 0 ends, and attention never waits for this kernel.
+    ggx_pdl_wait();
+    ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_WAITED);
     const int b = blockIdx.x, t = threadIdx.x, lane = t % GGX_CUDA_WARP, warp = t / GGX_CUDA_WARP;
     for (int si = 0; si < s.n_stages; si++) {
         const ggx_strip_stage & S = s.st[si];
+        if (si == 0 && s.n_stages == 1) ggx_pdl_launch_next();
         if (si > 0) {
             grid_wait(s.counter, si * (int)gridDim.x);
+            // every block of this grid is resident now: the next kernel may launch, its blocks
+            // taking the SMs this grid leaves (they wait for its completion before reading)
+            if (si == s.n_stages - 1) ggx_pdl_launch_next();
             if (si == s.n_stages - 1 && t == 0 && atomicAdd(s.counter, 1) == s.n_stages * (int)gridDim.x - 1)
                 atomicExch(s.counter, 0);   // every block is past its last wait: ready for the next launch
         }
-        float * xw = (float *)smem;                                             // [K] x times the norm weights
-        half * xs = (half *)(smem + (size_t)S.K * 4);                           // [n_mat][K]
-        float * colsum = (float *)(smem + align16((size_t)S.K * 4 + (size_t)S.n_mat * S.K * 2));   // [n_mat][max_quads * 4]
+        const size_t r0 = region0_bytes(S.K, RING);
+        float * xw = (float *)smem;                                      // [K] x times the norm weights
+        uint4 * ring = (uint4 *)(smem + (size_t)warp * k_ring_bytes);  // (RING) this warp's slots, after the staging
+        half * xs = (half *)(smem + r0);                                 // [n_mat][K]
+        float * colsum = (float *)(smem + align16(r0 + (size_t)S.n_mat * S.K * 2));   // [n_mat][max_quads * 4]
         const int cs_ld = S.m[0].max_quads * 4;
 
         // x: sum of squares (RMS norm) and max |x w| in one pass that keeps x w in shared memory,
@@ -254,7 +345,7 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
         if (si == 0) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_LOOP);
 
         if (b < S.m[0].n_strips) {
-            for (int mi = 0; mi < S.n_mat; mi++) run_units(S.m[mi], xs + (size_t)mi * S.K, colsum + mi * cs_ld, b, warp, lane);
+            for (int mi = 0; mi < S.n_mat; mi++) run_units<RING>(S.m[mi], xs + (size_t)mi * S.K, colsum + mi * cs_ld, b, warp, lane, ring);
             __syncthreads();
             if (si == 0) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_LOOP_END);
             // the owners' epilogue: the strip's first unit holds its first quad, its last unit its
@@ -287,26 +378,47 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
 
 }  // namespace
 
+size_t ggx_strip_stage_smem(int n_mat, int K, int max_quads, bool ring) {
+    return align16(region0_bytes(K, ring) + (size_t)n_mat * K * 2) + (size_t)n_mat * max_quads * 16;
+}
+
 size_t ggx_strip_step_smem(const ggx_strip_step & s) {
     size_t need = 0;
-    for (int i = 0; i < s.n_stages; i++) {
-        const ggx_strip_stage & S = s.st[i];
-        need = std::max(need, align16((size_t)S.K * 4 + (size_t)S.n_mat * S.K * 2) + (size_t)S.n_mat * S.m[0].max_quads * 16);
-    }
+    for (int i = 0; i < s.n_stages; i++)
+        need = std::max(need, ggx_strip_stage_smem(s.st[i].n_mat, s.st[i].K, s.st[i].m[0].max_quads, s.ring));
     return need;
 }
 
-cudaError_t ggx_cuda_strip_step(const ggx_strip_step & s, int grid, cudaStream_t stream, const ggx_trace_dev * trace) {
+cudaError_t ggx_cuda_strip_step(const ggx_strip_step & s, int grid, cudaStream_t stream, bool pdl, const ggx_trace_dev * trace) {
     const size_t smem = ggx_strip_step_smem(s);
-    cudaError_t err = cudaFuncSetAttribute(k_strip_step, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    void (*kernel)(ggx_strip_step, ggx_trace_dev) = s.ring ? k_strip_step<true> : k_strip_step<false>;
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess) return err;
-    k_strip_step<<<grid, NT, smem, stream>>>(s, trace ? *trace : ggx_trace_dev{});
+    const ggx_trace_dev tr = trace ? *trace : ggx_trace_dev{};
+#if !defined(GGX_USE_HIP)
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(NT);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, s, tr);
+#else
+    (void)pdl;
+    kernel<<<grid, NT, smem, stream>>>(s, tr);
     return cudaGetLastError();
+#endif
 }
 
-cudaError_t ggx_cuda_strip_gemv(const ggx_strip_matrix & m, const float * xq, float * y, int * counter, cudaStream_t stream) {
+cudaError_t ggx_cuda_strip_gemv(const ggx_strip_matrix & m, const float * xq, float * y, int * counter, cudaStream_t stream,
+                                bool ring) {
     ggx_strip_step s = {};
     s.n_stages = 1;
+    s.ring = ring;
     s.counter = counter;
     ggx_strip_stage & S = s.st[0];
     S.m[0] = m;

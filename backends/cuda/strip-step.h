@@ -71,10 +71,13 @@ struct ggx_strip_stage {
 struct ggx_strip_step {
     ggx_strip_stage st[GGX_STRIP_MAX_STAGES];
     int             n_stages;
+    int             ring;        // stream the words through shared memory (cp.async) instead of registers
     int *           counter;     // zero before the launch; the kernel leaves it zero
 };
 
-// Dynamic shared memory the step needs (x for every matrix of a stage, and its column sums).
+// Dynamic shared memory a stage needs (x w in fp32 during the staging, or the warps' rings in
+// the ring form; x in fp16 for every matrix; the column sums), and a whole step (the largest).
+size_t ggx_strip_stage_smem(int n_mat, int K, int max_quads, bool ring);
 size_t ggx_strip_step_smem(const ggx_strip_step & s);
 
 struct ggx_trace_dev;   // trace.cuh (GGX_CUDA_TRACE)
@@ -83,8 +86,12 @@ struct ggx_trace_dev;   // trace.cuh (GGX_CUDA_TRACE)
 // caller checks the shared memory against the device's limit first. trace: null, or where the
 // backend's in-graph timeline records this launch (entry, stage 0's loop, the first three stage
 // ends as points A, B, C, exit).
-cudaError_t ggx_cuda_strip_step(const ggx_strip_step & s, int grid, cudaStream_t stream, const ggx_trace_dev * trace = nullptr);
+// pdl: launch as a programmatic dependent of the previous kernel (sm_90; the kernel waits for it
+// before reading anything, and lets the next kernel launch once its last stage begins).
+cudaError_t ggx_cuda_strip_step(const ggx_strip_step & s, int grid, cudaStream_t stream, bool pdl = false,
+                                const ggx_trace_dev * trace = nullptr);
 
 // One stage, one matrix, no norm, x already in quantized order (inv_perm ignored): y = W_q xq
 // for the Np columns (tests and bench/probes/strip-time.cu). counter: one int of device memory.
-cudaError_t ggx_cuda_strip_gemv(const ggx_strip_matrix & m, const float * xq, float * y, int * counter, cudaStream_t stream);
+cudaError_t ggx_cuda_strip_gemv(const ggx_strip_matrix & m, const float * xq, float * y, int * counter, cudaStream_t stream,
+                                bool ring = false);

@@ -30,16 +30,23 @@ template <typename T> T * upload(const std::vector<T> & v) {
 
 }  // namespace
 
+// Both forms of the loop (registers, shared-memory rings), on a narrow matrix (at most a unit or
+// two per warp) and a wider one (many units per warp, so that the pipelines wrap around: a slot
+// or scale taken from the wrong unit shows there).
 TEST_CASE("strip gemv: synthetic EXL2 layers through the strip layout against a double reference") {
     REQUIRE_CUDA();
     const char * layouts[] = {"4 g128", "8/6/5 g32,128,128 .05/.1/.85", "6/3/2 g32,64,64 .05/.2/.75", "3/2 g64 .1/.9",
                               "5/4 g32 .25/.75"};
     uint64_t seed = 100;
     for (const char * lay : layouts)
-        for (int n_strips : {7, 48}) {
-            const int K = 2048, N = 200;
+        for (const auto & shape : {std::make_pair(2048, 200), std::make_pair(4096, 512)})
+        for (int n_strips : {5, 48})
+        for (bool ring : {false, true}) {
+            const int K = shape.first, N = shape.second;
             CAPTURE(lay);
+            CAPTURE(K);
             CAPTURE(n_strips);
+            CAPTURE(ring);
             exl2::SafeTensors st;
             exl2::SynthExl2Options so;
             so.seed = seed++;
@@ -91,7 +98,7 @@ TEST_CASE("strip gemv: synthetic EXL2 layers through the strip layout against a 
             float * xd = upload(xq);
             float * yd = upload(std::vector<float>(S.Np, -12345.0f));
             int * counter = upload(std::vector<int>(1, 0));
-            REQUIRE(ggx_cuda_strip_gemv(m, xd, yd, counter, nullptr) == cudaSuccess);
+            REQUIRE(ggx_cuda_strip_gemv(m, xd, yd, counter, nullptr, ring) == cudaSuccess);
             REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
             std::vector<float> y(S.Np);
             REQUIRE(cudaMemcpy(y.data(), yd, S.Np * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
