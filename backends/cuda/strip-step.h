@@ -9,10 +9,15 @@
 // SM count at most, one block fits an SM). A stage: wait for every block to finish the previous
 // stage; stage x (RMS-normalised when asked, scaled by a power of two into fp16, written straight
 // into each matrix's quantized row order through its inverse permutation); each warp walks its
-// dealt units (contiguous, by bytes), lane l of a unit multiplying slice slice0 + l of the unit's
-// quad (4 columns) in fp16 pairs (exl2-unpack.cuh's piece_dot), the next unit's words loading
-// while it multiplies, the quad's sums kept in registers until the quad changes; then one warp
-// reduction into shared memory and the owners' epilogue.
+// dealt units (contiguous, by bytes) width run by width run, lane l of a unit multiplying slice
+// slice0 + l of the unit's quad (4 columns) in fp16 pairs (exl2-unpack.cuh's piece_dot), the
+// quad's sums kept in registers until the quad changes; then one warp reduction into shared
+// memory and the owners' epilogue. The words come through registers, one unit in flight per
+// warp (deeper register pipelines spill: bench/NOTES-cuda-decode.md, session 13), or with
+// `ring` through shared-memory rings filled by cp.async. The warps' sums meet in shared memory
+// through float atomics, so the last bits of an output may differ from run to run.
+//
+// Experimental: measured slower than the backend's default decode kernels (runs 87-88).
 #pragma once
 
 #if defined(GGX_USE_HIP)
