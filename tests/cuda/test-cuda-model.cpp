@@ -35,8 +35,9 @@ int argmax(const float * v, int n) { return (int)(std::max_element(v, v + n) - v
 // Runs the same token stream through both models: a prefill with logits for every token, then
 // decode batches of `steps` sizes (1 token: the captured single-token graph; 2..8 tokens: the
 // multi-row GEMV), both following the CPU's greedy choice so that their inputs stay identical.
-// With `plain` (the same model on CUDA with GGX_CUDA_NO_FUSE=1), the fused decode graphs are also
-// checked against unfused ones: both run the same GEMV sums, RoPE and activation code, and differ
+// With `plain` (the same model on CUDA by another path; below, GGX_CUDA_NO_FUSE=1 for the fused
+// path, and the fused path for the strip step), the decode logits are also checked against it.
+// Fused against unfused: both run the same GEMV sums, RoPE and activation code, and differ
 // only in the RMS norm's summation order (a few fp32 ulp of the scale). The GEMV rounds its
 // input to fp16, so such an ulp now and then flips one input's fp16 rounding (2^-11); random
 // weights amplify that through the layers (1.8e-3 of the largest logit at most, measured on
@@ -74,7 +75,7 @@ void compare_models(Model & cpu, Model & gpu, const std::string & what, const st
             CHECK_MESSAGE(e < tol, what << " decode step " << step << " (" << batch.size() << " tokens) row " << t << " rel err " << e);
             if (!pc) continue;
             const double f = rel_err(gc.logits(t), pc->logits(t), V);
-            CHECK_MESSAGE(f < 5e-3, what << " fused vs unfused, decode step " << step << " (" << batch.size() << " tokens) row " << t << " rel err " << f);
+            CHECK_MESSAGE(f < 5e-3, what << " against the other GPU path, decode step " << step << " (" << batch.size() << " tokens) row " << t << " rel err " << f);
         }
         next = argmax(cc.logits(-1), V);
     }
@@ -98,23 +99,34 @@ void compare_model(const std::string & dir) {
     compare_models(*cpu, *gpu, dir, {1, 1, 1, 1, 1, 1, 1, 1});
 }
 
-void compare_synthetic(const char * name, double bpw, int layers) {
+// One synthetic model three times: on the CPU, on CUDA, and on CUDA with the backend switch
+// `env` set (read when the backend starts).
+struct three_models {
+    std::unique_ptr<Model> cpu, gpu, gpu_env;
+};
+three_models load_synthetic(const char * name, double bpw, int layers, const char * env) {
     ModelParams cpu_p, gpu_p;
     cpu_p.device = "cpu";
     gpu_p.device = "cuda:0";
     SyntheticModel a = synthetic_build(name, bpw, layers, 3);
     SyntheticModel b = synthetic_build(name, bpw, layers, 3);
     SyntheticModel c = synthetic_build(name, bpw, layers, 3);
-    auto cpu = Model::load_tensors(std::move(a.st), a.config, cpu_p, "", false);
-    auto gpu = Model::load_tensors(std::move(b.st), b.config, gpu_p, "", false);
-    setenv("GGX_CUDA_NO_FUSE", "1", 1);   // read when the backend starts
-    auto plain = Model::load_tensors(std::move(c.st), c.config, gpu_p, "", false);
-    unsetenv("GGX_CUDA_NO_FUSE");
+    three_models m;
+    m.cpu = Model::load_tensors(std::move(a.st), a.config, cpu_p, "", false);
+    m.gpu = Model::load_tensors(std::move(b.st), b.config, gpu_p, "", false);
+    setenv(env, "1", 1);
+    m.gpu_env = Model::load_tensors(std::move(c.st), c.config, gpu_p, "", false);
+    unsetenv(env);
+    return m;
+}
+
+void compare_synthetic(const char * name, double bpw, int layers) {
+    const three_models m = load_synthetic(name, bpw, layers, "GGX_CUDA_NO_FUSE");
     // Random weights have no structure to damp rounding: the fp16 activations of the GPU (2^-11
     // relative; the prefill's reach the cache, the decode GEMV's its sums) move decode logits
     // by up to ~3.4% of the largest one (measured on the H200), so 5e-2 here. The
     // fused-vs-unfused check (5e-3) is the sharp one.
-    compare_models(*cpu, *gpu, name, {1, 1, 3, 1, 8, 2, 1}, 5e-2, plain.get());
+    compare_models(*m.cpu, *m.gpu, name, {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu_env.get());
 }
 
 // The strip step (GGX_CUDA_STEP=1, backends/cuda/strip-plan.cuh): a layer's o, gate/up and down
@@ -124,20 +136,10 @@ void compare_synthetic(const char * name, double bpw, int layers) {
 // path the bound is compare_models' fused-vs-unfused one (5e-3); against the CPU, 5e-2 as for
 // the fused path on random weights. The backend's stage count proves that the step ran.
 void compare_synthetic_step(const char * name, double bpw, int layers) {
-    ModelParams cpu_p, gpu_p;
-    cpu_p.device = "cpu";
-    gpu_p.device = "cuda:0";
-    SyntheticModel a = synthetic_build(name, bpw, layers, 3);
-    SyntheticModel b = synthetic_build(name, bpw, layers, 3);
-    SyntheticModel c = synthetic_build(name, bpw, layers, 3);
-    auto cpu = Model::load_tensors(std::move(a.st), a.config, cpu_p, "", false);
-    auto fused = Model::load_tensors(std::move(b.st), b.config, gpu_p, "", false);
-    setenv("GGX_CUDA_STEP", "1", 1);   // read when the backend starts
-    auto step = Model::load_tensors(std::move(c.st), c.config, gpu_p, "", false);
-    unsetenv("GGX_CUDA_STEP");
-    compare_models(*cpu, *step, std::string(name) + " (strip step)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, fused.get());
+    const three_models m = load_synthetic(name, bpw, layers, "GGX_CUDA_STEP");
+    compare_models(*m.cpu, *m.gpu_env, std::string(name) + " (strip step)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu.get());
     // per captured one-token graph: o, gate/up and down of every layer, and the head
-    CHECK(ggx_backend_cuda_strip_stages(step->backend) >= 3 * layers + 1);
+    CHECK(ggx_backend_cuda_strip_stages(m.gpu_env->backend) >= 3 * layers + 1);
 }
 
 }  // namespace
