@@ -503,6 +503,7 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->fuse = !env_flag("GGX_CUDA_NO_FUSE");
     ctx->strip_step = env_flag("GGX_CUDA_STEP");
     ctx->strip_ring = env_flag("GGX_CUDA_STEP_RING");
+    ctx->strip_xpad = env_flag("GGX_CUDA_STEP_XPAD");
     ctx->prefetch = !env_flag("GGX_CUDA_NO_PREFETCH");
     ggx_cuda_trace_init(*ctx);
     snprintf(ctx->name, sizeof ctx->name, "cuda:%d", device);

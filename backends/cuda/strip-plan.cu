@@ -134,7 +134,7 @@ bool ggx_cuda_strip_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) 
         const ggx_strip_matrix * s = strip_of(jm.w);
         if (!s || jm.rope || jm.cache || !jm.out || !f32_or_null(jm.out) || !f32_or_null(jm.bias) || !f32_or_null(jm.resid)) return false;
         if (s->n_strips > ctx.n_sm || s->K != (int)job.x->ne[0]) return false;
-        if (ggx_strip_stage_smem(job.n_mat, s->K, s->max_quads, ctx.strip_ring) > ctx.smem_optin) return false;
+        if (ggx_strip_stage_smem(job.n_mat, s->K, s->max_quads, ctx.strip_ring, ctx.strip_xpad) > ctx.smem_optin) return false;
     }
     return true;
 }
@@ -147,6 +147,7 @@ ggx_status ggx_cuda_strip_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job * const * 
     ggx_strip_step s = {};
     s.n_stages = n;
     s.ring = ctx.strip_ring;
+    s.xpad = ctx.strip_xpad;
     s.counter = ctx.step_counter;
     for (int i = 0; i < n; i++) {
         const ggx_qgemv_job & job = *jobs[i];

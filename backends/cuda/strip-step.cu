@@ -76,7 +76,8 @@ struct quad_sums {
 // while one multiplies, each unit's scales load one unit ahead. Slots are static register arrays
 // (the loop body is unrolled D times), refilled right after their multiply.
 template <int B, int D>
-__device__ __forceinline__ void run_width(const ggx_strip_matrix & m, const half * xs, int a, int e, int lane, quad_sums & qs) {
+__device__ __forceinline__ void run_width(const ggx_strip_matrix & m, const half * xs, int xs_ld, int a, int e, int lane,
+                                          quad_sums & qs) {
     uint4 w[D][8];
     int grp[D];
     uint32_t quad[D], sl[D];   // per slot: the unit's quad, and slice0 | lanes << 24
@@ -112,7 +113,7 @@ __device__ __forceinline__ void run_width(const ggx_strip_matrix & m, const half
             if (D == 1) scale(0);                      // one slot: this unit's scales now
             else if (i + d + 1 < e) scale((d + 1) % D);   // the next unit's, in the next slot
             float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (lane < (int)(sl[d] >> 24)) v = slice_dot<B>(w[d], xs + ((sl[d] & 0xffffffu) + lane) * 32);
+            if (lane < (int)(sl[d] >> 24)) v = slice_dot<B>(w[d], xs + ((sl[d] & 0xffffffu) + lane) * xs_ld);
             const uint2 s = sc[d];
             if (i + d + D < e) fetch(d, i + d + D);
             qs.add(uq, v, s, lane);
@@ -137,7 +138,7 @@ __device__ __forceinline__ void run_width(const ggx_strip_matrix & m, const half
 constexpr int k_ring_bytes = 8192;   // per warp: R = 16 / B slots of B x 512 bytes
 
 template <int B, int R>
-__device__ __forceinline__ void run_width_ring(const ggx_strip_matrix & m, const half * xs, int a, int e, int lane, quad_sums & qs,
+__device__ __forceinline__ void run_width_ring(const ggx_strip_matrix & m, const half * xs, int xs_ld, int a, int e, int lane, quad_sums & qs,
                                                uint4 * ring) {
     static_assert(R >= 2 && R * B * 512 <= k_ring_bytes, "ring slots");
     unit_batch batch;
@@ -181,7 +182,7 @@ __device__ __forceinline__ void run_width_ring(const ggx_strip_matrix & m, const
             const uint4 * slot = ring + (size_t)(i % R) * B * 32 + lane;
 #pragma unroll
             for (int r = 0; r < B; r++) w[r] = slot[r * 32];
-            v = slice_dot<B>(w, xs + (u.slice0 + lane) * 32);
+            v = slice_dot<B>(w, xs + (u.slice0 + lane) * xs_ld);
         }
         qs.add((int)u.quad, v, sc, lane);
         sc = sc_next;
@@ -192,7 +193,7 @@ __device__ __forceinline__ void run_width_ring(const ggx_strip_matrix & m, const
 // + c]. A strip's units run width by width (m.width_unit0 has where each width starts), so the
 // warp's range splits into at most 6 runs of one width.
 template <bool RING>
-__device__ __forceinline__ void run_units(const ggx_strip_matrix & m, const half * xs, float * colsum, int b, int warp, int lane,
+__device__ __forceinline__ void run_units(const ggx_strip_matrix & m, const half * xs, int xs_ld, float * colsum, int b, int warp, int lane,
                                           uint4 * ring) {
     const int * deal = m.deal + (size_t)b * (GGX_STRIP_WARPS + 1);
     const int u0 = ggx_load_ro(deal + warp), u1 = ggx_load_ro(deal + warp + 1);
@@ -209,21 +210,21 @@ __device__ __forceinline__ void run_units(const ggx_strip_matrix & m, const half
         if (a >= e) continue;
         if constexpr (RING) {
             switch (r) {   // ggx_exl2_widths order; slots: 16 / B, at least 2
-                case 0: run_width_ring<8, 2>(m, xs, a, e, lane, qs, ring); break;
-                case 1: run_width_ring<6, 2>(m, xs, a, e, lane, qs, ring); break;
-                case 2: run_width_ring<5, 3>(m, xs, a, e, lane, qs, ring); break;
-                case 3: run_width_ring<4, 4>(m, xs, a, e, lane, qs, ring); break;
-                case 4: run_width_ring<3, 5>(m, xs, a, e, lane, qs, ring); break;
-                default: run_width_ring<2, 8>(m, xs, a, e, lane, qs, ring); break;
+                case 0: run_width_ring<8, 2>(m, xs, xs_ld, a, e, lane, qs, ring); break;
+                case 1: run_width_ring<6, 2>(m, xs, xs_ld, a, e, lane, qs, ring); break;
+                case 2: run_width_ring<5, 3>(m, xs, xs_ld, a, e, lane, qs, ring); break;
+                case 3: run_width_ring<4, 4>(m, xs, xs_ld, a, e, lane, qs, ring); break;
+                case 4: run_width_ring<3, 5>(m, xs, xs_ld, a, e, lane, qs, ring); break;
+                default: run_width_ring<2, 8>(m, xs, xs_ld, a, e, lane, qs, ring); break;
             }
         } else {
             switch (r) {   // ggx_exl2_widths order
-                case 0: run_width<8, GGX_STRIP_DEPTH_HI>(m, xs, a, e, lane, qs); break;
-                case 1: run_width<6, GGX_STRIP_DEPTH_HI>(m, xs, a, e, lane, qs); break;
-                case 2: run_width<5, GGX_STRIP_DEPTH_HI>(m, xs, a, e, lane, qs); break;
-                case 3: run_width<4, GGX_STRIP_DEPTH_LO>(m, xs, a, e, lane, qs); break;
-                case 4: run_width<3, GGX_STRIP_DEPTH_LO>(m, xs, a, e, lane, qs); break;
-                default: run_width<2, GGX_STRIP_DEPTH_LO>(m, xs, a, e, lane, qs); break;
+                case 0: run_width<8, GGX_STRIP_DEPTH_HI>(m, xs, xs_ld, a, e, lane, qs); break;
+                case 1: run_width<6, GGX_STRIP_DEPTH_HI>(m, xs, xs_ld, a, e, lane, qs); break;
+                case 2: run_width<5, GGX_STRIP_DEPTH_HI>(m, xs, xs_ld, a, e, lane, qs); break;
+                case 3: run_width<4, GGX_STRIP_DEPTH_LO>(m, xs, xs_ld, a, e, lane, qs); break;
+                case 4: run_width<3, GGX_STRIP_DEPTH_LO>(m, xs, xs_ld, a, e, lane, qs); break;
+                default: run_width<2, GGX_STRIP_DEPTH_LO>(m, xs, xs_ld, a, e, lane, qs); break;
             }
         }
     }
@@ -299,8 +300,10 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
         const size_t r0 = region0_bytes(S.K, RING);
         float * xw = (float *)smem;                                      // [K] x times the norm weights
         uint4 * ring = (uint4 *)(smem + (size_t)warp * k_ring_bytes);  // (RING) this warp's slots, after the staging
-        half * xs = (half *)(smem + r0);                                 // [n_mat][K]
-        float * colsum = (float *)(smem + align16(r0 + (size_t)S.n_mat * S.K * 2));   // [n_mat][max_quads * 4]
+        const int xs_ld = s.xpad ? 40 : 32;                              // halves per 32-row slice of x
+        const size_t xs_n = (size_t)(S.K / 32) * xs_ld;                  // halves of one matrix's x
+        half * xs = (half *)(smem + r0);                                 // [n_mat][K / 32][xs_ld]
+        float * colsum = (float *)(smem + align16(r0 + (size_t)S.n_mat * xs_n * 2));   // [n_mat][max_quads * 4]
         const int cs_ld = S.m[0].max_quads * 4;
 
         // x: sum of squares (RMS norm) and max |x w| in one pass that keeps x w in shared memory,
@@ -329,15 +332,16 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
         const float xscale = rms * ldexpf(1.0f, e), xunscale = ldexpf(1.0f, -e);
         for (int mi = 0; mi < S.n_mat; mi++) {
             const int * inv = S.m[mi].inv_perm;
-            half * xm = xs + (size_t)mi * S.K;
+            half * xm = xs + mi * xs_n;
+            auto at = [&](int k) { return (k >> 5) * xs_ld + (k & 31); };   // quantized row k's place
 #pragma unroll 4
             for (int i = t; i < K4; i += NT) {
                 const float4 p = ((const float4 *)xw)[i];
                 const int4 d = inv ? ggx_load_ro((const int4 *)inv + i) : make_int4(4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3);
-                xm[d.x] = __float2half_rn(p.x * xscale);
-                xm[d.y] = __float2half_rn(p.y * xscale);
-                xm[d.z] = __float2half_rn(p.z * xscale);
-                xm[d.w] = __float2half_rn(p.w * xscale);
+                xm[at(d.x)] = __float2half_rn(p.x * xscale);
+                xm[at(d.y)] = __float2half_rn(p.y * xscale);
+                xm[at(d.z)] = __float2half_rn(p.z * xscale);
+                xm[at(d.w)] = __float2half_rn(p.w * xscale);
             }
         }
         for (int i = t; i < S.n_mat * cs_ld; i += NT) colsum[i] = 0.0f;
@@ -345,7 +349,8 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
         if (si == 0) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_LOOP);
 
         if (b < S.m[0].n_strips) {
-            for (int mi = 0; mi < S.n_mat; mi++) run_units<RING>(S.m[mi], xs + (size_t)mi * S.K, colsum + mi * cs_ld, b, warp, lane, ring);
+            for (int mi = 0; mi < S.n_mat; mi++)
+                run_units<RING>(S.m[mi], xs + mi * xs_n, xs_ld, colsum + mi * cs_ld, b, warp, lane, ring);
             __syncthreads();
             if (si == 0) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_LOOP_END);
             // the owners' epilogue: the strip's first unit holds its first quad, its last unit its
@@ -378,14 +383,15 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
 
 }  // namespace
 
-size_t ggx_strip_stage_smem(int n_mat, int K, int max_quads, bool ring) {
-    return align16(region0_bytes(K, ring) + (size_t)n_mat * K * 2) + (size_t)n_mat * max_quads * 16;
+size_t ggx_strip_stage_smem(int n_mat, int K, int max_quads, bool ring, bool xpad) {
+    const size_t xs_bytes = (size_t)(K / 32) * (xpad ? 40 : 32) * 2;
+    return align16(region0_bytes(K, ring) + (size_t)n_mat * xs_bytes) + (size_t)n_mat * max_quads * 16;
 }
 
 size_t ggx_strip_step_smem(const ggx_strip_step & s) {
     size_t need = 0;
     for (int i = 0; i < s.n_stages; i++)
-        need = std::max(need, ggx_strip_stage_smem(s.st[i].n_mat, s.st[i].K, s.st[i].m[0].max_quads, s.ring));
+        need = std::max(need, ggx_strip_stage_smem(s.st[i].n_mat, s.st[i].K, s.st[i].m[0].max_quads, s.ring, s.xpad));
     return need;
 }
 
@@ -415,10 +421,11 @@ cudaError_t ggx_cuda_strip_step(const ggx_strip_step & s, int grid, cudaStream_t
 }
 
 cudaError_t ggx_cuda_strip_gemv(const ggx_strip_matrix & m, const float * xq, float * y, int * counter, cudaStream_t stream,
-                                bool ring) {
+                                bool ring, bool xpad) {
     ggx_strip_step s = {};
     s.n_stages = 1;
     s.ring = ring;
+    s.xpad = xpad;
     s.counter = counter;
     ggx_strip_stage & S = s.st[0];
     S.m[0] = m;

@@ -77,12 +77,15 @@ struct ggx_strip_step {
     ggx_strip_stage st[GGX_STRIP_MAX_STAGES];
     int             n_stages;
     int             ring;        // stream the words through shared memory (cp.async) instead of registers
+    int             xpad;        // x in shared memory padded to 40 halves per 32-row slice, so that a
+                                 // quarter-warp's 16-byte reads of 8 slices hit distinct banks (at 32:
+                                 // 4-way conflicts); NOT YET RUN ON A GPU (session 13)
     int *           counter;     // zero before the launch; the kernel leaves it zero
 };
 
 // Dynamic shared memory a stage needs (x w in fp32 during the staging, or the warps' rings in
 // the ring form; x in fp16 for every matrix; the column sums), and a whole step (the largest).
-size_t ggx_strip_stage_smem(int n_mat, int K, int max_quads, bool ring);
+size_t ggx_strip_stage_smem(int n_mat, int K, int max_quads, bool ring, bool xpad);
 size_t ggx_strip_step_smem(const ggx_strip_step & s);
 
 struct ggx_trace_dev;   // trace.cuh (GGX_CUDA_TRACE)
@@ -99,4 +102,4 @@ cudaError_t ggx_cuda_strip_step(const ggx_strip_step & s, int grid, cudaStream_t
 // One stage, one matrix, no norm, x already in quantized order (inv_perm ignored): y = W_q xq
 // for the Np columns (tests and bench/probes/strip-time.cu). counter: one int of device memory.
 cudaError_t ggx_cuda_strip_gemv(const ggx_strip_matrix & m, const float * xq, float * y, int * counter, cudaStream_t stream,
-                                bool ring = false);
+                                bool ring = false, bool xpad = false);

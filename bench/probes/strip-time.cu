@@ -7,7 +7,7 @@
 // Build (after make BUILD=build-dev CUDA_ARCH=90 build-dev/libexl2.a):
 //   nvcc -O3 -std=c++17 -arch=sm_90 -I. -Iinclude -Ibackends/cuda bench/probes/strip-time.cu \
 //        build-dev/libexl2.a -lcublas -o strip-time
-// Run: ./strip-time [BPW] [N_STRIPS (0: one per SM)] [ring]
+// Run: ./strip-time [BPW] [N_STRIPS (0: one per SM)] [ring|xpad|ring+xpad]
 #include "backends/cuda/strip-step.h"
 #include "exl2/quant/qlayer.h"
 #include "exl2/quant/synthetic.h"
@@ -47,7 +47,8 @@ struct Mat {
 int main(int argc, char ** argv) {
     const double bpw = argc > 1 ? std::atof(argv[1]) : 4.0;
     const int n_strips_arg = argc > 2 ? std::atoi(argv[2]) : 0;
-    const bool ring = argc > 3 && std::string(argv[3]) == "ring";
+    const std::string form = argc > 3 ? argv[3] : "";
+    const bool ring = form.find("ring") != std::string::npos, xpad = form.find("xpad") != std::string::npos;
     const int COPIES = 16;
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
@@ -95,7 +96,7 @@ int main(int argc, char ** argv) {
     }
     const double setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("strip-time: %s, %d strips, %s, bpw %.2f, %.1f MB per layer (words + fp16 scales), setup %.1f s\n", prop.name,
-                n_strips, ring ? "ring" : "registers", bpw, layer_bytes / 1e6, setup_s);
+                n_strips, form.empty() ? "registers" : form.c_str(), bpw, layer_bytes / 1e6, setup_s);
 
     std::vector<float> xh(14336);
     for (size_t i = 0; i < xh.size(); i++) xh[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
@@ -136,7 +137,7 @@ int main(int argc, char ** argv) {
     const double step_ms = time_graph(
         [&] {
             for (int l = 0; l < LAYERS; l++)
-                for (Mat & M : mats) CK(ggx_cuda_strip_gemv(M.m[l % COPIES], x, y, counter, st, ring));
+                for (Mat & M : mats) CK(ggx_cuda_strip_gemv(M.m[l % COPIES], x, y, counter, st, ring, xpad));
         },
         9);
     const double us_layer = step_ms * 1e3 / LAYERS;
@@ -145,7 +146,7 @@ int main(int argc, char ** argv) {
     for (Mat & M : mats) {
         const double ms = time_graph(
             [&] {
-                for (int l = 0; l < LAYERS; l++) CK(ggx_cuda_strip_gemv(M.m[l % COPIES], x, y, counter, st, ring));
+                for (int l = 0; l < LAYERS; l++) CK(ggx_cuda_strip_gemv(M.m[l % COPIES], x, y, counter, st, ring, xpad));
             },
             9);
         const double us = ms * 1e3 / LAYERS;

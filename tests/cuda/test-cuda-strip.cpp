@@ -41,12 +41,14 @@ TEST_CASE("strip gemv: synthetic EXL2 layers through the strip layout against a 
     for (const char * lay : layouts)
         for (const auto & shape : {std::make_pair(2048, 200), std::make_pair(4096, 512)})
         for (int n_strips : {5, 48})
-        for (bool ring : {false, true}) {
+        for (bool ring : {false, true})
+        for (bool xpad : {false, true}) {
             const int K = shape.first, N = shape.second;
             CAPTURE(lay);
             CAPTURE(K);
             CAPTURE(n_strips);
             CAPTURE(ring);
+            CAPTURE(xpad);
             exl2::SafeTensors st;
             exl2::SynthExl2Options so;
             so.seed = seed++;
@@ -98,7 +100,7 @@ TEST_CASE("strip gemv: synthetic EXL2 layers through the strip layout against a 
             float * xd = upload(xq);
             float * yd = upload(std::vector<float>(S.Np, -12345.0f));
             int * counter = upload(std::vector<int>(1, 0));
-            REQUIRE(ggx_cuda_strip_gemv(m, xd, yd, counter, nullptr, ring) == cudaSuccess);
+            REQUIRE(ggx_cuda_strip_gemv(m, xd, yd, counter, nullptr, ring, xpad) == cudaSuccess);
             REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
             std::vector<float> y(S.Np);
             REQUIRE(cudaMemcpy(y.data(), yd, S.Np * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
