@@ -502,6 +502,11 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->pdl = prop.major >= 9 && !env_flag("GGX_CUDA_NO_PDL");
     ctx->fuse = !env_flag("GGX_CUDA_NO_FUSE");
     ctx->strip_step = env_flag("GGX_CUDA_STEP");
+#if defined(GGX_USE_HIP)
+    // its units are 32 lanes wide, one per slice: not written for 64-wide wavefronts, never run on AMD
+    if (ctx->strip_step) fprintf(stderr, "ggx-cuda: GGX_CUDA_STEP is not available in the HIP build; ignored\n");
+    ctx->strip_step = false;
+#endif
     ctx->strip_ring = env_flag("GGX_CUDA_STEP_RING");
     ctx->strip_xpad = env_flag("GGX_CUDA_STEP_XPAD");
     ctx->prefetch = !env_flag("GGX_CUDA_NO_PREFETCH");
