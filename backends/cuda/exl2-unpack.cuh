@@ -190,6 +190,15 @@ __device__ __forceinline__ void exl2_piece(const uint32_t * __restrict__ qw, int
     }
 }
 
+// The exponent e of the power of two that brings max |x| = amax into [8, 16) before x is rounded
+// to fp16 for piece_dot: 16 products of at most 128 x 16 per half then stay below 32768. amax =
+// f 2^(field - 126) with f in [0.5, 1); zero and subnormal maxima get the largest scale; inf and
+// nan are left unscaled (e = 0).
+__device__ __forceinline__ int x_scale_exponent(float amax) {
+    const int field = (__float_as_int(amax) >> 23) & 255;
+    return field == 255 ? 0 : max(-120, min(120, 4 - (field - 126)));
+}
+
 // The 4 column sums of one piece (at most 32 rows of one width, a multiple of its chunk) in fp16
 // pairs: w holds the piece's word rows (one uint4 = the 4 columns' words per row), xh its x as
 // fp16 (ld apart for each of the T rows). Used by the decode GEMV (qgemv.cu) and the strip GEMV

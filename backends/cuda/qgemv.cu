@@ -362,10 +362,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         float m = 0.0f;
 #pragma unroll
         for (int w = 0; w < NT / GGX_CUDA_WARP; w++) m = fmaxf(m, redmax[t][w]);
-        // m = f * 2^(field - 126) with f in [0.5, 1) (zero and subnormals: the largest scale);
-        // inf and nan are left unscaled
-        const int field = (__float_as_int(m) >> 23) & 255;
-        const int e = field == 255 ? 0 : max(-120, min(120, 4 - (field - 126)));
+        const int e = x_scale_exponent(m);
         xscale[t] = __int_as_float((127 + e) << 23);
         xunscale[t] = __int_as_float((127 - e) << 23);
     }

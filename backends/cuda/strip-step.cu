@@ -307,9 +307,8 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
         const int cs_ld = S.m[0].max_quads * 4;
 
         // x: sum of squares (RMS norm) and max |x w| in one pass that keeps x w in shared memory,
-        // then x w / rms times the power of two that brings the maximum into [8, 16) (so that 16
-        // products of at most 128 * 16 per half stay below 32768; see qgemv.cu), inf and nan left
-        // unscaled, in fp16 to each matrix's quantized row order. Four values per load and four
+        // then x w / rms times the power of two of x_scale_exponent, in fp16 to each matrix's
+        // quantized row order. Four values per load and four
         // loads in flight per thread: a load per element in a loop put ~2 x K / 512 L2 round
         // trips in a row in front of every stage (~13 us for K = 14336, run 84).
         float ss = 0.0f, am = 0.0f;
@@ -326,9 +325,7 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
         ss = ggx_block_sum(ss, red[0]);
         am = ggx_block_max(am, red[1]);   // (its barriers also publish xw)
         const float rms = S.norm ? rsqrtf(ss / (float)S.K + S.norm_eps) : 1.0f;
-        const float amax = am * rms;
-        const int field = (__float_as_int(amax) >> 23) & 255;
-        const int e = field == 255 ? 0 : max(-120, min(120, 4 - (field - 126)));
+        const int e = x_scale_exponent(am * rms);
         const float xscale = rms * ldexpf(1.0f, e), xunscale = ldexpf(1.0f, -e);
         for (int mi = 0; mi < S.n_mat; mi++) {
             const int * inv = S.m[mi].inv_perm;
