@@ -267,11 +267,25 @@ __device__ __forceinline__ void grid_wait(int * counter, int target) {
     __syncthreads();
 }
 
-// Shared memory: [region 0][x in fp16 per matrix][column sums]; region 0 holds x w during the
-// staging and then, in the ring form, the warps' rings (max of K x 4 and 16 x k_ring_bytes).
-__host__ __device__ inline size_t region0_bytes(int K, bool ring) {
+// A stage's shared memory: [region 0][x in fp16 per matrix][column sums]. Region 0 holds x w
+// (fp32) during the staging and then, in the ring form, the warps' rings. x takes xs_ld halves
+// per 32-row slice (40 with xpad). The kernel and ggx_strip_stage_smem both read it from here.
+struct stage_smem {
+    int    xs_ld;
+    size_t xs_n;     // halves of one matrix's x
+    size_t xs;       // byte offsets
+    size_t colsum;
+    size_t total;
+};
+__host__ __device__ inline stage_smem stage_smem_of(int n_mat, int K, int max_quads, bool ring, bool xpad) {
+    stage_smem L;
+    L.xs_ld = xpad ? 40 : 32;
+    L.xs_n = (size_t)(K / 32) * L.xs_ld;
     const size_t xw = (size_t)K * 4, rings = ring ? (size_t)GGX_STRIP_WARPS * k_ring_bytes : 0;
-    return align16(xw > rings ? xw : rings);
+    L.xs = align16(xw > rings ? xw : rings);
+    L.colsum = align16(L.xs + (size_t)n_mat * L.xs_n * 2);
+    L.total = L.colsum + (size_t)n_mat * max_quads * 16;
+    return L;
 }
 
 template <bool RING>
@@ -297,13 +311,13 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
             if (si == s.n_stages - 1 && t == 0 && atomicAdd(s.counter, 1) == s.n_stages * (int)gridDim.x - 1)
                 atomicExch(s.counter, 0);   // every block is past its last wait: ready for the next launch
         }
-        const size_t r0 = region0_bytes(S.K, RING);
+        const stage_smem sl = stage_smem_of(S.n_mat, S.K, S.m[0].max_quads, RING, s.xpad);
+        const int xs_ld = sl.xs_ld;
+        const size_t xs_n = sl.xs_n;
         float * xw = (float *)smem;                                      // [K] x times the norm weights
         uint4 * ring = (uint4 *)(smem + (size_t)warp * k_ring_bytes);  // (RING) this warp's slots, after the staging
-        const int xs_ld = s.xpad ? 40 : 32;                              // halves per 32-row slice of x
-        const size_t xs_n = (size_t)(S.K / 32) * xs_ld;                  // halves of one matrix's x
-        half * xs = (half *)(smem + r0);                                 // [n_mat][K / 32][xs_ld]
-        float * colsum = (float *)(smem + align16(r0 + (size_t)S.n_mat * xs_n * 2));   // [n_mat][max_quads * 4]
+        half * xs = (half *)(smem + sl.xs);                              // [n_mat][K / 32][xs_ld]
+        float * colsum = (float *)(smem + sl.colsum);                    // [n_mat][max_quads * 4]
         const int cs_ld = S.m[0].max_quads * 4;
 
         // x: sum of squares (RMS norm) and max |x w| in one pass that keeps x w in shared memory,
@@ -381,8 +395,7 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
 }  // namespace
 
 size_t ggx_strip_stage_smem(int n_mat, int K, int max_quads, bool ring, bool xpad) {
-    const size_t xs_bytes = (size_t)(K / 32) * (xpad ? 40 : 32) * 2;
-    return align16(region0_bytes(K, ring) + (size_t)n_mat * xs_bytes) + (size_t)n_mat * max_quads * 16;
+    return stage_smem_of(n_mat, K, max_quads, ring, xpad).total;
 }
 
 size_t ggx_strip_step_smem(const ggx_strip_step & s) {
