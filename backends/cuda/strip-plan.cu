@@ -67,18 +67,14 @@ ggx_status ggx_cuda_strip_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std:
         return GGX_STATUS_FAILED;
     }
     const std::vector<int> deal = ggx::strip_layout_deal(L, GGX_STRIP_WARPS);
-    std::vector<ggx_strip_unit> units;
-    units.reserve(L.units.size());
-    for (const ggx::StripUnit & u : L.units) units.push_back({u.offset, u.quad, u.slice0, (uint32_t)u.bits | (uint32_t)u.lanes << 8});
-    int max_quads = 0;
-    for (int s = 0; s < L.n_strips; s++) max_quads = std::max(max_quads, L.strip_quad0[s + 1] - L.strip_quad0[s]);
+    const std::vector<ggx_strip_unit> units = ggx_strip_units(L);
 
     ggx_strip_matrix * m = new ggx_strip_matrix();
     e->strip = m;
     m->K = q->K;
     m->Np = q->Np;
     m->n_strips = L.n_strips;
-    m->max_quads = max_quads;
+    m->max_quads = ggx_strip_max_quads(L);
     ggx_strip_unit * d_units = nullptr;
     int * d_deal = nullptr, * d_sg = nullptr, * d_qrow = nullptr;
     uint16_t * d_scales = nullptr;

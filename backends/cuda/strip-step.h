@@ -26,8 +26,12 @@
 #include <cuda_runtime.h>
 #endif
 
+#include "ggx/ggx-strip-layout.h"
+
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #define GGX_STRIP_WARPS      16
 #define GGX_STRIP_MAX_STAGES 6
@@ -38,6 +42,21 @@ struct ggx_strip_unit {
     uint32_t offset, quad, slice0;
     uint32_t bits_lanes;   // bits | lanes << 8
 };
+
+// The layout's units as the kernel reads them (host side, before the upload).
+inline std::vector<ggx_strip_unit> ggx_strip_units(const ggx::StripLayout & L) {
+    std::vector<ggx_strip_unit> units;
+    units.reserve(L.units.size());
+    for (const ggx::StripUnit & u : L.units) units.push_back({u.offset, u.quad, u.slice0, (uint32_t)u.bits | (uint32_t)u.lanes << 8});
+    return units;
+}
+
+// Quads of the layout's widest strip (ggx_strip_matrix::max_quads).
+inline int ggx_strip_max_quads(const ggx::StripLayout & L) {
+    int q = 0;
+    for (int s = 0; s < L.n_strips; s++) q = std::max(q, L.strip_quad0[s + 1] - L.strip_quad0[s]);
+    return q;
+}
 
 // A matrix in the strip layout, in device memory.
 struct ggx_strip_matrix {

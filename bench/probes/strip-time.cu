@@ -73,12 +73,8 @@ int main(int argc, char ** argv) {
             return 1;
         }
         const std::vector<int> deal = ggx::strip_layout_deal(S, GGX_STRIP_WARPS);
-        std::vector<ggx_strip_unit> units;
-        for (const ggx::StripUnit & u : S.units) units.push_back({u.offset, u.quad, u.slice0, (uint32_t)u.bits | (uint32_t)u.lanes << 8});
-        int max_quads = 0;
-        for (int s = 0; s < n_strips; s++) max_quads = std::max(max_quads, S.strip_quad0[s + 1] - S.strip_quad0[s]);
         ggx_strip_matrix m = {};
-        m.units = upload(units);
+        m.units = upload(ggx_strip_units(S));
         m.deal = upload(deal);
         m.scales = upload(S.scales);
         m.slice_group = upload(S.slice_group);
@@ -86,7 +82,7 @@ int main(int argc, char ** argv) {
         m.K = M.K;
         m.Np = S.Np;
         m.n_strips = n_strips;
-        m.max_quads = max_quads;
+        m.max_quads = ggx_strip_max_quads(S);
         for (int c = 0; c < COPIES; c++) {
             M.m[c] = m;
             M.m[c].words = (const uint4 *)upload(S.words);

@@ -65,10 +65,6 @@ TEST_CASE("strip gemv: synthetic EXL2 layers through the strip layout against a 
             REQUIRE_MESSAGE(ggx::strip_layout_build(q, n_strips, true, &S, &why), why);
             const std::vector<int> deal = ggx::strip_layout_deal(S, GGX_STRIP_WARPS);
 
-            std::vector<ggx_strip_unit> units;
-            for (const ggx::StripUnit & u : S.units) units.push_back({u.offset, u.quad, u.slice0, (uint32_t)u.bits | (uint32_t)u.lanes << 8});
-            int max_quads = 0;
-            for (int s = 0; s < n_strips; s++) max_quads = std::max(max_quads, S.strip_quad0[s + 1] - S.strip_quad0[s]);
 
             std::mt19937_64 rng(seed);
             std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -88,7 +84,7 @@ TEST_CASE("strip gemv: synthetic EXL2 layers through the strip layout against a 
 
             ggx_strip_matrix m = {};
             m.words = (const uint4 *)upload(S.words);
-            m.units = upload(units);
+            m.units = upload(ggx_strip_units(S));
             m.deal = upload(deal);
             m.scales = upload(S.scales);
             m.slice_group = upload(S.slice_group);
@@ -96,7 +92,7 @@ TEST_CASE("strip gemv: synthetic EXL2 layers through the strip layout against a 
             m.K = K;
             m.Np = S.Np;
             m.n_strips = n_strips;
-            m.max_quads = max_quads;
+            m.max_quads = ggx_strip_max_quads(S);
             float * xd = upload(xq);
             float * yd = upload(std::vector<float>(S.Np, -12345.0f));
             int * counter = upload(std::vector<int>(1, 0));
