@@ -207,9 +207,9 @@ ggx_status compute_x16(ggx_cuda_ctx & ctx, ggx_tensor * node) {
 }
 
 // With GGX_CUDA_STEP=1: the jobs from node i on that can run as one strip step (consecutive jobs,
-// only folded nodes between them, each ggx_cuda_strip_job_ok); their nodes' indices go to *nodes.
+// only folded nodes between them, each ggx_cuda_strip_job_ok); *last gets the last one's node.
 std::vector<const ggx_qgemv_job *> strip_run_at(const ggx_cuda_ctx & ctx, ggx_graph * g, const ggx_cuda_plan & plan, int i,
-                                                std::vector<int> * nodes) {
+                                                int * last) {
     std::vector<const ggx_qgemv_job *> run;
     if (!ctx.strip_step) return run;
     for (int j = i; j < ggx_graph_n_nodes(g) && (int)run.size() < GGX_STRIP_MAX_STAGES; j++) {
@@ -217,7 +217,7 @@ std::vector<const ggx_qgemv_job *> strip_run_at(const ggx_cuda_ctx & ctx, ggx_gr
         if (act == ggx_cuda_plan::SKIP) continue;
         if (act < 0 || !ggx_cuda_strip_job_ok(ctx, plan.jobs[act])) break;
         run.push_back(&plan.jobs[act]);
-        nodes->push_back(j);
+        *last = j;
     }
     return run;
 }
@@ -238,9 +238,9 @@ ggx_status run_nodes(ggx_cuda_ctx & ctx, ggx_graph * g, const ggx_cuda_plan & pl
         if (ctx.profile && n->op != GGX_OP_NONE) (void)cudaEventRecord(ev[0], ctx.stream);
         const int fn = plan.add_norm[i];   // the norm this add computes too
         const ggx_tensor * x16_of = plan.x16_out[fn >= 0 ? fn : i];
-        std::vector<int> run_at;
-        const std::vector<const ggx_qgemv_job *> run = act >= 0 ? strip_run_at(ctx, g, plan, i, &run_at) : std::vector<const ggx_qgemv_job *>();
-        if (!run.empty()) i = run_at.back();   // the run's last job; the loop goes on after it
+        int last = i;
+        const std::vector<const ggx_qgemv_job *> run = act >= 0 ? strip_run_at(ctx, g, plan, i, &last) : std::vector<const ggx_qgemv_job *>();
+        i = last;   // past a run, its last job; the loop goes on after it
         ggx_status st = !run.empty() ? ggx_cuda_strip_run(ctx, run.data(), (int)run.size())
                       : act >= 0  ? ggx_cuda_qgemv_run(ctx, plan.jobs[act])
                       : fn >= 0   ? ggx_cuda_op_add_rms_norm(ctx, n, ggx_graph_node(g, fn), x16_of ? (half *)ctx.scratch : nullptr)
