@@ -30,3 +30,15 @@ template <int N> static __device__ __forceinline__ void ggx_cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
+
+// Asks L2 to fetch `bytes` (a multiple of 16) at src (16-byte aligned), without waiting and
+// without holding registers or shared memory: a later load of those bytes hits L2. One
+// instruction for a whole span (cp.async.bulk.prefetch, sm_90); elsewhere nothing.
+static __device__ __forceinline__ void ggx_prefetch_l2(const void * src, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(GGX_USE_HIP)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+#else
+    (void)src;
+    (void)bytes;
+#endif
+}

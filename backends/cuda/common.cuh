@@ -77,7 +77,9 @@ struct ggx_cuda_ctx {
     bool           fuse = true;              // decode fusion (GGX_CUDA_NO_FUSE=1 off)
     bool           strip_step = false;       // one-row jobs as persistent strip steps (GGX_CUDA_STEP=1; strip-plan.cuh)
     bool           strip_ring = false;       // ... their words through shared-memory rings (GGX_CUDA_STEP_RING=1)
-    bool           strip_xpad = false;       // ... x padded against bank conflicts (GGX_CUDA_STEP_XPAD=1; not yet run)
+    bool           strip_xpad = false;       // ... x padded against bank conflicts (GGX_CUDA_STEP_XPAD=1)
+    int            strip_depth = 1;          // ... units in flight per warp at 4-2 bits (GGX_CUDA_STEP_DEPTH=1|2)
+    int            strip_prefetch = 0;       // ... units ahead asked of L2 (GGX_CUDA_STEP_PREFETCH=N)
     int *          step_counter = nullptr;   // the strip step's grid counter: counters[n_counters], zero between launches
     long           strip_stages = 0;         // jobs issued as strip-step stages (ggx_backend_cuda_strip_stages)
     bool           prefetch = true;          // decode GEMV warms L2 before its PDL wait (GGX_CUDA_NO_PREFETCH=1 off)

@@ -509,6 +509,20 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
 #endif
     ctx->strip_ring = env_flag("GGX_CUDA_STEP_RING");
     ctx->strip_xpad = env_flag("GGX_CUDA_STEP_XPAD");
+    if (const char * v = getenv("GGX_CUDA_STEP_DEPTH")) {
+        ctx->strip_depth = atoi(v);
+        if (ctx->strip_depth != 1 && ctx->strip_depth != 2) {
+            fprintf(stderr, "ggx-cuda: GGX_CUDA_STEP_DEPTH=%s: expected 1 or 2; using 1\n", v);
+            ctx->strip_depth = 1;
+        }
+    }
+    if (const char * v = getenv("GGX_CUDA_STEP_PREFETCH")) {
+        ctx->strip_prefetch = atoi(v);
+        if (ctx->strip_prefetch < 0 || ctx->strip_prefetch > 16) {
+            fprintf(stderr, "ggx-cuda: GGX_CUDA_STEP_PREFETCH=%s: expected 0..16 units; using 0\n", v);
+            ctx->strip_prefetch = 0;
+        }
+    }
     ctx->prefetch = !env_flag("GGX_CUDA_NO_PREFETCH");
     ggx_cuda_trace_init(*ctx);
     snprintf(ctx->name, sizeof ctx->name, "cuda:%d", device);

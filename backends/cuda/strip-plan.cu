@@ -117,6 +117,15 @@ void ggx_cuda_strip_release(ggx_cuda_qextra * e) {
     e->strip = nullptr;
 }
 
+static ggx_strip_form form_of(const ggx_cuda_ctx & ctx) {
+    ggx_strip_form f = {};
+    f.ring = ctx.strip_ring;
+    f.xpad = ctx.strip_xpad;
+    f.depth_lo = ctx.strip_depth;
+    f.prefetch = ctx.strip_prefetch;
+    return f;
+}
+
 bool ggx_cuda_strip_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     if (!ctx.strip_step || job.T != 1 || !job.x || job.x->type != GGX_TYPE_F32 || !ggx_aligned16(job.x->data)) return false;
     // norm weights are read four at a time
@@ -130,7 +139,7 @@ bool ggx_cuda_strip_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) 
         const ggx_strip_matrix * s = strip_of(jm.w);
         if (!s || jm.rope || jm.cache || !jm.out || !f32_or_null(jm.out) || !f32_or_null(jm.bias) || !f32_or_null(jm.resid)) return false;
         if (s->n_strips > ctx.n_sm || s->K != (int)job.x->ne[0]) return false;
-        if (ggx_strip_stage_smem(job.n_mat, s->K, s->max_quads, ctx.strip_ring, ctx.strip_xpad) > ctx.smem_optin) return false;
+        if (ggx_strip_stage_smem(job.n_mat, s->K, s->max_quads, form_of(ctx)) > ctx.smem_optin) return false;
     }
     return true;
 }
@@ -142,8 +151,7 @@ ggx_status ggx_cuda_strip_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job * const * 
     }
     ggx_strip_step s = {};
     s.n_stages = n;
-    s.ring = ctx.strip_ring;
-    s.xpad = ctx.strip_xpad;
+    s.form = form_of(ctx);
     s.counter = ctx.step_counter;
     for (int i = 0; i < n; i++) {
         const ggx_qgemv_job & job = *jobs[i];

@@ -37,7 +37,11 @@ struct unit_batch {
     int base;
     __device__ __forceinline__ void load(const ggx_strip_unit * units, int b, int e, int lane) {
         base = b;
-        if (b + lane < e) mine = load_unit(units + b + lane);
+        mine = b + lane < e ? load_unit(units + b + lane) : ggx_strip_unit{};
+    }
+    // reloads (uniformly) unless units i .. i + ahead are in the batch
+    __device__ __forceinline__ void cover(const ggx_strip_unit * units, int i, int ahead, int e, int lane) {
+        if (i + ahead - base >= 32) load(units, i, e, lane);
     }
     // unit i's descriptor (i in base .. base + 31), in every lane
     __device__ __forceinline__ ggx_strip_unit get(int i) const {
@@ -72,22 +76,32 @@ struct quad_sums {
     }
 };
 
-// Units a .. e - 1 of matrix m, all of width B, D deep: the words of the next D - 1 units load
-// while one multiplies, each unit's scales load one unit ahead. Slots are static register arrays
-// (the loop body is unrolled D times), refilled right after their multiply.
+// A unit's words into L2 ([bits][lanes] uint4, contiguous).
+__device__ __forceinline__ void prefetch_unit(const ggx_strip_matrix & m, const ggx_strip_unit & u) {
+    ggx_prefetch_l2(m.words + u.offset, (u.bits_lanes & 0xffu) * (u.bits_lanes >> 8) * 16u);
+}
+
+// This lane's scales of unit u (0 in idle lanes, so that they add 0 x 0, never 0 x garbage).
+// grp: the slice groups in shared memory, so that the scale load depends on no global load.
+__device__ __forceinline__ uint2 unit_scales(const ggx_strip_matrix & m, const int * grp, const ggx_strip_unit & u, int lane) {
+    if (lane >= (int)(u.bits_lanes >> 8)) return make_uint2(0, 0);
+    return ggx_load_ro((const uint2 *)(m.scales + (size_t)grp[u.slice0 + lane] * m.Np + 4 * u.quad));
+}
+
+// Units a .. e - 1 of matrix m, all of width B, of the warp's range that ends at `end`. D units'
+// words in flight in registers (static slots: the loop body is unrolled D times, each slot
+// refilled right after its multiply); the scales one unit ahead (their load waited behind the
+// multiply, and was the largest stall at depth 1: run 89); with pf > 0, the words of unit i + pf
+// asked of L2 while unit i multiplies.
 template <int B, int D>
-__device__ __forceinline__ void run_width(const ggx_strip_matrix & m, const half * xs, int xs_ld, int a, int e, int lane,
-                                          quad_sums & qs) {
+__device__ __forceinline__ void run_width(const ggx_strip_matrix & m, const half * xs, int xs_ld, const int * grp, int a, int e,
+                                          int end, int pf, int lane, quad_sums & qs) {
     uint4 w[D][8];
-    int grp[D];
     uint32_t quad[D], sl[D];   // per slot: the unit's quad, and slice0 | lanes << 24
-    uint2 sc[D];
-#pragma unroll
-    for (int d = 0; d < D; d++) sc[d] = make_uint2(0, 0);   // idle lanes add 0 x 0, never 0 x garbage
+    const int ahead = 2 * D + pf;
     unit_batch batch;
-    batch.load(m.units, a, e, lane);
+    batch.load(m.units, a, end, lane);
     auto fetch = [&](int d, int i) {   // unit i into slot d
-        if (i - batch.base >= 32) batch.load(m.units, i, e, lane);   // uniform: every lane takes the branch
         const ggx_strip_unit u = batch.get(i);
         const int lanes = u.bits_lanes >> 8;
         quad[d] = u.quad;
@@ -96,39 +110,30 @@ __device__ __forceinline__ void run_width(const ggx_strip_matrix & m, const half
         const uint4 * p = m.words + u.offset + lane;
 #pragma unroll
         for (int r = 0; r < B; r++) w[d][r] = ggx_load_ro(p + (size_t)r * lanes);
-        grp[d] = ggx_load_ro(m.slice_group + u.slice0 + lane);
-    };
-    auto scale = [&](int d) {
-        if (lane < (int)(sl[d] >> 24)) sc[d] = ggx_load_ro((const uint2 *)(m.scales + (size_t)grp[d] * m.Np + 4 * quad[d]));
     };
 #pragma unroll
     for (int d = 0; d < D; d++)
         if (a + d < e) fetch(d, a + d);
-    scale(0);
+    uint2 sc = unit_scales(m, grp, batch.get(a), lane);
     for (int i = a; i < e; i += D) {
+        batch.cover(m.units, i, ahead, end, lane);
 #pragma unroll
         for (int d = 0; d < D; d++) {
             if (i + d >= e) break;
             const int uq = (int)quad[d];
-            if (D == 1) scale(0);                      // one slot: this unit's scales now
-            else if (i + d + 1 < e) scale((d + 1) % D);   // the next unit's, in the next slot
+            const uint2 sc_next = i + d + 1 < e ? unit_scales(m, grp, batch.get(i + d + 1), lane) : make_uint2(0, 0);
+            if (pf > 0 && i + d + pf < end) {   // (its range may go on in another width)
+                const ggx_strip_unit u = batch.get(i + d + pf);
+                if (lane == 0) prefetch_unit(m, u);
+            }
             float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if (lane < (int)(sl[d] >> 24)) v = slice_dot<B>(w[d], xs + ((sl[d] & 0xffffffu) + lane) * xs_ld);
-            const uint2 s = sc[d];
             if (i + d + D < e) fetch(d, i + d + D);
-            qs.add(uq, v, s, lane);
+            qs.add(uq, v, sc, lane);
+            sc = sc_next;
         }
     }
 }
-
-// Pipeline depth per width (units in flight per warp). Deeper keeps more bytes in flight, but the
-// 512-thread block allows 128 registers per thread; overridable for measurements.
-#ifndef GGX_STRIP_DEPTH_HI
-#define GGX_STRIP_DEPTH_HI 1   // 8, 6, 5 bits
-#endif
-#ifndef GGX_STRIP_DEPTH_LO
-#define GGX_STRIP_DEPTH_LO 1   // 4, 3, 2 bits
-#endif
 
 // The ring form (ggx_strip_step::ring): units a .. e - 1 of width B streamed through this warp's
 // R slots of shared memory with cp.async, R - 1 units in flight while one multiplies, no
@@ -138,8 +143,8 @@ __device__ __forceinline__ void run_width(const ggx_strip_matrix & m, const half
 constexpr int k_ring_bytes = 8192;   // per warp: R = 16 / B slots of B x 512 bytes
 
 template <int B, int R>
-__device__ __forceinline__ void run_width_ring(const ggx_strip_matrix & m, const half * xs, int xs_ld, int a, int e, int lane, quad_sums & qs,
-                                               uint4 * ring) {
+__device__ __forceinline__ void run_width_ring(const ggx_strip_matrix & m, const half * xs, int xs_ld, const int * grp, int a, int e, int lane,
+                                               quad_sums & qs, uint4 * ring) {
     static_assert(R >= 2 && R * B * 512 <= k_ring_bytes, "ring slots");
     unit_batch batch;
     batch.load(m.units, a, e, lane);
@@ -154,26 +159,13 @@ __device__ __forceinline__ void run_width_ring(const ggx_strip_matrix & m, const
         }
         ggx_cp_async_commit();
     };
-    auto group_of = [&](int i) {   // slice group of this lane's slice of unit i (0 past the end)
-        if (i >= e) return 0;
-        const ggx_strip_unit u = batch.get(i);
-        return lane < (int)(u.bits_lanes >> 8) ? ggx_load_ro(m.slice_group + u.slice0 + lane) : 0;
-    };
-    auto scale_of = [&](int i, int g) {
-        if (i >= e) return make_uint2(0, 0);
-        const ggx_strip_unit u = batch.get(i);
-        return lane < (int)(u.bits_lanes >> 8) ? ggx_load_ro((const uint2 *)(m.scales + (size_t)g * m.Np + 4 * u.quad))
-                                               : make_uint2(0, 0);
-    };
 #pragma unroll
     for (int j = 0; j < R - 1; j++) issue(a + j);
-    uint2 sc = scale_of(a, group_of(a));
-    int g_next = group_of(a + 1);
+    uint2 sc = unit_scales(m, grp, batch.get(a), lane);
     for (int i = a; i < e; i++) {
-        if (i + R + 2 - batch.base > 32) batch.load(m.units, i, e, lane);   // uniform; keeps i .. i + R + 1 in the batch
+        batch.cover(m.units, i, R, e, lane);   // keeps i .. i + R - 1 in the batch
         issue(i + R - 1);
-        const uint2 sc_next = scale_of(i + 1, g_next);
-        g_next = group_of(i + 2);
+        const uint2 sc_next = i + 1 < e ? unit_scales(m, grp, batch.get(i + 1), lane) : make_uint2(0, 0);
         ggx_cp_async_wait<R - 1>();   // unit i's group is in
         const ggx_strip_unit u = batch.get(i);
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -192,9 +184,9 @@ __device__ __forceinline__ void run_width_ring(const ggx_strip_matrix & m, const
 // One warp's dealt units of matrix m in strip b, summed into colsum[(quad - strip's first quad) * 4
 // + c]. A strip's units run width by width (m.width_unit0 has where each width starts), so the
 // warp's range splits into at most 6 runs of one width.
-template <bool RING>
-__device__ __forceinline__ void run_units(const ggx_strip_matrix & m, const half * xs, int xs_ld, float * colsum, int b, int warp, int lane,
-                                          uint4 * ring) {
+template <bool RING, int DLO>
+__device__ __forceinline__ void run_units(const ggx_strip_matrix & m, const half * xs, int xs_ld, const int * grp, float * colsum, int b,
+                                          int warp, int lane, int pf, uint4 * ring) {
     const int * deal = m.deal + (size_t)b * (GGX_STRIP_WARPS + 1);
     const int u0 = ggx_load_ro(deal + warp), u1 = ggx_load_ro(deal + warp + 1);
     if (u0 >= u1) return;
@@ -210,21 +202,21 @@ __device__ __forceinline__ void run_units(const ggx_strip_matrix & m, const half
         if (a >= e) continue;
         if constexpr (RING) {
             switch (r) {   // ggx_exl2_widths order; slots: 16 / B, at least 2
-                case 0: run_width_ring<8, 2>(m, xs, xs_ld, a, e, lane, qs, ring); break;
-                case 1: run_width_ring<6, 2>(m, xs, xs_ld, a, e, lane, qs, ring); break;
-                case 2: run_width_ring<5, 3>(m, xs, xs_ld, a, e, lane, qs, ring); break;
-                case 3: run_width_ring<4, 4>(m, xs, xs_ld, a, e, lane, qs, ring); break;
-                case 4: run_width_ring<3, 5>(m, xs, xs_ld, a, e, lane, qs, ring); break;
-                default: run_width_ring<2, 8>(m, xs, xs_ld, a, e, lane, qs, ring); break;
+                case 0: run_width_ring<8, 2>(m, xs, xs_ld, grp, a, e, lane, qs, ring); break;
+                case 1: run_width_ring<6, 2>(m, xs, xs_ld, grp, a, e, lane, qs, ring); break;
+                case 2: run_width_ring<5, 3>(m, xs, xs_ld, grp, a, e, lane, qs, ring); break;
+                case 3: run_width_ring<4, 4>(m, xs, xs_ld, grp, a, e, lane, qs, ring); break;
+                case 4: run_width_ring<3, 5>(m, xs, xs_ld, grp, a, e, lane, qs, ring); break;
+                default: run_width_ring<2, 8>(m, xs, xs_ld, grp, a, e, lane, qs, ring); break;
             }
         } else {
             switch (r) {   // ggx_exl2_widths order
-                case 0: run_width<8, GGX_STRIP_DEPTH_HI>(m, xs, xs_ld, a, e, lane, qs); break;
-                case 1: run_width<6, GGX_STRIP_DEPTH_HI>(m, xs, xs_ld, a, e, lane, qs); break;
-                case 2: run_width<5, GGX_STRIP_DEPTH_HI>(m, xs, xs_ld, a, e, lane, qs); break;
-                case 3: run_width<4, GGX_STRIP_DEPTH_LO>(m, xs, xs_ld, a, e, lane, qs); break;
-                case 4: run_width<3, GGX_STRIP_DEPTH_LO>(m, xs, xs_ld, a, e, lane, qs); break;
-                default: run_width<2, GGX_STRIP_DEPTH_LO>(m, xs, xs_ld, a, e, lane, qs); break;
+                case 0: run_width<8, 1>(m, xs, xs_ld, grp, a, e, u1, pf, lane, qs); break;
+                case 1: run_width<6, 1>(m, xs, xs_ld, grp, a, e, u1, pf, lane, qs); break;
+                case 2: run_width<5, 1>(m, xs, xs_ld, grp, a, e, u1, pf, lane, qs); break;
+                case 3: run_width<4, DLO>(m, xs, xs_ld, grp, a, e, u1, pf, lane, qs); break;
+                case 4: run_width<3, DLO>(m, xs, xs_ld, grp, a, e, u1, pf, lane, qs); break;
+                default: run_width<2, DLO>(m, xs, xs_ld, grp, a, e, u1, pf, lane, qs); break;
             }
         }
     }
@@ -267,43 +259,60 @@ __device__ __forceinline__ void grid_wait(int * counter, int target) {
     __syncthreads();
 }
 
-// A stage's shared memory: [region 0][x in fp16 per matrix][column sums]. Region 0 holds x w
-// (fp32) during the staging and then, in the ring form, the warps' rings. x takes xs_ld halves
-// per 32-row slice (40 with xpad). The kernel and ggx_strip_stage_smem both read it from here.
+// A stage's shared memory: [region 0][x in fp16 per matrix][slice groups per matrix][column
+// sums]. Region 0 holds x w (fp32) during the staging and then, in the ring form, the warps'
+// rings. x takes xs_ld halves per 32-row slice (40 with xpad). The kernel and
+// ggx_strip_stage_smem both read it from here.
 struct stage_smem {
     int    xs_ld;
     size_t xs_n;     // halves of one matrix's x
     size_t xs;       // byte offsets
+    size_t grp;      // int [n_mat][K / 32]
     size_t colsum;
     size_t total;
 };
-__host__ __device__ inline stage_smem stage_smem_of(int n_mat, int K, int max_quads, bool ring, bool xpad) {
+__host__ __device__ inline stage_smem stage_smem_of(int n_mat, int K, int max_quads, const ggx_strip_form & form) {
     stage_smem L;
-    L.xs_ld = xpad ? 40 : 32;
+    L.xs_ld = form.xpad ? 40 : 32;
     L.xs_n = (size_t)(K / 32) * L.xs_ld;
-    const size_t xw = (size_t)K * 4, rings = ring ? (size_t)GGX_STRIP_WARPS * k_ring_bytes : 0;
+    const size_t xw = (size_t)K * 4, rings = form.ring ? (size_t)GGX_STRIP_WARPS * k_ring_bytes : 0;
     L.xs = align16(xw > rings ? xw : rings);
-    L.colsum = align16(L.xs + (size_t)n_mat * L.xs_n * 2);
+    L.grp = align16(L.xs + (size_t)n_mat * L.xs_n * 2);
+    L.colsum = align16(L.grp + (size_t)n_mat * (K / 32) * 4);
     L.total = L.colsum + (size_t)n_mat * max_quads * 16;
     return L;
 }
 
-template <bool RING>
+// The words of this warp's first `pf` units of each of the stage's matrices into L2, one unit per
+// lane (they do not depend on any stage's results, so this runs before the stage's wait).
+__device__ __forceinline__ void prefetch_stage(const ggx_strip_stage & S, int b, int warp, int lane, int pf) {
+    if (b >= S.m[0].n_strips || lane >= pf) return;
+    for (int mi = 0; mi < S.n_mat; mi++) {
+        const int * deal = S.m[mi].deal + (size_t)b * (GGX_STRIP_WARPS + 1);
+        const int i = ggx_load_ro(deal + warp) + lane;
+        if (i < ggx_load_ro(deal + warp + 1)) prefetch_unit(S.m[mi], load_unit(S.m[mi].units + i));
+    }
+}
+
+template <bool RING, int DLO>
 __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ ggx_strip_step s, const ggx_trace_dev tr) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float red[2][GGX_CUDA_WARP];
     __shared__ int trace_slot;
     ggx_trace_begin(tr, &trace_slot);
+    const int b = blockIdx.x, t = threadIdx.x, lane = t % GGX_CUDA_WARP, warp = t / GGX_CUDA_WARP;
+    const int pf = s.form.prefetch;
+    if (pf > 0) prefetch_stage(s.st[0], b, warp, lane, pf);
     // Launched with PDL after the attention kernel: this block may start on an SM attention has
     // left, before attention's results are complete. The grid counter is safe with that: no block
     // waits for another before stage 0 ends, and attention never waits for this kernel.
     ggx_pdl_wait();
     ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_WAITED);
-    const int b = blockIdx.x, t = threadIdx.x, lane = t % GGX_CUDA_WARP, warp = t / GGX_CUDA_WARP;
     for (int si = 0; si < s.n_stages; si++) {
         const ggx_strip_stage & S = s.st[si];
         if (si == 0 && s.n_stages == 1) ggx_pdl_launch_next();
         if (si > 0) {
+            if (pf > 0) prefetch_stage(S, b, warp, lane, pf);
             grid_wait(s.counter, si * (int)gridDim.x);
             // every block of this grid is resident now: the next kernel may launch, its blocks
             // taking the SMs this grid leaves (they wait for its completion before reading)
@@ -311,12 +320,13 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
             if (si == s.n_stages - 1 && t == 0 && atomicAdd(s.counter, 1) == s.n_stages * (int)gridDim.x - 1)
                 atomicExch(s.counter, 0);   // every block is past its last wait: ready for the next launch
         }
-        const stage_smem sl = stage_smem_of(S.n_mat, S.K, S.m[0].max_quads, RING, s.xpad);
+        const stage_smem sl = stage_smem_of(S.n_mat, S.K, S.m[0].max_quads, s.form);
         const int xs_ld = sl.xs_ld;
         const size_t xs_n = sl.xs_n;
         float * xw = (float *)smem;                                      // [K] x times the norm weights
         uint4 * ring = (uint4 *)(smem + (size_t)warp * k_ring_bytes);  // (RING) this warp's slots, after the staging
         half * xs = (half *)(smem + sl.xs);                              // [n_mat][K / 32][xs_ld]
+        int * grp = (int *)(smem + sl.grp);                              // [n_mat][K / 32]
         float * colsum = (float *)(smem + sl.colsum);                    // [n_mat][max_quads * 4]
         const int cs_ld = S.m[0].max_quads * 4;
 
@@ -355,13 +365,15 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
                 xm[at(d.w)] = __float2half_rn(p.w * xscale);
             }
         }
+        for (int mi = 0; mi < S.n_mat; mi++)
+            for (int i = t; i < S.K / 32; i += NT) grp[mi * (S.K / 32) + i] = ggx_load_ro(S.m[mi].slice_group + i);
         for (int i = t; i < S.n_mat * cs_ld; i += NT) colsum[i] = 0.0f;
         __syncthreads();
         if (si == 0) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_LOOP);
 
         if (b < S.m[0].n_strips) {
             for (int mi = 0; mi < S.n_mat; mi++)
-                run_units<RING>(S.m[mi], xs + mi * xs_n, xs_ld, colsum + mi * cs_ld, b, warp, lane, ring);
+                run_units<RING, DLO>(S.m[mi], xs + mi * xs_n, xs_ld, grp + mi * (S.K / 32), colsum + mi * cs_ld, b, warp, lane, pf, ring);
             __syncthreads();
             if (si == 0) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_LOOP_END);
             // the owners' epilogue: the strip's first unit holds its first quad, its last unit its
@@ -394,20 +406,22 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
 
 }  // namespace
 
-size_t ggx_strip_stage_smem(int n_mat, int K, int max_quads, bool ring, bool xpad) {
-    return stage_smem_of(n_mat, K, max_quads, ring, xpad).total;
+size_t ggx_strip_stage_smem(int n_mat, int K, int max_quads, const ggx_strip_form & form) {
+    return stage_smem_of(n_mat, K, max_quads, form).total;
 }
 
 size_t ggx_strip_step_smem(const ggx_strip_step & s) {
     size_t need = 0;
     for (int i = 0; i < s.n_stages; i++)
-        need = std::max(need, ggx_strip_stage_smem(s.st[i].n_mat, s.st[i].K, s.st[i].m[0].max_quads, s.ring, s.xpad));
+        need = std::max(need, ggx_strip_stage_smem(s.st[i].n_mat, s.st[i].K, s.st[i].m[0].max_quads, s.form));
     return need;
 }
 
 cudaError_t ggx_cuda_strip_step(const ggx_strip_step & s, int grid, cudaStream_t stream, bool pdl, const ggx_trace_dev * trace) {
     const size_t smem = ggx_strip_step_smem(s);
-    void (*kernel)(ggx_strip_step, ggx_trace_dev) = s.ring ? k_strip_step<true> : k_strip_step<false>;
+    void (*kernel)(ggx_strip_step, ggx_trace_dev) = s.form.ring ? k_strip_step<true, 1>
+                                                    : s.form.depth_lo == 2 ? k_strip_step<false, 2>
+                                                                           : k_strip_step<false, 1>;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess) return err;
     const ggx_trace_dev tr = trace ? *trace : ggx_trace_dev{};
@@ -431,11 +445,10 @@ cudaError_t ggx_cuda_strip_step(const ggx_strip_step & s, int grid, cudaStream_t
 }
 
 cudaError_t ggx_cuda_strip_gemv(const ggx_strip_matrix & m, const float * xq, float * y, int * counter, cudaStream_t stream,
-                                bool ring, bool xpad) {
+                                const ggx_strip_form & form) {
     ggx_strip_step s = {};
     s.n_stages = 1;
-    s.ring = ring;
-    s.xpad = xpad;
+    s.form = form;
     s.counter = counter;
     ggx_strip_stage & S = s.st[0];
     S.m[0] = m;

@@ -92,19 +92,29 @@ struct ggx_strip_stage {
     const float *    resid;      // GGX_STRIP_ADD
 };
 
+// How the loop reads the words and x. Every form computes the same sums; the forms exist to be
+// measured against each other (bench/NOTES-cuda-decode.md, sessions 13-14).
+struct ggx_strip_form {
+    int ring;       // stream the words through shared memory (cp.async) instead of registers
+    int xpad;       // x in shared memory padded to 40 halves per 32-row slice, so that a quarter-warp's
+                    // 16-byte reads of 8 slices hit distinct banks (at 32: 4-way conflicts; the padding
+                    // removed them but changed no time, run 89)
+    int depth_lo;   // register form: units in flight per warp at 4, 3 and 2 bits, 1 or 2 (the wider
+                    // widths keep 1: two of their units do not fit in 128 registers)
+    int prefetch;   // units ahead of the multiply whose words each warp asks L2 for (sm_90; 0: none),
+                    // and as many of each stage's first units before the stage's wait
+};
+
 struct ggx_strip_step {
     ggx_strip_stage st[GGX_STRIP_MAX_STAGES];
     int             n_stages;
-    int             ring;        // stream the words through shared memory (cp.async) instead of registers
-    int             xpad;        // x in shared memory padded to 40 halves per 32-row slice, so that a
-                                 // quarter-warp's 16-byte reads of 8 slices hit distinct banks (at 32:
-                                 // 4-way conflicts); NOT YET RUN ON A GPU (session 13)
+    ggx_strip_form  form;
     int *           counter;     // zero before the launch; the kernel leaves it zero
 };
 
 // Dynamic shared memory a stage needs (x w in fp32 during the staging, or the warps' rings in
 // the ring form; x in fp16 for every matrix; the column sums), and a whole step (the largest).
-size_t ggx_strip_stage_smem(int n_mat, int K, int max_quads, bool ring, bool xpad);
+size_t ggx_strip_stage_smem(int n_mat, int K, int max_quads, const ggx_strip_form & form);
 size_t ggx_strip_step_smem(const ggx_strip_step & s);
 
 struct ggx_trace_dev;   // trace.cuh (GGX_CUDA_TRACE)
@@ -121,4 +131,4 @@ cudaError_t ggx_cuda_strip_step(const ggx_strip_step & s, int grid, cudaStream_t
 // One stage, one matrix, no norm, x already in quantized order (inv_perm ignored): y = W_q xq
 // for the Np columns (tests and bench/probes/strip-time.cu). counter: one int of device memory.
 cudaError_t ggx_cuda_strip_gemv(const ggx_strip_matrix & m, const float * xq, float * y, int * counter, cudaStream_t stream,
-                                bool ring = false, bool xpad = false);
+                                const ggx_strip_form & form = {});

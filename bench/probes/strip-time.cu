@@ -7,7 +7,7 @@
 // Build (after make BUILD=build-dev CUDA_ARCH=90 build-dev/libexl2.a):
 //   nvcc -O3 -std=c++17 -arch=sm_90 -I. -Iinclude -Ibackends/cuda bench/probes/strip-time.cu \
 //        build-dev/libexl2.a -lcublas -o strip-time
-// Run: ./strip-time [BPW] [N_STRIPS (0: one per SM)] [ring|xpad|ring+xpad]
+// Run: ./strip-time [BPW] [N_STRIPS (0: one per SM)] [FORM: ring, xpad, d2, pfN, joined with +]
 #include "backends/cuda/strip-step.h"
 #include "exl2/quant/qlayer.h"
 #include "exl2/quant/synthetic.h"
@@ -48,7 +48,12 @@ int main(int argc, char ** argv) {
     const double bpw = argc > 1 ? std::atof(argv[1]) : 4.0;
     const int n_strips_arg = argc > 2 ? std::atoi(argv[2]) : 0;
     const std::string form = argc > 3 ? argv[3] : "";
-    const bool ring = form.find("ring") != std::string::npos, xpad = form.find("xpad") != std::string::npos;
+    ggx_strip_form F = {};   // the loop's form: words like "ring", "xpad", "d2" (depth 2), "pf4" (prefetch 4)
+    F.ring = form.find("ring") != std::string::npos;
+    F.xpad = form.find("xpad") != std::string::npos;
+    F.depth_lo = form.find("d2") != std::string::npos ? 2 : 1;
+    const size_t pf_at = form.find("pf");
+    F.prefetch = pf_at != std::string::npos ? std::atoi(form.c_str() + pf_at + 2) : 0;
     const int COPIES = 16;
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
@@ -133,7 +138,7 @@ int main(int argc, char ** argv) {
     const double step_ms = time_graph(
         [&] {
             for (int l = 0; l < LAYERS; l++)
-                for (Mat & M : mats) CK(ggx_cuda_strip_gemv(M.m[l % COPIES], x, y, counter, st, ring, xpad));
+                for (Mat & M : mats) CK(ggx_cuda_strip_gemv(M.m[l % COPIES], x, y, counter, st, F));
         },
         9);
     const double us_layer = step_ms * 1e3 / LAYERS;
@@ -142,7 +147,7 @@ int main(int argc, char ** argv) {
     for (Mat & M : mats) {
         const double ms = time_graph(
             [&] {
-                for (int l = 0; l < LAYERS; l++) CK(ggx_cuda_strip_gemv(M.m[l % COPIES], x, y, counter, st, ring, xpad));
+                for (int l = 0; l < LAYERS; l++) CK(ggx_cuda_strip_gemv(M.m[l % COPIES], x, y, counter, st, F));
             },
             9);
         const double us = ms * 1e3 / LAYERS;

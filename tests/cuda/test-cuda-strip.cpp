@@ -30,9 +30,10 @@ template <typename T> T * upload(const std::vector<T> & v) {
 
 }  // namespace
 
-// Both forms of the loop (registers, shared-memory rings), on a narrow matrix (at most a unit or
-// two per warp) and a wider one (many units per warp, so that the pipelines wrap around: a slot
-// or scale taken from the wrong unit shows there).
+// Every form of the loop (registers one or two units deep, with and without L2 prefetching,
+// shared-memory rings, padded x), on a narrow matrix (at most a unit or two per warp) and a
+// wider one (many units per warp, so that the pipelines wrap around: a slot or scale taken from
+// the wrong unit shows there).
 TEST_CASE("strip gemv: synthetic EXL2 layers through the strip layout against a double reference") {
     REQUIRE_CUDA();
     const char * layouts[] = {"4 g128", "8/6/5 g32,128,128 .05/.1/.85", "6/3/2 g32,64,64 .05/.2/.75", "3/2 g64 .1/.9",
@@ -41,14 +42,16 @@ TEST_CASE("strip gemv: synthetic EXL2 layers through the strip layout against a 
     for (const char * lay : layouts)
         for (const auto & shape : {std::make_pair(2048, 200), std::make_pair(4096, 512)})
         for (int n_strips : {5, 48})
-        for (bool ring : {false, true})
-        for (bool xpad : {false, true}) {
+        for (const ggx_strip_form form : {ggx_strip_form{0, 0, 1, 0}, ggx_strip_form{0, 0, 2, 0}, ggx_strip_form{0, 0, 2, 3},
+                                          ggx_strip_form{0, 1, 1, 2}, ggx_strip_form{1, 0, 1, 0}, ggx_strip_form{1, 1, 1, 0}}) {
             const int K = shape.first, N = shape.second;
             CAPTURE(lay);
             CAPTURE(K);
             CAPTURE(n_strips);
-            CAPTURE(ring);
-            CAPTURE(xpad);
+            CAPTURE(form.ring);
+            CAPTURE(form.xpad);
+            CAPTURE(form.depth_lo);
+            CAPTURE(form.prefetch);
             exl2::SafeTensors st;
             exl2::SynthExl2Options so;
             so.seed = seed++;
@@ -96,7 +99,7 @@ TEST_CASE("strip gemv: synthetic EXL2 layers through the strip layout against a 
             float * xd = upload(xq);
             float * yd = upload(std::vector<float>(S.Np, -12345.0f));
             int * counter = upload(std::vector<int>(1, 0));
-            REQUIRE(ggx_cuda_strip_gemv(m, xd, yd, counter, nullptr, ring, xpad) == cudaSuccess);
+            REQUIRE(ggx_cuda_strip_gemv(m, xd, yd, counter, nullptr, form) == cudaSuccess);
             REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
             std::vector<float> y(S.Np);
             REQUIRE(cudaMemcpy(y.data(), yd, S.Np * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
