@@ -95,12 +95,11 @@ __device__ __forceinline__ uint2 unit_scales(const ggx_strip_matrix & m, const i
 // asked of L2 while unit i multiplies.
 template <int B, int D>
 __device__ __forceinline__ void run_width(const ggx_strip_matrix & m, const half * xs, int xs_ld, const int * grp, int a, int e,
-                                          int end, int pf, int lane, quad_sums & qs) {
+                                          int end, int pf, int lane, unit_batch & batch, quad_sums & qs) {
     uint4 w[D][8];
     uint32_t quad[D], sl[D];   // per slot: the unit's quad, and slice0 | lanes << 24
     const int ahead = 2 * D + pf;
-    unit_batch batch;
-    batch.load(m.units, a, end, lane);
+    batch.cover(m.units, a, ahead, end, lane);
     auto fetch = [&](int d, int i) {   // unit i into slot d
         const ggx_strip_unit u = batch.get(i);
         const int lanes = u.bits_lanes >> 8;
@@ -143,11 +142,10 @@ __device__ __forceinline__ void run_width(const ggx_strip_matrix & m, const half
 constexpr int k_ring_bytes = 8192;   // per warp: R = 16 / B slots of B x 512 bytes
 
 template <int B, int R>
-__device__ __forceinline__ void run_width_ring(const ggx_strip_matrix & m, const half * xs, int xs_ld, const int * grp, int a, int e, int lane,
-                                               quad_sums & qs, uint4 * ring) {
+__device__ __forceinline__ void run_width_ring(const ggx_strip_matrix & m, const half * xs, int xs_ld, const int * grp, int a, int e, int end,
+                                               int lane, unit_batch & batch, quad_sums & qs, uint4 * ring) {
     static_assert(R >= 2 && R * B * 512 <= k_ring_bytes, "ring slots");
-    unit_batch batch;
-    batch.load(m.units, a, e, lane);
+    batch.cover(m.units, a, R, end, lane);
     auto issue = [&](int i) {   // unit i's words into slot i % R; always one commit group
         if (i < e) {
             const ggx_strip_unit u = batch.get(i);
@@ -163,7 +161,7 @@ __device__ __forceinline__ void run_width_ring(const ggx_strip_matrix & m, const
     for (int j = 0; j < R - 1; j++) issue(a + j);
     uint2 sc = unit_scales(m, grp, batch.get(a), lane);
     for (int i = a; i < e; i++) {
-        batch.cover(m.units, i, R, e, lane);   // keeps i .. i + R - 1 in the batch
+        batch.cover(m.units, i, R, end, lane);   // keeps i .. i + R in the batch
         issue(i + R - 1);
         const uint2 sc_next = i + 1 < e ? unit_scales(m, grp, batch.get(i + 1), lane) : make_uint2(0, 0);
         ggx_cp_async_wait<R - 1>();   // unit i's group is in
@@ -181,42 +179,76 @@ __device__ __forceinline__ void run_width_ring(const ggx_strip_matrix & m, const
     }
 }
 
-// One warp's dealt units of matrix m in strip b, summed into colsum[(quad - strip's first quad) * 4
-// + c]. A strip's units run width by width (m.width_unit0 has where each width starts), so the
-// warp's range splits into at most 6 runs of one width.
-template <bool RING, int DLO>
-__device__ __forceinline__ void run_units(const ggx_strip_matrix & m, const half * xs, int xs_ld, const int * grp, float * colsum, int b,
-                                          int warp, int lane, int pf, uint4 * ring) {
+// This warp's share of one matrix in one stage. The tables it comes from do not depend on any
+// stage's results, so it is read before the stage's wait into shared memory: read after it, its
+// chain of dependent loads (deal, then the units' descriptors) stood in front of every matrix's
+// first words (~2 L2 round trips per warp and matrix; per-warp setup was ~20% of the stall
+// samples, run 90).
+struct warp_plan {
+    int            u0, u1;                          // its units
+    int            q0, q1;                          // the strip's first and last quad (q1 < q0: no units)
+    int            wu[GGX_EXL2_N_WIDTHS + 1];       // where each width's units start in the strip
+    int            pad1;
+    ggx_strip_unit first[GGX_CUDA_WARP];            // descriptors u0 .. u0 + 31 (zero past u1)
+};
+static_assert(sizeof(warp_plan) % 16 == 0, "warp plans are 16-byte aligned");
+
+__device__ __forceinline__ void plan_load(const ggx_strip_matrix & m, int b, int warp, int lane, int pf, warp_plan & P) {
     const int * deal = m.deal + (size_t)b * (GGX_STRIP_WARPS + 1);
     const int u0 = ggx_load_ro(deal + warp), u1 = ggx_load_ro(deal + warp + 1);
+    const int d0 = ggx_load_ro(deal), d1 = ggx_load_ro(deal + GGX_STRIP_WARPS);
+    const int wu = lane <= GGX_EXL2_N_WIDTHS ? ggx_load_ro(m.width_unit0 + (size_t)b * (GGX_EXL2_N_WIDTHS + 1) + lane) : 0;
+    const ggx_strip_unit u = u0 + lane < u1 ? load_unit(m.units + u0 + lane) : ggx_strip_unit{};
+    if (lane < pf && u0 + lane < u1) prefetch_unit(m, u);   // the first pf units' words into L2
+    if (lane == 0) {
+        P.u0 = u0;
+        P.u1 = u1;
+        // (units run width by width, each width over all of the strip's quads: the first unit
+        // holds the strip's first quad, the last unit its last)
+        P.q0 = d0 < d1 ? (int)load_unit(m.units + d0).quad : 0;
+        P.q1 = d0 < d1 ? (int)load_unit(m.units + d1 - 1).quad : -1;
+    }
+    if (lane <= GGX_EXL2_N_WIDTHS) P.wu[lane] = wu;
+    P.first[lane] = u;
+}
+
+// One warp's dealt units of matrix m in strip b (plan P), summed into colsum[(quad - strip's
+// first quad) * 4 + c]. A strip's units run width by width, so the warp's range splits into at
+// most 6 runs of one width.
+template <bool RING, int DLO>
+__device__ __forceinline__ void run_units(const ggx_strip_matrix & m, const warp_plan & P, const half * xs, int xs_ld, const int * grp,
+                                          float * colsum, int lane, int pf, uint4 * ring) {
+    const int u0 = P.u0, u1 = P.u1;
     if (u0 >= u1) return;
+    unit_batch batch;
+    batch.base = u0;
+    batch.mine = P.first[lane];
     quad_sums qs;
     qs.acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    qs.q0 = (int)load_unit(m.units + ggx_load_ro(deal)).quad;
-    qs.cur = (int)load_unit(m.units + u0).quad;
+    qs.q0 = P.q0;
+    qs.cur = (int)batch.get(u0).quad;
     qs.colsum = colsum;
-    const int * wu = m.width_unit0 + (size_t)b * (GGX_EXL2_N_WIDTHS + 1);
 #pragma unroll 1
     for (int r = 0; r < GGX_EXL2_N_WIDTHS; r++) {
-        const int a = max(u0, ggx_load_ro(wu + r)), e = min(u1, ggx_load_ro(wu + r + 1));
+        const int a = max(u0, P.wu[r]), e = min(u1, P.wu[r + 1]);
         if (a >= e) continue;
         if constexpr (RING) {
             switch (r) {   // ggx_exl2_widths order; slots: 16 / B, at least 2
-                case 0: run_width_ring<8, 2>(m, xs, xs_ld, grp, a, e, lane, qs, ring); break;
-                case 1: run_width_ring<6, 2>(m, xs, xs_ld, grp, a, e, lane, qs, ring); break;
-                case 2: run_width_ring<5, 3>(m, xs, xs_ld, grp, a, e, lane, qs, ring); break;
-                case 3: run_width_ring<4, 4>(m, xs, xs_ld, grp, a, e, lane, qs, ring); break;
-                case 4: run_width_ring<3, 5>(m, xs, xs_ld, grp, a, e, lane, qs, ring); break;
-                default: run_width_ring<2, 8>(m, xs, xs_ld, grp, a, e, lane, qs, ring); break;
+                case 0: run_width_ring<8, 2>(m, xs, xs_ld, grp, a, e, u1, lane, batch, qs, ring); break;
+                case 1: run_width_ring<6, 2>(m, xs, xs_ld, grp, a, e, u1, lane, batch, qs, ring); break;
+                case 2: run_width_ring<5, 3>(m, xs, xs_ld, grp, a, e, u1, lane, batch, qs, ring); break;
+                case 3: run_width_ring<4, 4>(m, xs, xs_ld, grp, a, e, u1, lane, batch, qs, ring); break;
+                case 4: run_width_ring<3, 5>(m, xs, xs_ld, grp, a, e, u1, lane, batch, qs, ring); break;
+                default: run_width_ring<2, 8>(m, xs, xs_ld, grp, a, e, u1, lane, batch, qs, ring); break;
             }
         } else {
             switch (r) {   // ggx_exl2_widths order
-                case 0: run_width<8, 1>(m, xs, xs_ld, grp, a, e, u1, pf, lane, qs); break;
-                case 1: run_width<6, 1>(m, xs, xs_ld, grp, a, e, u1, pf, lane, qs); break;
-                case 2: run_width<5, 1>(m, xs, xs_ld, grp, a, e, u1, pf, lane, qs); break;
-                case 3: run_width<4, DLO>(m, xs, xs_ld, grp, a, e, u1, pf, lane, qs); break;
-                case 4: run_width<3, DLO>(m, xs, xs_ld, grp, a, e, u1, pf, lane, qs); break;
-                default: run_width<2, DLO>(m, xs, xs_ld, grp, a, e, u1, pf, lane, qs); break;
+                case 0: run_width<8, 1>(m, xs, xs_ld, grp, a, e, u1, pf, lane, batch, qs); break;
+                case 1: run_width<6, 1>(m, xs, xs_ld, grp, a, e, u1, pf, lane, batch, qs); break;
+                case 2: run_width<5, 1>(m, xs, xs_ld, grp, a, e, u1, pf, lane, batch, qs); break;
+                case 3: run_width<4, DLO>(m, xs, xs_ld, grp, a, e, u1, pf, lane, batch, qs); break;
+                case 4: run_width<3, DLO>(m, xs, xs_ld, grp, a, e, u1, pf, lane, batch, qs); break;
+                default: run_width<2, DLO>(m, xs, xs_ld, grp, a, e, u1, pf, lane, batch, qs); break;
             }
         }
     }
@@ -259,15 +291,17 @@ __device__ __forceinline__ void grid_wait(int * counter, int target) {
     __syncthreads();
 }
 
-// A stage's shared memory: [region 0][x in fp16 per matrix][slice groups per matrix][column
-// sums]. Region 0 holds x w (fp32) during the staging and then, in the ring form, the warps'
-// rings. x takes xs_ld halves per 32-row slice (40 with xpad). The kernel and
-// ggx_strip_stage_smem both read it from here.
+// A stage's shared memory: [region 0][x in fp16 per matrix][slice groups per matrix][warp plans]
+// [column sums]. Region 0 holds x w (fp32) and each matrix's inverse permutation during the
+// staging and then, in the ring form, the warps' rings. x takes xs_ld halves per 32-row slice (40
+// with xpad). The kernel and ggx_strip_stage_smem both read it from here.
 struct stage_smem {
     int    xs_ld;
     size_t xs_n;     // halves of one matrix's x
-    size_t xs;       // byte offsets
+    size_t perm;     // byte offsets: int [n_mat][K] (in region 0, after x w)
+    size_t xs;
     size_t grp;      // int [n_mat][K / 32]
+    size_t plan;     // warp_plan [n_mat][GGX_STRIP_WARPS]
     size_t colsum;
     size_t total;
 };
@@ -275,22 +309,36 @@ __host__ __device__ inline stage_smem stage_smem_of(int n_mat, int K, int max_qu
     stage_smem L;
     L.xs_ld = form.xpad ? 40 : 32;
     L.xs_n = (size_t)(K / 32) * L.xs_ld;
-    const size_t xw = (size_t)K * 4, rings = form.ring ? (size_t)GGX_STRIP_WARPS * k_ring_bytes : 0;
-    L.xs = align16(xw > rings ? xw : rings);
+    L.perm = align16((size_t)K * 4);
+    const size_t staging = L.perm + (size_t)n_mat * K * 4, rings = form.ring ? (size_t)GGX_STRIP_WARPS * k_ring_bytes : 0;
+    L.xs = align16(staging > rings ? staging : rings);
     L.grp = align16(L.xs + (size_t)n_mat * L.xs_n * 2);
-    L.colsum = align16(L.grp + (size_t)n_mat * (K / 32) * 4);
+    L.plan = align16(L.grp + (size_t)n_mat * (K / 32) * 4);
+    L.colsum = L.plan + (size_t)n_mat * GGX_STRIP_WARPS * sizeof(warp_plan);
     L.total = L.colsum + (size_t)n_mat * max_quads * 16;
     return L;
 }
 
-// The words of this warp's first `pf` units of each of the stage's matrices into L2, one unit per
-// lane (they do not depend on any stage's results, so this runs before the stage's wait).
-__device__ __forceinline__ void prefetch_stage(const ggx_strip_stage & S, int b, int warp, int lane, int pf) {
-    if (b >= S.m[0].n_strips || lane >= pf) return;
+// What a stage needs that no stage's results change, into shared memory: each matrix's inverse
+// permutation and slice groups, this warp's plans, zeroed column sums; and the first pf units'
+// words of each warp into L2. Runs before the stage's wait (the previous stage has left shared
+// memory: its end has a block barrier).
+__device__ __forceinline__ void stage_static(const ggx_strip_stage & S, const stage_smem & L, unsigned char * smem, int b, int t,
+                                             int warp, int lane, int pf) {
+    const int K4 = S.K / 4, G = S.K / 32;
     for (int mi = 0; mi < S.n_mat; mi++) {
-        const int * deal = S.m[mi].deal + (size_t)b * (GGX_STRIP_WARPS + 1);
-        const int i = ggx_load_ro(deal + warp) + lane;
-        if (i < ggx_load_ro(deal + warp + 1)) prefetch_unit(S.m[mi], load_unit(S.m[mi].units + i));
+        const int * inv = S.m[mi].inv_perm;
+        int4 * perm = (int4 *)(smem + L.perm) + (size_t)mi * K4;
+#pragma unroll 4
+        for (int i = t; i < K4; i += NT) perm[i] = inv ? ggx_load_ro((const int4 *)inv + i) : make_int4(4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3);
+        int * grp = (int *)(smem + L.grp) + (size_t)mi * G;
+        for (int i = t; i < G; i += NT) grp[i] = ggx_load_ro(S.m[mi].slice_group + i);
+    }
+    float * colsum = (float *)(smem + L.colsum);
+    for (int i = t; i < S.n_mat * S.m[0].max_quads * 4; i += NT) colsum[i] = 0.0f;
+    if (b < S.m[0].n_strips) {
+        warp_plan * plans = (warp_plan *)(smem + L.plan);
+        for (int mi = 0; mi < S.n_mat; mi++) plan_load(S.m[mi], b, warp, lane, pf, plans[mi * GGX_STRIP_WARPS + warp]);
     }
 }
 
@@ -302,17 +350,19 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
     ggx_trace_begin(tr, &trace_slot);
     const int b = blockIdx.x, t = threadIdx.x, lane = t % GGX_CUDA_WARP, warp = t / GGX_CUDA_WARP;
     const int pf = s.form.prefetch;
-    if (pf > 0) prefetch_stage(s.st[0], b, warp, lane, pf);
-    // Launched with PDL after the attention kernel: this block may start on an SM attention has
-    // left, before attention's results are complete. The grid counter is safe with that: no block
-    // waits for another before stage 0 ends, and attention never waits for this kernel.
-    ggx_pdl_wait();
-    ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_WAITED);
     for (int si = 0; si < s.n_stages; si++) {
         const ggx_strip_stage & S = s.st[si];
-        if (si == 0 && s.n_stages == 1) ggx_pdl_launch_next();
-        if (si > 0) {
-            if (pf > 0) prefetch_stage(S, b, warp, lane, pf);
+        const stage_smem sl = stage_smem_of(S.n_mat, S.K, S.m[0].max_quads, s.form);
+        stage_static(S, sl, smem, b, t, warp, lane, pf);
+        if (si == 0) {
+            // Launched with PDL after the attention kernel: this block may start on an SM
+            // attention has left, before attention's results are complete. The grid counter is
+            // safe with that: no block waits for another before stage 0 ends, and attention never
+            // waits for this kernel.
+            ggx_pdl_wait();
+            ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_WAITED);
+            if (s.n_stages == 1) ggx_pdl_launch_next();
+        } else {
             grid_wait(s.counter, si * (int)gridDim.x);
             // every block of this grid is resident now: the next kernel may launch, its blocks
             // taking the SMs this grid leaves (they wait for its completion before reading)
@@ -320,13 +370,14 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
             if (si == s.n_stages - 1 && t == 0 && atomicAdd(s.counter, 1) == s.n_stages * (int)gridDim.x - 1)
                 atomicExch(s.counter, 0);   // every block is past its last wait: ready for the next launch
         }
-        const stage_smem sl = stage_smem_of(S.n_mat, S.K, S.m[0].max_quads, s.form);
         const int xs_ld = sl.xs_ld;
         const size_t xs_n = sl.xs_n;
         float * xw = (float *)smem;                                      // [K] x times the norm weights
+        const int4 * perm = (const int4 *)(smem + sl.perm);              // [n_mat][K]: inverse permutations
         uint4 * ring = (uint4 *)(smem + (size_t)warp * k_ring_bytes);  // (RING) this warp's slots, after the staging
         half * xs = (half *)(smem + sl.xs);                              // [n_mat][K / 32][xs_ld]
-        int * grp = (int *)(smem + sl.grp);                              // [n_mat][K / 32]
+        const int * grp = (const int *)(smem + sl.grp);                  // [n_mat][K / 32]
+        const warp_plan * plans = (const warp_plan *)(smem + sl.plan);   // [n_mat][GGX_STRIP_WARPS]
         float * colsum = (float *)(smem + sl.colsum);                    // [n_mat][max_quads * 4]
         const int cs_ld = S.m[0].max_quads * 4;
 
@@ -352,37 +403,30 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
         const int e = x_scale_exponent(am * rms);
         const float xscale = rms * ldexpf(1.0f, e), xunscale = ldexpf(1.0f, -e);
         for (int mi = 0; mi < S.n_mat; mi++) {
-            const int * inv = S.m[mi].inv_perm;
             half * xm = xs + mi * xs_n;
             auto at = [&](int k) { return (k >> 5) * xs_ld + (k & 31); };   // quantized row k's place
 #pragma unroll 4
             for (int i = t; i < K4; i += NT) {
                 const float4 p = ((const float4 *)xw)[i];
-                const int4 d = inv ? ggx_load_ro((const int4 *)inv + i) : make_int4(4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3);
+                const int4 d = perm[(size_t)mi * K4 + i];
                 xm[at(d.x)] = __float2half_rn(p.x * xscale);
                 xm[at(d.y)] = __float2half_rn(p.y * xscale);
                 xm[at(d.z)] = __float2half_rn(p.z * xscale);
                 xm[at(d.w)] = __float2half_rn(p.w * xscale);
             }
         }
-        for (int mi = 0; mi < S.n_mat; mi++)
-            for (int i = t; i < S.K / 32; i += NT) grp[mi * (S.K / 32) + i] = ggx_load_ro(S.m[mi].slice_group + i);
-        for (int i = t; i < S.n_mat * cs_ld; i += NT) colsum[i] = 0.0f;
         __syncthreads();
         if (si == 0) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_LOOP);
 
         if (b < S.m[0].n_strips) {
             for (int mi = 0; mi < S.n_mat; mi++)
-                run_units<RING, DLO>(S.m[mi], xs + mi * xs_n, xs_ld, grp + mi * (S.K / 32), colsum + mi * cs_ld, b, warp, lane, pf, ring);
+                run_units<RING, DLO>(S.m[mi], plans[mi * GGX_STRIP_WARPS + warp], xs + mi * xs_n, xs_ld, grp + mi * (S.K / 32),
+                                     colsum + mi * cs_ld, lane, pf, ring);
             __syncthreads();
             if (si == 0) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_LOOP_END);
-            // the owners' epilogue: the strip's first unit holds its first quad, its last unit its
-            // last (units run width by width, each width over all of the strip's quads)
-            const ggx_strip_matrix & M = S.m[0];
-            const int * deal = M.deal + (size_t)b * (GGX_STRIP_WARPS + 1);
-            const int u0 = ggx_load_ro(deal), u1 = ggx_load_ro(deal + GGX_STRIP_WARPS);
-            if (u0 < u1) {
-                const int q0 = (int)load_unit(M.units + u0).quad, q1 = (int)load_unit(M.units + u1 - 1).quad;
+            // the owners' epilogue (m[1] of a GLU has the same strips)
+            const int q0 = plans[0].q0, q1 = plans[0].q1;
+            {
                 for (int i = t; i < (q1 - q0 + 1) * 4; i += NT) {
                     const int n = q0 * 4 + i;
                     if (n >= S.N) continue;
