@@ -75,6 +75,7 @@ ggx_status ggx_cuda_strip_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std:
     m->Np = q->Np;
     m->n_strips = L.n_strips;
     m->max_quads = ggx_strip_max_quads(L);
+    m->max_units = ggx_strip_max_units(L);
     ggx_strip_unit * d_units = nullptr;
     int * d_deal = nullptr, * d_sg = nullptr, * d_qrow = nullptr;
     uint16_t * d_scales = nullptr;
@@ -139,7 +140,7 @@ bool ggx_cuda_strip_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) 
         const ggx_strip_matrix * s = strip_of(jm.w);
         if (!s || jm.rope || jm.cache || !jm.out || !f32_or_null(jm.out) || !f32_or_null(jm.bias) || !f32_or_null(jm.resid)) return false;
         if (s->n_strips > ctx.n_sm || s->K != (int)job.x->ne[0]) return false;
-        if (ggx_strip_stage_smem(job.n_mat, s->K, s->max_quads, form_of(ctx)) > ctx.smem_optin) return false;
+        if (ggx_strip_stage_smem(job.n_mat, s->K, s->max_quads, s->max_units, form_of(ctx)) > ctx.smem_optin) return false;
     }
     return true;
 }

@@ -30,27 +30,6 @@ template <int B> __device__ __forceinline__ float4 slice_dot(const uint4 (&w)[8]
                        __low2float(s[0][2]) + __high2float(s[0][2]), __low2float(s[0][3]) + __high2float(s[0][3]));
 }
 
-// A warp's units, their descriptors held one per lane in batches of 32 and broadcast with
-// shuffles, so that no descriptor load stands in front of a unit's word loads.
-struct unit_batch {
-    ggx_strip_unit mine;   // descriptor of unit base + lane
-    int base;
-    __device__ __forceinline__ void load(const ggx_strip_unit * units, int b, int e, int lane) {
-        base = b;
-        mine = b + lane < e ? load_unit(units + b + lane) : ggx_strip_unit{};
-    }
-    // reloads (uniformly) unless units i .. i + ahead are in the batch
-    __device__ __forceinline__ void cover(const ggx_strip_unit * units, int i, int ahead, int e, int lane) {
-        if (i + ahead - base >= 32) load(units, i, e, lane);
-    }
-    // unit i's descriptor (i in base .. base + 31), in every lane
-    __device__ __forceinline__ ggx_strip_unit get(int i) const {
-        const int src = i - base;
-        return {__shfl_sync(0xffffffffu, mine.offset, src), __shfl_sync(0xffffffffu, mine.quad, src),
-                __shfl_sync(0xffffffffu, mine.slice0, src), __shfl_sync(0xffffffffu, mine.bits_lanes, src)};
-    }
-};
-
 // A warp's running sums of its current quad (registers), added into the block's column sums in
 // shared memory when the quad changes: one warp reduction per quad, not per unit.
 struct quad_sums {
@@ -94,14 +73,12 @@ __device__ __forceinline__ uint2 unit_scales(const ggx_strip_matrix & m, const i
 // multiply, and was the largest stall at depth 1: run 89); with pf > 0, the words of unit i + pf
 // asked of L2 while unit i multiplies.
 template <int B, int D>
-__device__ __forceinline__ void run_width(const ggx_strip_matrix & m, const half * xs, int xs_ld, const int * grp, int a, int e,
-                                          int end, int pf, int lane, unit_batch & batch, quad_sums & qs) {
+__device__ __forceinline__ void run_width(const ggx_strip_matrix & m, const ggx_strip_unit * desc, const half * xs, int xs_ld,
+                                          const int * grp, int a, int e, int end, int pf, int lane, quad_sums & qs) {
     uint4 w[D][8];
     uint32_t quad[D], sl[D];   // per slot: the unit's quad, and slice0 | lanes << 24
-    const int ahead = 2 * D + pf;
-    batch.cover(m.units, a, ahead, end, lane);
     auto fetch = [&](int d, int i) {   // unit i into slot d
-        const ggx_strip_unit u = batch.get(i);
+        const ggx_strip_unit u = desc[i];
         const int lanes = u.bits_lanes >> 8;
         quad[d] = u.quad;
         sl[d] = u.slice0 | (uint32_t)lanes << 24;
@@ -113,18 +90,14 @@ __device__ __forceinline__ void run_width(const ggx_strip_matrix & m, const half
 #pragma unroll
     for (int d = 0; d < D; d++)
         if (a + d < e) fetch(d, a + d);
-    uint2 sc = unit_scales(m, grp, batch.get(a), lane);
+    uint2 sc = unit_scales(m, grp, desc[a], lane);
     for (int i = a; i < e; i += D) {
-        batch.cover(m.units, i, ahead, end, lane);
 #pragma unroll
         for (int d = 0; d < D; d++) {
             if (i + d >= e) break;
             const int uq = (int)quad[d];
-            const uint2 sc_next = i + d + 1 < e ? unit_scales(m, grp, batch.get(i + d + 1), lane) : make_uint2(0, 0);
-            if (pf > 0 && i + d + pf < end) {   // (its range may go on in another width)
-                const ggx_strip_unit u = batch.get(i + d + pf);
-                if (lane == 0) prefetch_unit(m, u);
-            }
+            const uint2 sc_next = i + d + 1 < e ? unit_scales(m, grp, desc[i + d + 1], lane) : make_uint2(0, 0);
+            if (pf > 0 && lane == 0 && i + d + pf < end) prefetch_unit(m, desc[i + d + pf]);   // (may be of the next width)
             float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if (lane < (int)(sl[d] >> 24)) v = slice_dot<B>(w[d], xs + ((sl[d] & 0xffffffu) + lane) * xs_ld);
             if (i + d + D < e) fetch(d, i + d + D);
@@ -142,13 +115,12 @@ __device__ __forceinline__ void run_width(const ggx_strip_matrix & m, const half
 constexpr int k_ring_bytes = 8192;   // per warp: R = 16 / B slots of B x 512 bytes
 
 template <int B, int R>
-__device__ __forceinline__ void run_width_ring(const ggx_strip_matrix & m, const half * xs, int xs_ld, const int * grp, int a, int e, int end,
-                                               int lane, unit_batch & batch, quad_sums & qs, uint4 * ring) {
+__device__ __forceinline__ void run_width_ring(const ggx_strip_matrix & m, const ggx_strip_unit * desc, const half * xs, int xs_ld,
+                                               const int * grp, int a, int e, int lane, quad_sums & qs, uint4 * ring) {
     static_assert(R >= 2 && R * B * 512 <= k_ring_bytes, "ring slots");
-    batch.cover(m.units, a, R, end, lane);
     auto issue = [&](int i) {   // unit i's words into slot i % R; always one commit group
         if (i < e) {
-            const ggx_strip_unit u = batch.get(i);
+            const ggx_strip_unit u = desc[i];
             const int lanes = u.bits_lanes >> 8;
             const uint4 * p = m.words + u.offset + lane;
             uint4 * slot = ring + (size_t)(i % R) * B * 32 + lane;
@@ -159,13 +131,12 @@ __device__ __forceinline__ void run_width_ring(const ggx_strip_matrix & m, const
     };
 #pragma unroll
     for (int j = 0; j < R - 1; j++) issue(a + j);
-    uint2 sc = unit_scales(m, grp, batch.get(a), lane);
+    uint2 sc = unit_scales(m, grp, desc[a], lane);
     for (int i = a; i < e; i++) {
-        batch.cover(m.units, i, R, end, lane);   // keeps i .. i + R in the batch
         issue(i + R - 1);
-        const uint2 sc_next = i + 1 < e ? unit_scales(m, grp, batch.get(i + 1), lane) : make_uint2(0, 0);
+        const uint2 sc_next = i + 1 < e ? unit_scales(m, grp, desc[i + 1], lane) : make_uint2(0, 0);
         ggx_cp_async_wait<R - 1>();   // unit i's group is in
-        const ggx_strip_unit u = batch.get(i);
+        const ggx_strip_unit u = desc[i];
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (lane < (int)(u.bits_lanes >> 8)) {
             uint4 w[8];
@@ -179,54 +150,45 @@ __device__ __forceinline__ void run_width_ring(const ggx_strip_matrix & m, const
     }
 }
 
-// This warp's share of one matrix in one stage. The tables it comes from do not depend on any
-// stage's results, so it is read before the stage's wait into shared memory: read after it, its
-// chain of dependent loads (deal, then the units' descriptors) stood in front of every matrix's
-// first words (~2 L2 round trips per warp and matrix; per-warp setup was ~20% of the stall
-// samples, run 90).
-struct warp_plan {
-    int            u0, u1;                          // its units
-    int            q0, q1;                          // the strip's first and last quad (q1 < q0: no units)
-    int            wu[GGX_EXL2_N_WIDTHS + 1];       // where each width's units start in the strip
-    int            pad1;
-    ggx_strip_unit first[GGX_CUDA_WARP];            // descriptors u0 .. u0 + 31 (zero past u1)
+// A strip's share of one matrix in one stage. The tables it comes from do not depend on any
+// stage's results, so it is read into shared memory before the stage's wait, together with the
+// strip's unit descriptors (strip_desc). Read after the wait, the chain of dependent loads (deal,
+// then the descriptors) stood in front of every matrix's first words (per-warp setup was ~20% of
+// the stall samples, run 90), and reloading descriptors from global memory inside the loop ~6%
+// (run 91).
+struct strip_plan {
+    int deal[GGX_STRIP_WARPS + 1];   // the warps' units: deal[w] .. deal[w + 1] - 1
+    int q0, q1;                      // the strip's first and last quad (q1 < q0: no units)
+    int wu[GGX_EXL2_N_WIDTHS + 1];   // where each width's units start in the strip
 };
-static_assert(sizeof(warp_plan) % 16 == 0, "warp plans are 16-byte aligned");
 
-__device__ __forceinline__ void plan_load(const ggx_strip_matrix & m, int b, int warp, int lane, int pf, warp_plan & P) {
+// Strip b's plan of m and its descriptors (desc[j] = unit deal[0] + j), by the whole block.
+__device__ __forceinline__ void plan_load(const ggx_strip_matrix & m, int b, int t, strip_plan & P, ggx_strip_unit * desc) {
     const int * deal = m.deal + (size_t)b * (GGX_STRIP_WARPS + 1);
-    const int u0 = ggx_load_ro(deal + warp), u1 = ggx_load_ro(deal + warp + 1);
     const int d0 = ggx_load_ro(deal), d1 = ggx_load_ro(deal + GGX_STRIP_WARPS);
-    const int wu = lane <= GGX_EXL2_N_WIDTHS ? ggx_load_ro(m.width_unit0 + (size_t)b * (GGX_EXL2_N_WIDTHS + 1) + lane) : 0;
-    const ggx_strip_unit u = u0 + lane < u1 ? load_unit(m.units + u0 + lane) : ggx_strip_unit{};
-    if (lane < pf && u0 + lane < u1) prefetch_unit(m, u);   // the first pf units' words into L2
-    if (lane == 0) {
-        P.u0 = u0;
-        P.u1 = u1;
-        // (units run width by width, each width over all of the strip's quads: the first unit
-        // holds the strip's first quad, the last unit its last)
-        P.q0 = d0 < d1 ? (int)load_unit(m.units + d0).quad : 0;
-        P.q1 = d0 < d1 ? (int)load_unit(m.units + d1 - 1).quad : -1;
-    }
-    if (lane <= GGX_EXL2_N_WIDTHS) P.wu[lane] = wu;
-    P.first[lane] = u;
+    if (t <= GGX_STRIP_WARPS) P.deal[t] = ggx_load_ro(deal + t);
+    if (t <= GGX_EXL2_N_WIDTHS) P.wu[t] = ggx_load_ro(m.width_unit0 + (size_t)b * (GGX_EXL2_N_WIDTHS + 1) + t);
+    // (units run width by width, each width over all of the strip's quads: the first unit holds
+    // the strip's first quad, the last unit its last)
+    if (t == NT - 1) P.q0 = d0 < d1 ? (int)load_unit(m.units + d0).quad : 0;
+    if (t == NT - 2) P.q1 = d0 < d1 ? (int)load_unit(m.units + d1 - 1).quad : -1;
+#pragma unroll 4
+    for (int j = t; j < d1 - d0; j += NT) desc[j] = load_unit(m.units + d0 + j);
 }
 
-// One warp's dealt units of matrix m in strip b (plan P), summed into colsum[(quad - strip's
-// first quad) * 4 + c]. A strip's units run width by width, so the warp's range splits into at
-// most 6 runs of one width.
+// Warp `warp`'s dealt units of matrix m in the strip of plan P (descriptors strip_desc: unit
+// P.deal[0] + j at j), summed into colsum[(quad - strip's first quad) * 4 + c]. A strip's units
+// run width by width, so the warp's range splits into at most 6 runs of one width.
 template <bool RING, int DLO>
-__device__ __forceinline__ void run_units(const ggx_strip_matrix & m, const warp_plan & P, const half * xs, int xs_ld, const int * grp,
-                                          float * colsum, int lane, int pf, uint4 * ring) {
-    const int u0 = P.u0, u1 = P.u1;
+__device__ __forceinline__ void run_units(const ggx_strip_matrix & m, const strip_plan & P, const ggx_strip_unit * strip_desc, const half * xs,
+                                          int xs_ld, const int * grp, float * colsum, int warp, int lane, int pf, uint4 * ring) {
+    const int u0 = P.deal[warp], u1 = P.deal[warp + 1];
     if (u0 >= u1) return;
-    unit_batch batch;
-    batch.base = u0;
-    batch.mine = P.first[lane];
+    const ggx_strip_unit * desc = strip_desc - P.deal[0];   // indexed by unit
     quad_sums qs;
     qs.acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     qs.q0 = P.q0;
-    qs.cur = (int)batch.get(u0).quad;
+    qs.cur = (int)desc[u0].quad;
     qs.colsum = colsum;
 #pragma unroll 1
     for (int r = 0; r < GGX_EXL2_N_WIDTHS; r++) {
@@ -234,21 +196,21 @@ __device__ __forceinline__ void run_units(const ggx_strip_matrix & m, const warp
         if (a >= e) continue;
         if constexpr (RING) {
             switch (r) {   // ggx_exl2_widths order; slots: 16 / B, at least 2
-                case 0: run_width_ring<8, 2>(m, xs, xs_ld, grp, a, e, u1, lane, batch, qs, ring); break;
-                case 1: run_width_ring<6, 2>(m, xs, xs_ld, grp, a, e, u1, lane, batch, qs, ring); break;
-                case 2: run_width_ring<5, 3>(m, xs, xs_ld, grp, a, e, u1, lane, batch, qs, ring); break;
-                case 3: run_width_ring<4, 4>(m, xs, xs_ld, grp, a, e, u1, lane, batch, qs, ring); break;
-                case 4: run_width_ring<3, 5>(m, xs, xs_ld, grp, a, e, u1, lane, batch, qs, ring); break;
-                default: run_width_ring<2, 8>(m, xs, xs_ld, grp, a, e, u1, lane, batch, qs, ring); break;
+                case 0: run_width_ring<8, 2>(m, desc, xs, xs_ld, grp, a, e, lane, qs, ring); break;
+                case 1: run_width_ring<6, 2>(m, desc, xs, xs_ld, grp, a, e, lane, qs, ring); break;
+                case 2: run_width_ring<5, 3>(m, desc, xs, xs_ld, grp, a, e, lane, qs, ring); break;
+                case 3: run_width_ring<4, 4>(m, desc, xs, xs_ld, grp, a, e, lane, qs, ring); break;
+                case 4: run_width_ring<3, 5>(m, desc, xs, xs_ld, grp, a, e, lane, qs, ring); break;
+                default: run_width_ring<2, 8>(m, desc, xs, xs_ld, grp, a, e, lane, qs, ring); break;
             }
         } else {
             switch (r) {   // ggx_exl2_widths order
-                case 0: run_width<8, 1>(m, xs, xs_ld, grp, a, e, u1, pf, lane, batch, qs); break;
-                case 1: run_width<6, 1>(m, xs, xs_ld, grp, a, e, u1, pf, lane, batch, qs); break;
-                case 2: run_width<5, 1>(m, xs, xs_ld, grp, a, e, u1, pf, lane, batch, qs); break;
-                case 3: run_width<4, DLO>(m, xs, xs_ld, grp, a, e, u1, pf, lane, batch, qs); break;
-                case 4: run_width<3, DLO>(m, xs, xs_ld, grp, a, e, u1, pf, lane, batch, qs); break;
-                default: run_width<2, DLO>(m, xs, xs_ld, grp, a, e, u1, pf, lane, batch, qs); break;
+                case 0: run_width<8, 1>(m, desc, xs, xs_ld, grp, a, e, u1, pf, lane, qs); break;
+                case 1: run_width<6, 1>(m, desc, xs, xs_ld, grp, a, e, u1, pf, lane, qs); break;
+                case 2: run_width<5, 1>(m, desc, xs, xs_ld, grp, a, e, u1, pf, lane, qs); break;
+                case 3: run_width<4, DLO>(m, desc, xs, xs_ld, grp, a, e, u1, pf, lane, qs); break;
+                case 4: run_width<3, DLO>(m, desc, xs, xs_ld, grp, a, e, u1, pf, lane, qs); break;
+                default: run_width<2, DLO>(m, desc, xs, xs_ld, grp, a, e, u1, pf, lane, qs); break;
             }
         }
     }
@@ -291,8 +253,8 @@ __device__ __forceinline__ void grid_wait(int * counter, int target) {
     __syncthreads();
 }
 
-// A stage's shared memory: [region 0][x in fp16 per matrix][slice groups per matrix][warp plans]
-// [column sums]. Region 0 holds x w (fp32) and each matrix's inverse permutation during the
+// A stage's shared memory: [region 0][x in fp16 per matrix][slice groups per matrix][strip plans]
+// [unit descriptors per matrix][column sums]. Region 0 holds x w (fp32) and each matrix's inverse permutation during the
 // staging and then, in the ring form, the warps' rings. x takes xs_ld halves per 32-row slice (40
 // with xpad). The kernel and ggx_strip_stage_smem both read it from here.
 struct stage_smem {
@@ -301,11 +263,12 @@ struct stage_smem {
     size_t perm;     // byte offsets: int [n_mat][K] (in region 0, after x w)
     size_t xs;
     size_t grp;      // int [n_mat][K / 32]
-    size_t plan;     // warp_plan [n_mat][GGX_STRIP_WARPS]
+    size_t plan;     // strip_plan [n_mat]
+    size_t desc;     // ggx_strip_unit [n_mat][max_units]
     size_t colsum;
     size_t total;
 };
-__host__ __device__ inline stage_smem stage_smem_of(int n_mat, int K, int max_quads, const ggx_strip_form & form) {
+__host__ __device__ inline stage_smem stage_smem_of(int n_mat, int K, int max_quads, int max_units, const ggx_strip_form & form) {
     stage_smem L;
     L.xs_ld = form.xpad ? 40 : 32;
     L.xs_n = (size_t)(K / 32) * L.xs_ld;
@@ -314,17 +277,21 @@ __host__ __device__ inline stage_smem stage_smem_of(int n_mat, int K, int max_qu
     L.xs = align16(staging > rings ? staging : rings);
     L.grp = align16(L.xs + (size_t)n_mat * L.xs_n * 2);
     L.plan = align16(L.grp + (size_t)n_mat * (K / 32) * 4);
-    L.colsum = L.plan + (size_t)n_mat * GGX_STRIP_WARPS * sizeof(warp_plan);
+    L.desc = align16(L.plan + (size_t)n_mat * sizeof(strip_plan));
+    L.colsum = L.desc + (size_t)n_mat * max_units * sizeof(ggx_strip_unit);
     L.total = L.colsum + (size_t)n_mat * max_quads * 16;
     return L;
 }
 
+__device__ __forceinline__ int stage_max_units(const ggx_strip_stage & S) {
+    return S.n_mat > 1 ? max(S.m[0].max_units, S.m[1].max_units) : S.m[0].max_units;
+}
+
 // What a stage needs that no stage's results change, into shared memory: each matrix's inverse
-// permutation and slice groups, this warp's plans, zeroed column sums; and the first pf units'
-// words of each warp into L2. Runs before the stage's wait (the previous stage has left shared
-// memory: its end has a block barrier).
-__device__ __forceinline__ void stage_static(const ggx_strip_stage & S, const stage_smem & L, unsigned char * smem, int b, int t,
-                                             int warp, int lane, int pf) {
+// permutation and slice groups, the strip's plans and unit descriptors, zeroed column sums; and
+// the first pf units' words of each warp into L2. Runs before the stage's wait (the previous
+// stage has left shared memory: its end has a block barrier).
+__device__ __forceinline__ void stage_static(const ggx_strip_stage & S, const stage_smem & L, unsigned char * smem, int b, int t, int pf) {
     const int K4 = S.K / 4, G = S.K / 32;
     for (int mi = 0; mi < S.n_mat; mi++) {
         const int * inv = S.m[mi].inv_perm;
@@ -336,9 +303,16 @@ __device__ __forceinline__ void stage_static(const ggx_strip_stage & S, const st
     }
     float * colsum = (float *)(smem + L.colsum);
     for (int i = t; i < S.n_mat * S.m[0].max_quads * 4; i += NT) colsum[i] = 0.0f;
-    if (b < S.m[0].n_strips) {
-        warp_plan * plans = (warp_plan *)(smem + L.plan);
-        for (int mi = 0; mi < S.n_mat; mi++) plan_load(S.m[mi], b, warp, lane, pf, plans[mi * GGX_STRIP_WARPS + warp]);
+    if (b >= S.m[0].n_strips) return;
+    const int max_units = stage_max_units(S);
+    for (int mi = 0; mi < S.n_mat; mi++) {
+        const ggx_strip_matrix & m = S.m[mi];
+        plan_load(m, b, t, ((strip_plan *)(smem + L.plan))[mi], (ggx_strip_unit *)(smem + L.desc) + (size_t)mi * max_units);
+        if (t < GGX_STRIP_WARPS * pf) {   // thread w pf + j: warp w's unit j
+            const int * deal = m.deal + (size_t)b * (GGX_STRIP_WARPS + 1) + t / pf;
+            const int i = ggx_load_ro(deal) + t % pf;
+            if (i < ggx_load_ro(deal + 1)) prefetch_unit(m, load_unit(m.units + i));
+        }
     }
 }
 
@@ -352,8 +326,8 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
     const int pf = s.form.prefetch;
     for (int si = 0; si < s.n_stages; si++) {
         const ggx_strip_stage & S = s.st[si];
-        const stage_smem sl = stage_smem_of(S.n_mat, S.K, S.m[0].max_quads, s.form);
-        stage_static(S, sl, smem, b, t, warp, lane, pf);
+        const stage_smem sl = stage_smem_of(S.n_mat, S.K, S.m[0].max_quads, stage_max_units(S), s.form);
+        stage_static(S, sl, smem, b, t, pf);
         if (si == 0) {
             // Launched with PDL after the attention kernel: this block may start on an SM
             // attention has left, before attention's results are complete. The grid counter is
@@ -377,7 +351,8 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
         uint4 * ring = (uint4 *)(smem + (size_t)warp * k_ring_bytes);  // (RING) this warp's slots, after the staging
         half * xs = (half *)(smem + sl.xs);                              // [n_mat][K / 32][xs_ld]
         const int * grp = (const int *)(smem + sl.grp);                  // [n_mat][K / 32]
-        const warp_plan * plans = (const warp_plan *)(smem + sl.plan);   // [n_mat][GGX_STRIP_WARPS]
+        const strip_plan * plans = (const strip_plan *)(smem + sl.plan); // [n_mat]
+        const ggx_strip_unit * desc = (const ggx_strip_unit *)(smem + sl.desc);   // [n_mat][max_units]
         float * colsum = (float *)(smem + sl.colsum);                    // [n_mat][max_quads * 4]
         const int cs_ld = S.m[0].max_quads * 4;
 
@@ -420,8 +395,8 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
 
         if (b < S.m[0].n_strips) {
             for (int mi = 0; mi < S.n_mat; mi++)
-                run_units<RING, DLO>(S.m[mi], plans[mi * GGX_STRIP_WARPS + warp], xs + mi * xs_n, xs_ld, grp + mi * (S.K / 32),
-                                     colsum + mi * cs_ld, lane, pf, ring);
+                run_units<RING, DLO>(S.m[mi], plans[mi], desc + (size_t)mi * stage_max_units(S), xs + mi * xs_n, xs_ld,
+                                     grp + mi * (S.K / 32), colsum + mi * cs_ld, warp, lane, pf, ring);
             __syncthreads();
             if (si == 0) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_LOOP_END);
             // the owners' epilogue (m[1] of a GLU has the same strips)
@@ -450,14 +425,15 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
 
 }  // namespace
 
-size_t ggx_strip_stage_smem(int n_mat, int K, int max_quads, const ggx_strip_form & form) {
-    return stage_smem_of(n_mat, K, max_quads, form).total;
+size_t ggx_strip_stage_smem(int n_mat, int K, int max_quads, int max_units, const ggx_strip_form & form) {
+    return stage_smem_of(n_mat, K, max_quads, max_units, form).total;
 }
 
 size_t ggx_strip_step_smem(const ggx_strip_step & s) {
     size_t need = 0;
     for (int i = 0; i < s.n_stages; i++)
-        need = std::max(need, ggx_strip_stage_smem(s.st[i].n_mat, s.st[i].K, s.st[i].m[0].max_quads, s.form));
+        need = std::max(need, ggx_strip_stage_smem(s.st[i].n_mat, s.st[i].K, s.st[i].m[0].max_quads,
+                                                   std::max(s.st[i].m[0].max_units, s.st[i].n_mat > 1 ? s.st[i].m[1].max_units : 0), s.form));
     return need;
 }
 

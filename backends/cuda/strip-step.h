@@ -58,6 +58,13 @@ inline int ggx_strip_max_quads(const ggx::StripLayout & L) {
     return q;
 }
 
+// Units of the layout's strip with the most (ggx_strip_matrix::max_units).
+inline int ggx_strip_max_units(const ggx::StripLayout & L) {
+    int u = 0;
+    for (int s = 0; s < L.n_strips; s++) u = std::max(u, L.strip_unit0[s + 1] - L.strip_unit0[s]);
+    return u;
+}
+
 // A matrix in the strip layout, in device memory.
 struct ggx_strip_matrix {
     const uint4 *          words;
@@ -69,6 +76,7 @@ struct ggx_strip_matrix {
     const int *            width_unit0;   // [n_strips][7]: each strip's units of each width (StripLayout::width_unit0)
     int K, Np, n_strips;
     int max_quads;                        // quads of the widest strip
+    int max_units;                        // units of the strip with the most
 };
 
 enum ggx_strip_epi {
@@ -114,7 +122,7 @@ struct ggx_strip_step {
 
 // Dynamic shared memory a stage needs (x w in fp32 during the staging, or the warps' rings in
 // the ring form; x in fp16 for every matrix; the column sums), and a whole step (the largest).
-size_t ggx_strip_stage_smem(int n_mat, int K, int max_quads, const ggx_strip_form & form);
+size_t ggx_strip_stage_smem(int n_mat, int K, int max_quads, int max_units, const ggx_strip_form & form);
 size_t ggx_strip_step_smem(const ggx_strip_step & s);
 
 struct ggx_trace_dev;   // trace.cuh (GGX_CUDA_TRACE)

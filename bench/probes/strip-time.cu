@@ -88,6 +88,7 @@ int main(int argc, char ** argv) {
         m.Np = S.Np;
         m.n_strips = n_strips;
         m.max_quads = ggx_strip_max_quads(S);
+        m.max_units = ggx_strip_max_units(S);
         for (int c = 0; c < COPIES; c++) {
             M.m[c] = m;
             M.m[c].words = (const uint4 *)upload(S.words);

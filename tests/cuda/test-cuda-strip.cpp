@@ -96,6 +96,7 @@ TEST_CASE("strip gemv: synthetic EXL2 layers through the strip layout against a 
             m.Np = S.Np;
             m.n_strips = n_strips;
             m.max_quads = ggx_strip_max_quads(S);
+            m.max_units = ggx_strip_max_units(S);
             float * xd = upload(xq);
             float * yd = upload(std::vector<float>(S.Np, -12345.0f));
             int * counter = upload(std::vector<int>(1, 0));
