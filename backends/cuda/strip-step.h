@@ -6,18 +6,21 @@
 // kernel") has the measurements this shape comes from.
 //
 // One block of GGX_STRIP_WARPS warps per strip, one block per SM, all resident (the grid is the
-// SM count at most, one block fits an SM). A stage: wait for every block to finish the previous
-// stage; stage x (RMS-normalised when asked, scaled by a power of two into fp16, written straight
-// into each matrix's quantized row order through its inverse permutation); each warp walks its
-// dealt units (contiguous, by bytes) width run by width run, lane l of a unit multiplying slice
-// slice0 + l of the unit's quad (4 columns) in fp16 pairs (exl2-unpack.cuh's piece_dot), the
-// quad's sums kept in registers until the quad changes; then one warp reduction into shared
-// memory and the owners' epilogue. The words come through registers, one unit in flight per
-// warp (deeper register pipelines spill: bench/NOTES-cuda-decode.md, session 13), or with
-// `ring` through shared-memory rings filled by cp.async. The warps' sums meet in shared memory
-// through float atomics, so the last bits of an output may differ from run to run.
+// SM count at most, one block fits an SM). A stage: read what no stage's results change (inverse
+// permutations, slice groups, the strip's unit descriptors and plan) into shared memory, and ask
+// L2 for each warp's first units; wait for every block to finish the previous stage; stage x
+// (RMS-normalised when asked, scaled by a power of two into fp16, written straight into each
+// matrix's quantized row order); each warp walks its dealt units (contiguous, by bytes) width run
+// by width run, lane l of a unit multiplying slice slice0 + l of the unit's quad (4 columns) in
+// fp16 pairs (exl2-unpack.cuh's piece_dot), the scales loaded a unit ahead, the quad's sums kept
+// in registers until the quad changes; then one warp reduction into shared memory and the
+// owners' epilogue. The words come through registers (ggx_strip_form: one or two units in
+// flight, optionally L2 prefetch further ahead) or through shared-memory rings filled by cp.async.
+// The warps' sums meet in shared memory through float atomics, so the last bits of an output may
+// differ from run to run.
 //
-// Experimental: measured slower than the backend's default decode kernels (runs 87-88).
+// Experimental: ~86% of the backend's default decode speed (runs 89-92). Its loop is issue-bound
+// (~4 instructions per weight): bench/NOTES-cuda-decode.md, session 14.
 #pragma once
 
 #if defined(GGX_USE_HIP)
