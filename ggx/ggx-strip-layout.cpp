@@ -1,62 +1,18 @@
 #include "ggx-strip-layout.h"
 
-#include "fp16.h"
+#include "ggx-exl2-host.h"
 
 #include <algorithm>
 
 namespace ggx {
 
-namespace {
-
-// Position of a width in the row order (8 first, 2 last): units sort by it, then quad, then slice.
-int width_rank(int bits) {
-    for (int i = 0; i < GGX_EXL2_N_WIDTHS; i++)
-        if (ggx_exl2_widths[i] == bits) return i;
-    return -1;
-}
-
-// One group as the walk over q_groups sees it.
-struct GroupSpan {
-    int bits, qrow0, slice0, n_slices;
-};
-
-// The groups of q, checked: known widths, non-increasing, whole packed rows, and (when
-// need_slices) whole 32-row slices. Returns false with *why set on the first defect.
-bool walk_groups(const ggx_qmatrix & q, bool need_slices, std::vector<GroupSpan> * out, std::string * why) {
-    auto no = [&](const std::string & s) {
-        if (why) *why = s;
-        return false;
-    };
-    if (!q.groups_host) return no("no host copy of q_groups");
-    if (q.K <= 0 || q.Np <= 0 || q.Np % 32 || q.n_groups <= 0) return no("bad dimensions");
-    if (q.K % 32) return no("K = " + std::to_string(q.K) + " is not a multiple of 32");
-    int rows = 0, prev_bits = 8;
-    for (int g = 0; g < q.n_groups; g++) {
-        const int b = q.groups_host[2 * g], r0 = q.groups_host[2 * g + 1];
-        const int r1 = g + 1 < q.n_groups ? q.groups_host[2 * g + 3] : q.qrows;
-        if (width_rank(b) < 0 || b > prev_bits || r1 <= r0 || (r1 - r0) * 32 % b)
-            return no("group " + std::to_string(g) + " (bits " + std::to_string(b) + ", packed rows " + std::to_string(r0) +
-                      ".." + std::to_string(r1) + ") is malformed");
-        const int n = (r1 - r0) * 32 / b;
-        if (need_slices && (n % 32 || rows % 32))
-            return no("group " + std::to_string(g) + " has " + std::to_string(n) + " rows, not whole 32-row slices");
-        if (out) out->push_back({b, r0, rows / 32, n / 32});
-        rows += n;
-        prev_bits = b;
-    }
-    if (rows != q.K) return no("groups cover " + std::to_string(rows) + " of " + std::to_string(q.K) + " rows");
-    return true;
-}
-
-}  // namespace
-
 bool strip_layout_supported(const ggx_qmatrix & q, std::string * why) {
-    return walk_groups(q, true, nullptr, why);
+    return exl2_groups(q, 32, nullptr, why);
 }
 
 bool strip_layout_build(const ggx_qmatrix & q, int n_strips, bool copy_words, StripLayout * out, std::string * why) {
-    std::vector<GroupSpan> groups;
-    if (!walk_groups(q, true, &groups, why)) return false;
+    std::vector<Exl2Group> groups;
+    if (!exl2_groups(q, 32, &groups, why)) return false;
     const int n_quads = q.Np / 4, n_slices = q.K / 32;
     if (n_strips < 1 || n_strips > n_quads) {
         if (why) *why = std::to_string(n_strips) + " strips for " + std::to_string(n_quads) + " quads";
@@ -69,20 +25,20 @@ bool strip_layout_build(const ggx_qmatrix & q, int n_strips, bool copy_words, St
     L.Np = q.Np;
     L.n_strips = n_strips;
     L.slice_group.resize(n_slices);
-    for (const GroupSpan & gs : groups) L.group_bits.push_back((uint8_t)gs.bits);
+    for (const Exl2Group & gs : groups) L.group_bits.push_back((uint8_t)gs.bits);
     L.slice_qrow.resize(n_slices);
     for (int g = 0; g < (int)groups.size(); g++)
-        for (int t = 0; t < groups[g].n_slices; t++) {
-            L.slice_group[groups[g].slice0 + t] = g;
-            L.slice_qrow[groups[g].slice0 + t] = groups[g].qrow0 + t * groups[g].bits;
+        for (int t = 0; t < groups[g].n_rows / 32; t++) {
+            L.slice_group[groups[g].row0 / 32 + t] = g;
+            L.slice_qrow[groups[g].row0 / 32 + t] = groups[g].qrow0 + t * groups[g].bits;
         }
 
     // Width runs: consecutive groups of one width.
     struct Run { int bits, slice0, n; };
     std::vector<Run> runs;
-    for (const GroupSpan & gs : groups) {
-        if (runs.empty() || runs.back().bits != gs.bits) runs.push_back({gs.bits, gs.slice0, 0});
-        runs.back().n += gs.n_slices;
+    for (const Exl2Group & gs : groups) {
+        if (runs.empty() || runs.back().bits != gs.bits) runs.push_back({gs.bits, gs.row0 / 32, 0});
+        runs.back().n += gs.n_rows / 32;
     }
 
     L.strip_quad0.resize(n_strips + 1);
@@ -108,7 +64,7 @@ bool strip_layout_build(const ggx_qmatrix & q, int n_strips, bool copy_words, St
     for (int s = 0; s < n_strips; s++) {
         int u = L.strip_unit0[s];
         for (int r = 0; r <= GGX_EXL2_N_WIDTHS; r++) {
-            while (u < L.strip_unit0[s + 1] && width_rank(L.units[u].bits) < r) u++;
+            while (u < L.strip_unit0[s + 1] && exl2_width_rank(L.units[u].bits) < r) u++;
             L.width_unit0.push_back(u);
         }
     }
@@ -119,11 +75,7 @@ bool strip_layout_build(const ggx_qmatrix & q, int n_strips, bool copy_words, St
 
     L.scales.resize((size_t)q.n_groups * q.Np);
     for (int g = 0; g < q.n_groups; g++)
-        for (int n = 0; n < q.Np; n++) {
-            const uint32_t c = (q.q_scale[(size_t)g * (q.Np / 8) + n / 8] >> (4 * (n % 8))) & 15;
-            // h(h((c + 1)^2) * M'_g), as the reference dequantizer (exl2/quant/dequant.h) rounds it
-            L.scales[(size_t)g * q.Np + n] = ggx_f32_to_f16((float)((c + 1) * (c + 1)) * ggx_f16_to_f32(q.q_scale_max[g]));
-        }
+        for (int n = 0; n < q.Np; n++) L.scales[(size_t)g * q.Np + n] = exl2_scale_f16(q, g, n);
     return true;
 }
 

@@ -1,7 +1,7 @@
 // The strip layout of an EXL2 matrix: the weight order the CUDA backend's strip step streams
 // (backends/cuda/strip-step.h; bench/NOTES-cuda-decode.md, "A step kernel"). Host code, so that it
 // is tested without a GPU; it lives in ggx because a backend builds it from the ggx_qmatrix it is
-// given (ggx never includes exl2: the fp16 scale below restates the format's formula).
+// given (ggx never includes exl2: ggx-exl2-host.h restates what it reads of the format).
 //
 // Each of n_strips blocks owns a strip of whole quads (4 adjacent columns) over the full K, so
 // that it finishes its outputs alone. Inside a strip the codes are regrouped into work units: a

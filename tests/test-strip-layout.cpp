@@ -175,7 +175,7 @@ TEST_CASE("strip layout: 16-row groups and bad strip counts are refused with a r
     const ggx_qmatrix q = qlayer_host_view(Q);
     std::string why;
     CHECK_FALSE(strip_layout_supported(q, &why));
-    CHECK(why.find("not whole 32-row slices") != std::string::npos);
+    CHECK(why.find("not whole 32-row blocks") != std::string::npos);
     StripLayout L;
     why.clear();
     CHECK_FALSE(ggx::strip_layout_build(q, 1, true, &L, &why));
