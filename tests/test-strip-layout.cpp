@@ -6,6 +6,7 @@
 #include "exl2/quant/qlayer.h"
 #include "exl2/quant/synthetic.h"
 #include "ggx/ggx-strip-layout.h"
+#include "synth-layer.h"
 
 #include <doctest/doctest.h>
 
@@ -55,17 +56,6 @@ uint16_t weight_through_units(const StripLayout & L, int k, int n, bool * ok) {
     const uint32_t * slice_words = &L.words[((size_t)u->offset + lane) * 4 + n % 4];
     const uint32_t v = exl2_extract(slice_words, (int64_t)u->lanes * 4, 0, k % 32, u->bits);
     return exl2_dq_weight(v, u->bits, L.scales[(size_t)g * L.Np + n]);
-}
-
-QLayerHost synth_layer(const char * layout, int K, int N, uint64_t seed) {
-    SafeTensors st;
-    SynthExl2Options so;
-    so.seed = seed;
-    so.act_order = true;
-    synth_add(st, synth_exl2_layer("L", K, N, exl2_layout_parse(layout), so));
-    QLoadOptions lo;
-    lo.N = N;
-    return qlayer_load(st, "L", lo);
 }
 
 // Structural checks: strips, unit order and widths, the tiling of the words, coverage.

@@ -1,0 +1,76 @@
+#include "ggx-tile-layout.h"
+
+#include "ggx-exl2-host.h"
+
+#include <algorithm>
+
+namespace ggx {
+
+bool tile_layout_supported(const ggx_qmatrix & q, std::string * why) {
+    return exl2_groups(q, 16, nullptr, why);
+}
+
+bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * why) {
+    std::vector<Exl2Group> groups;
+    if (!exl2_groups(q, 16, &groups, why)) return false;
+    TileLayout & L = *out;
+    L = TileLayout();
+    L.K = q.K;
+    L.Np = q.Np;
+    L.n_tiles = q.Np / 16;
+    L.step_group.resize(q.K / 16);
+    for (int g = 0; g < (int)groups.size(); g++) {
+        L.group_bits.push_back((uint8_t)groups[g].bits);
+        for (int s = 0; s < groups[g].n_rows / 16; s++) L.step_group[groups[g].row0 / 16 + s] = g;
+    }
+    // width runs: consecutive groups of one width
+    struct Run { int bits, step0, n; };
+    std::vector<Run> runs;
+    for (const Exl2Group & g : groups) {
+        if (runs.empty() || runs.back().bits != g.bits) runs.push_back({g.bits, g.row0 / 16, 0});
+        runs.back().n += g.n_rows / 16;
+    }
+
+    uint32_t off = 0;   // uint4 index
+    std::vector<uint32_t> lw;
+    for (int tile = 0; tile < L.n_tiles; tile++) {
+        L.tile_unit0.push_back((int)L.units.size());
+        for (const Run & run : runs)
+            for (int s0 = run.step0; s0 < run.step0 + run.n; s0 += 16) {
+                const int n_steps = std::min(16, run.step0 + run.n - s0), np = ggx_tile_n_planes(run.bits);
+                int n_words = 0;
+                for (int p = 0; p < np; p++) n_words += ggx_tile_plane_words(ggx_tile_plane_bits(run.bits, p), n_steps);
+                const int n_uint4 = (n_words + 3) / 4;
+                L.units.push_back({off, (uint32_t)tile, (uint32_t)s0, (uint8_t)n_steps, (uint8_t)run.bits, (uint8_t)n_uint4});
+                L.words.resize(((size_t)off + n_uint4) * 32 * 4, 0u);
+                for (int lane = 0; lane < 32; lane++) {
+                    lw.assign((size_t)n_uint4 * 4, 0u);
+                    for (int i = 0; i < n_steps; i++) {
+                        const Exl2Group & grp = groups[L.step_group[s0 + i]];
+                        for (int r = 0; r < 4; r++)
+                            for (int e = 0; e < 2; e++) {
+                                const int k = 16 * (s0 + i) + ggx_tile_row(lane, r, e), n = 16 * tile + ggx_tile_col(lane, r);
+                                const uint32_t code = exl2_code(q, grp, k - grp.row0, n);
+                                int base = 0;
+                                for (int p = 0; p < np; p++) {
+                                    const int pb = ggx_tile_plane_bits(run.bits, p);
+                                    int word, bit;
+                                    ggx_tile_field_pos(pb, i, r, e, &word, &bit);
+                                    lw[base + word] |= (code >> ggx_tile_plane_shift(run.bits, p) & ((1u << pb) - 1)) << bit;
+                                    base += ggx_tile_plane_words(pb, n_steps);
+                                }
+                            }
+                    }
+                    for (int j = 0; j < n_uint4 * 4; j++) L.words[(((size_t)off + j / 4) * 32 + lane) * 4 + j % 4] = lw[j];
+                }
+                off += n_uint4;
+            }
+    }
+    L.tile_unit0.push_back((int)L.units.size());
+    L.scales.resize((size_t)q.n_groups * q.Np);
+    for (int g = 0; g < q.n_groups; g++)
+        for (int n = 0; n < q.Np; n++) L.scales[(size_t)g * q.Np + n] = exl2_scale_f16(q, g, n);
+    return true;
+}
+
+}  // namespace ggx

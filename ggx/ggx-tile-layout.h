@@ -1,0 +1,126 @@
+// The tile layout of an EXL2 matrix: its codes in the order in which an m16n8k16 tensor-core tile
+// takes them as its A operand, for a one-row GEMV whose dot products run on tensor cores
+// (bench/NOTES-cuda-decode.md, session 14: the fp16-pair loop is issue-bound at ~2.35
+// instructions per weight; this one needs ~1.2). Host code, tested without a GPU
+// (tests/test-tile-layout.cpp emulates the tile product); the register recipes below are
+// GGX_HD so that device code shares them. bench/probes/mma-tile.cu measures the loop on
+// uniform widths. No backend uses the layout yet.
+//
+// A tile is 16 output columns, a step 16 quantized rows. For each (tile, step), lane l of a warp
+// (g = l / 4, t = l % 4) holds the 8 codes of its A-fragment registers r = 0..3:
+//   r = 0: column 16 tile + g,     rows 2t, 2t + 1 of the step  (low, high fp16 of the register)
+//   r = 1: column 16 tile + g + 8, rows 2t, 2t + 1
+//   r = 2: column 16 tile + g,     rows 2t + 8, 2t + 9
+//   r = 3: column 16 tile + g + 8, rows 2t + 8, 2t + 9
+// A code of b bits is cut into planes of 8, 4, 2 or 1 bits (8; 6 = 4 + 2 << 4; 5 = 4 + 1 << 4; 4;
+// 3 = 2 + 1 << 2; 2). Each plane's fields sit in 32-bit words such that one mask-and-or with
+// 0x64006400 (at 8 bits, a byte permute with 0x64) yields each register as the two fp16 values
+// 1024 + f v, f a power of two that depends only on the plane and r (tile_factor), so no field
+// needs its own shift:
+//   8 bits: 2 words per step: (r0, r1) then (r2, r3), each register's two bytes low first; f = 1
+//   4 bits: 1 word per step: r at bits 4r (low) and 4r + 16 (high); r = 2, 3 read after >> 8, masks
+//           0x000f000f (r even) and 0x00f000f0 (r odd): f = 1, 16, 1, 16
+//   2 bits: 2 steps per word, the second 8 bits higher: r at bits 2r and 2r + 16: f = 1, 4, 16, 64
+//   1 bit:  4 steps per word, step i 4 (i % 4) bits higher: r at bits r and r + 16: f = 1, 2, 4, 8
+// A tensor core then sums (1024 + f v) x: the product's rows g + 8 carry the factor H = f(r1) /
+// f(r0), and its second k-half the factor V = f(r2) / f(r0), which x's staging divides out (x's
+// rows 8-15 of each step divided by V, exact). Per plane and group, with S = sum of x and
+// T = sum of x as staged (second halves / V): rows g give sum v x = c - 1024 T, rows g + 8
+// (c - 1024 T) / H; the code's sum is the planes' sums times 2^shift, less 2^(b-1) S.
+//
+// Units: a tile's rows in runs of one width (the groups are stored widest first), cut into units
+// of at most 16 steps; each lane's words of a unit are its planes' words (plane 0 first), padded
+// to whole uint4, stored [uint4 index][32 lanes] so that a warp's load of one index is 512
+// contiguous bytes. Units run tile by tile, then by rows.
+#pragma once
+
+#include "fp16.h"
+#include "ggx-qmatrix.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+// Planes of a width: how many, and each one's bits and shift within the code.
+GGX_HD int ggx_tile_n_planes(int bits) { return bits == 6 || bits == 5 || bits == 3 ? 2 : 1; }
+GGX_HD int ggx_tile_plane_bits(int bits, int p) {
+    return p == 0 ? (bits == 8 ? 8 : bits >= 4 ? 4 : 2) : bits - (bits >= 4 ? 4 : 2);
+}
+GGX_HD int ggx_tile_plane_shift(int bits, int p) { return p == 0 ? 0 : bits >= 4 ? 4 : 2; }
+
+// Words of one lane for n_steps steps of a plane (whole words).
+GGX_HD int ggx_tile_plane_words(int plane_bits, int n_steps) { return (n_steps * plane_bits + 3) / 4; }
+
+// The factor f of register r of a plane (1024 + f v).
+GGX_HD int ggx_tile_factor(int plane_bits, int r) {
+    switch (plane_bits) {
+        case 8: return 1;
+        case 4: return r % 2 ? 16 : 1;
+        case 2: return 1 << (2 * r);
+        default: return 1 << r;
+    }
+}
+
+// Register r of step i (0-based within the unit) of a plane, from that plane's words of the lane.
+GGX_HD uint32_t ggx_tile_reg(int plane_bits, const uint32_t * pw, int i, int r) {
+    switch (plane_bits) {
+        case 8: {
+            const uint32_t w = pw[2 * i + r / 2] >> (16 * (r % 2));   // the register's two bytes
+            return (w & 0xffu) | (w & 0xff00u) << 8 | 0x64006400u;
+        }
+        case 4: return (pw[i] >> (r >= 2 ? 8 : 0) & (r % 2 ? 0x00f000f0u : 0x000f000fu)) | 0x64006400u;
+        case 2: return (pw[i / 2] >> (8 * (i % 2)) & (0x00030003u << (2 * r))) | 0x64006400u;
+        default: return (pw[i / 4] >> (4 * (i % 4)) & (0x00010001u << r)) | 0x64006400u;
+    }
+}
+
+// Where register r's value e (0: low, 1: high) of step i sits in a plane's words of the lane:
+// the inverse of ggx_tile_reg (the layout builder writes through it).
+GGX_HD void ggx_tile_field_pos(int plane_bits, int i, int r, int e, int * word, int * bit) {
+    switch (plane_bits) {
+        case 8: *word = 2 * i + r / 2; *bit = 16 * (r % 2) + 8 * e; break;
+        case 4: *word = i; *bit = 4 * (r % 2) + 8 * (r / 2) + 16 * e; break;
+        case 2: *word = i / 2; *bit = 8 * (i % 2) + 2 * r + 16 * e; break;
+        default: *word = i / 4; *bit = 4 * (i % 4) + r + 16 * e; break;
+    }
+}
+
+// Quantized row (within the step) and column (within the tile) of register r's value e in lane l.
+GGX_HD int ggx_tile_row(int lane, int r, int e) { return 2 * (lane % 4) + 8 * (r / 2) + e; }
+GGX_HD int ggx_tile_col(int lane, int r) { return lane / 4 + 8 * (r % 2); }
+
+namespace ggx {
+
+struct TileUnit {
+    uint32_t offset;    // first uint4 index of the unit in TileLayout::words ([index][32 lanes] uint4)
+    uint32_t tile;      // columns 16 tile .. 16 tile + 15
+    uint32_t step0;     // first step: quantized rows 16 step0 ..
+    uint8_t  n_steps;   // 1 .. 16, one width
+    uint8_t  bits;
+    uint8_t  n_uint4;   // uint4 per lane
+    uint8_t  pad = 0;
+};
+
+struct TileLayout {
+    int K = 0, Np = 0, n_tiles = 0;
+    std::vector<TileUnit> units;        // tile by tile, then rows
+    std::vector<int>      tile_unit0;   // [n_tiles + 1]: tile t's units
+    std::vector<uint32_t> words;        // 4 per (uint4 index, lane)
+    std::vector<int32_t>  step_group;   // [K / 16] group of each step
+    std::vector<uint8_t>  group_bits;   // [G]
+    std::vector<uint16_t> scales;       // fp16 [G][Np], as the strip layout's
+};
+
+// Whether q can take the tile layout (groups of whole 16-row steps); if not, *why names the reason.
+bool tile_layout_supported(const ggx_qmatrix & q, std::string * why = nullptr);
+
+// Builds the layout from an EXL2 matrix with host pointers (q_weight, q_scale, q_scale_max,
+// groups_host). False, with *why, when it is not supported.
+bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * why = nullptr);
+
+// Word j of lane l of unit u (j < 4 n_uint4).
+inline uint32_t tile_word(const TileLayout & L, const TileUnit & u, int lane, int j) {
+    return L.words[(((size_t)u.offset + j / 4) * 32 + lane) * 4 + j % 4];
+}
+
+}  // namespace ggx

@@ -1,0 +1,201 @@
+// The tile layout (ggx/ggx-tile-layout.h) on synthetic EXL2 layers of every width mix the
+// converter writes: every (tile, step) in exactly one unit of its width, every code given back
+// bit for bit by the register recipes; and the tensor-core product the layout is made for,
+// emulated on the host, against the reference dequantizer's weights.
+#include "exl2/quant/dequant.h"
+#include "exl2/quant/exl2-pack.h"
+#include "ggx/ggx-tile-layout.h"
+#include "synth-layer.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace exl2;
+using ggx::TileLayout;
+using ggx::TileUnit;
+
+namespace {
+
+TileLayout build(const ggx_qmatrix & q) {
+    TileLayout L;
+    std::string why;
+    REQUIRE_MESSAGE(ggx::tile_layout_build(q, &L, &why), why);
+    return L;
+}
+
+// The fp16 value 1024 + f v of register r's half e (0 low, 1 high) of plane p, step i, in a lane.
+int reg_half(const TileLayout & L, const TileUnit & u, int lane, int p, int i, int r, int e) {
+    uint32_t pw[32];
+    int base = 0;
+    for (int q = 0; q < p; q++) base += ggx_tile_plane_words(ggx_tile_plane_bits(u.bits, q), u.n_steps);
+    const int pb = ggx_tile_plane_bits(u.bits, p);
+    for (int j = 0; j < ggx_tile_plane_words(pb, u.n_steps); j++) pw[j] = ggx::tile_word(L, u, lane, base + j);
+    const uint32_t reg = ggx_tile_reg(pb, pw, i, r);
+    return (int)ggx_f16_to_f32((uint16_t)(reg >> (16 * e)));
+}
+
+// The code at quantized row k, column n, from q_weight by the format's own extractor.
+uint32_t code_at(const QLayerHost & Q, int k, int n) {
+    int row0 = 0;
+    for (int g = 0; g < Q.G; g++) {
+        const int bits = Q.q_groups[2 * g], r0 = Q.q_groups[2 * g + 1], r1 = g + 1 < Q.G ? Q.q_groups[2 * g + 3] : Q.QR;
+        const int rows = (r1 - r0) * 32 / bits;
+        if (k < row0 + rows) return exl2_extract(Q.q_weight.data() + (size_t)r0 * Q.Np, Q.Np, n, k - row0, bits);
+        row0 += rows;
+    }
+    return ~0u;
+}
+
+// Structure, and every code through the recipes (exact).
+void check_codes(const QLayerHost & Q, const TileLayout & L) {
+    const int n_steps = Q.K / 16;
+    REQUIRE(L.n_tiles == Q.Np / 16);
+    REQUIRE(L.tile_unit0.size() == (size_t)L.n_tiles + 1);
+    std::vector<int> seen((size_t)L.n_tiles * n_steps, 0);
+    uint32_t next = 0;
+    size_t wrong = 0;
+    for (int t = 0; t < L.n_tiles; t++)
+        for (int ui = L.tile_unit0[t]; ui < L.tile_unit0[t + 1]; ui++) {
+            const TileUnit & u = L.units[ui];
+            CAPTURE(ui);
+            CHECK(u.tile == (uint32_t)t);
+            CHECK(u.offset == next);   // units follow each other without gaps
+            next = u.offset + u.n_uint4;
+            CHECK((u.n_steps >= 1 && u.n_steps <= 16));
+            if (ui > L.tile_unit0[t]) CHECK(L.units[ui - 1].step0 + L.units[ui - 1].n_steps == u.step0);   // rows in order
+            for (int i = 0; i < u.n_steps; i++) {
+                CHECK(L.group_bits[L.step_group[u.step0 + i]] == u.bits);   // one width per unit
+                seen[(size_t)t * n_steps + u.step0 + i]++;
+                for (int lane = 0; lane < 32; lane++)
+                    for (int r = 0; r < 4; r++)
+                        for (int e = 0; e < 2; e++) {
+                            uint32_t code = 0;
+                            for (int p = 0; p < ggx_tile_n_planes(u.bits); p++) {
+                                const int pb = ggx_tile_plane_bits(u.bits, p), f = ggx_tile_factor(pb, r);
+                                const int v = reg_half(L, u, lane, p, i, r, e) - 1024;
+                                if (v < 0 || v % f || v / f >= (1 << pb)) wrong++;
+                                code |= (uint32_t)(v / f) << ggx_tile_plane_shift(u.bits, p);
+                            }
+                            const int k = 16 * (u.step0 + i) + ggx_tile_row(lane, r, e), n = 16 * t + ggx_tile_col(lane, r);
+                            wrong += code != code_at(Q, k, n);
+                        }
+            }
+        }
+    CHECK(next * 32 * 4 == L.words.size());
+    size_t missed = 0;
+    for (int c : seen) missed += c != 1;
+    CHECK_MESSAGE(missed == 0, missed << " (tile, step) pairs not held exactly once");
+    CHECK_MESSAGE(wrong == 0, wrong << " codes (or register fields) wrong through the recipes");
+}
+
+// y = W xq (quantized row order) as the tile kernel is to compute it. Per unit, plane and group
+// segment, the tensor core's sum C[m] = sum_k (1024 + f_r v) B[k] (in double: the kernel's fp32
+// sums differ by far less than the bound), B[k] = xq[k], divided by V for each step's rows 8-15;
+// then sum v x = C - 1024 T (rows 0-7) or (C - 1024 T) / H (rows 8-15), T the sum of B over the
+// segment; the code's sum is the planes' sums times 2^shift, less 2^(b-1) S; times the scale.
+std::vector<double> tile_product(const TileLayout & L, const std::vector<float> & xq) {
+    std::vector<double> y((size_t)L.Np, 0.0);
+    for (const TileUnit & u : L.units) {
+        const int np = ggx_tile_n_planes(u.bits);
+        int i0 = 0;
+        while (i0 < u.n_steps) {   // segments of one group
+            const int g = L.step_group[u.step0 + i0];
+            int i1 = i0;
+            while (i1 < u.n_steps && L.step_group[u.step0 + i1] == g) i1++;
+            double S = 0.0;
+            for (int k = 16 * ((int)u.step0 + i0); k < 16 * ((int)u.step0 + i1); k++) S += xq[k];
+            double sum_vx[16] = {};
+            for (int p = 0; p < np; p++) {
+                const int pb = ggx_tile_plane_bits(u.bits, p);
+                const double H = ggx_tile_factor(pb, 1) / (double)ggx_tile_factor(pb, 0), V = ggx_tile_factor(pb, 2) / (double)ggx_tile_factor(pb, 0);
+                double C[16] = {}, T = 0.0;
+                for (int i = i0; i < i1; i++) {
+                    double B[16];
+                    for (int kk = 0; kk < 16; kk++) {
+                        B[kk] = xq[16 * (u.step0 + i) + kk] / (kk < 8 ? 1.0 : V);
+                        T += B[kk];
+                    }
+                    for (int lane = 0; lane < 32; lane++)
+                        for (int r = 0; r < 4; r++)
+                            for (int e = 0; e < 2; e++)
+                                C[ggx_tile_col(lane, r)] += reg_half(L, u, lane, p, i, r, e) * B[ggx_tile_row(lane, r, e)];
+                }
+                for (int m = 0; m < 16; m++) sum_vx[m] += ((C[m] - 1024.0 * T) / (m < 8 ? 1.0 : H)) * (1 << ggx_tile_plane_shift(u.bits, p));
+            }
+            for (int m = 0; m < 16; m++) {
+                const int n = 16 * u.tile + m;
+                y[n] += ggx_f16_to_f32(L.scales[(size_t)g * L.Np + n]) * (sum_vx[m] - (1 << (u.bits - 1)) * S);
+            }
+            i0 = i1;
+        }
+    }
+    return y;
+}
+
+const char * k_layouts[] = {"4 g128", "8 g32", "3/2 g64 .1/.9", "4/3 g128 .1/.9", "5/4 g32 .25/.75",
+                            "6/3/2 g32,64,64 .05/.2/.75", "8/6/5 g32,128,128 .05/.1/.85", "8/4/3 g32 .05/.1/.85"};
+
+}  // namespace
+
+TEST_CASE("tile layout: every width mix, every code bit for bit through the register recipes") {
+    uint64_t seed = 300;
+    for (const char * lay : k_layouts)
+        for (const auto & kn : {std::make_pair(512, 48), std::make_pair(1024, 100)}) {
+            CAPTURE(lay);
+            CAPTURE(kn.first);
+            const QLayerHost Q = synth_layer(lay, kn.first, kn.second, seed++);
+            check_codes(Q, build(qlayer_host_view(Q)));
+        }
+}
+
+// The bound is the strip GEMV test's (test-cuda-strip.cpp): 2^-10 of sum |w x| (+1e-6). The
+// reference rounds each weight to fp16 (h(v - z) * scale); the tile product applies the scale
+// to the group's exact sum, so they differ by up to ~2^-11 relative per weight. A wrong register,
+// factor or bias term moves an output by ~sum |w x| / sqrt(K), far outside.
+TEST_CASE("tile layout: the tensor-core product it is made for matches the reference weights") {
+    uint64_t seed = 400;
+    for (const char * lay : k_layouts) {
+        CAPTURE(lay);
+        const int K = 1024, N = 40;
+        const QLayerHost Q = synth_layer(lay, K, N, seed++);
+        const ggx_qmatrix q = qlayer_host_view(Q);
+        const TileLayout L = build(q);
+        std::vector<uint16_t> W((size_t)K * N);
+        qmatrix_dequant(q, GGX_TYPE_EXL2, W.data());   // original row order
+        std::mt19937_64 rng(seed);
+        std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+        std::vector<float> x(K), xq(K);
+        for (float & v : x) v = ggx_round_f16(dist(rng));   // the kernel's x is fp16
+        for (int k = 0; k < K; k++) xq[k] = x[Q.q_perm[k]];
+        const std::vector<double> y = tile_product(L, xq);
+        size_t bad = 0;
+        for (int n = 0; n < N; n++) {
+            double ref = 0.0, mag = 0.0;
+            for (int k = 0; k < K; k++) {
+                const double p = (double)ggx_f16_to_f32(W[(size_t)k * N + n]) * x[k];
+                ref += p;
+                mag += std::fabs(p);
+            }
+            bad += std::fabs(y[n] - ref) > mag / 1024.0 + 1e-6;
+        }
+        CHECK_MESSAGE(bad == 0, bad << " of " << N << " outputs outside the bound");
+    }
+}
+
+TEST_CASE("tile layout: a matrix without host groups or with a ragged K is refused with a reason") {
+    const QLayerHost Q = synth_layer("4 g128", 512, 32, 7);
+    ggx_qmatrix q = qlayer_host_view(Q);
+    std::string why;
+    TileLayout L;
+    q.groups_host = nullptr;
+    CHECK_FALSE(ggx::tile_layout_build(q, &L, &why));
+    CHECK(why.find("no host copy of q_groups") != std::string::npos);
+    q = qlayer_host_view(Q);
+    q.K = 520;
+    CHECK_FALSE(ggx::tile_layout_supported(q, &why));
+    CHECK(why.find("not a multiple of 16") != std::string::npos);
+}
