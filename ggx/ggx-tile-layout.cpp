@@ -23,48 +23,56 @@ bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * wh
         L.group_bits.push_back((uint8_t)groups[g].bits);
         for (int s = 0; s < groups[g].n_rows / 16; s++) L.step_group[groups[g].row0 / 16 + s] = g;
     }
-    // width runs: consecutive groups of one width
-    struct Run { int bits, step0, n; };
-    std::vector<Run> runs;
-    for (const Exl2Group & g : groups) {
-        if (runs.empty() || runs.back().bits != g.bits) runs.push_back({g.bits, g.row0 / 16, 0});
-        runs.back().n += g.n_rows / 16;
-    }
+    // chunks, and units packing consecutive chunks of one width into at most 16 steps
+    struct UnitSpan { int bits, step0, n_steps, chunk0; uint16_t starts; };
+    std::vector<UnitSpan> spans;
+    for (int g = 0; g < (int)groups.size(); g++)
+        for (int s = groups[g].row0 / 16; s < (groups[g].row0 + groups[g].n_rows) / 16; s += 16) {
+            const int n = std::min(16, (groups[g].row0 + groups[g].n_rows) / 16 - s);
+            const int c = (int)L.chunks.size();
+            L.chunks.push_back({s, n, g});
+            if (!spans.empty() && spans.back().bits == groups[g].bits && spans.back().n_steps + n <= 16) {
+                spans.back().starts |= (uint16_t)(1u << spans.back().n_steps);
+                spans.back().n_steps += n;
+            } else {
+                spans.push_back({groups[g].bits, s, n, c, 1});
+            }
+        }
 
     uint32_t off = 0;   // uint4 index
     std::vector<uint32_t> lw;
     for (int tile = 0; tile < L.n_tiles; tile++) {
         L.tile_unit0.push_back((int)L.units.size());
-        for (const Run & run : runs)
-            for (int s0 = run.step0; s0 < run.step0 + run.n; s0 += 16) {
-                const int n_steps = std::min(16, run.step0 + run.n - s0), np = ggx_tile_n_planes(run.bits);
-                int n_words = 0;
-                for (int p = 0; p < np; p++) n_words += ggx_tile_plane_words(ggx_tile_plane_bits(run.bits, p), n_steps);
-                const int n_uint4 = (n_words + 3) / 4;
-                L.units.push_back({off, (uint32_t)tile, (uint32_t)s0, (uint8_t)n_steps, (uint8_t)run.bits, (uint8_t)n_uint4});
-                L.words.resize(((size_t)off + n_uint4) * 32 * 4, 0u);
-                for (int lane = 0; lane < 32; lane++) {
-                    lw.assign((size_t)n_uint4 * 4, 0u);
-                    for (int i = 0; i < n_steps; i++) {
-                        const Exl2Group & grp = groups[L.step_group[s0 + i]];
-                        for (int r = 0; r < 4; r++)
-                            for (int e = 0; e < 2; e++) {
-                                const int k = 16 * (s0 + i) + ggx_tile_row(lane, r, e), n = 16 * tile + ggx_tile_col(lane, r);
-                                const uint32_t code = exl2_code(q, grp, k - grp.row0, n);
-                                int base = 0;
-                                for (int p = 0; p < np; p++) {
-                                    const int pb = ggx_tile_plane_bits(run.bits, p);
-                                    int word, bit;
-                                    ggx_tile_field_pos(pb, i, r, e, &word, &bit);
-                                    lw[base + word] |= (code >> ggx_tile_plane_shift(run.bits, p) & ((1u << pb) - 1)) << bit;
-                                    base += ggx_tile_plane_words(pb, n_steps);
-                                }
+        for (const UnitSpan & sp : spans) {
+            const int bits = sp.bits, s0 = sp.step0, n_steps = sp.n_steps, np = ggx_tile_n_planes(bits);
+            int n_words = 0;
+            for (int p = 0; p < np; p++) n_words += ggx_tile_plane_words(ggx_tile_plane_bits(bits, p), n_steps);
+            const int n_uint4 = (n_words + 3) / 4;
+            L.units.push_back({off, (uint32_t)tile, (uint32_t)s0, (uint32_t)sp.chunk0, sp.starts, (uint8_t)n_steps, (uint8_t)bits,
+                               (uint8_t)n_uint4});
+            L.words.resize(((size_t)off + n_uint4) * 32 * 4, 0u);
+            for (int lane = 0; lane < 32; lane++) {
+                lw.assign((size_t)n_uint4 * 4, 0u);
+                for (int i = 0; i < n_steps; i++) {
+                    const Exl2Group & grp = groups[L.step_group[s0 + i]];
+                    for (int r = 0; r < 4; r++)
+                        for (int e = 0; e < 2; e++) {
+                            const int k = 16 * (s0 + i) + ggx_tile_row(lane, r, e), n = 16 * tile + ggx_tile_col(lane, r);
+                            const uint32_t code = exl2_code(q, grp, k - grp.row0, n);
+                            int base = 0;
+                            for (int p = 0; p < np; p++) {
+                                const int pb = ggx_tile_plane_bits(bits, p);
+                                int word, bit;
+                                ggx_tile_field_pos(pb, i, r, e, &word, &bit);
+                                lw[base + word] |= (code >> ggx_tile_plane_shift(bits, p) & ((1u << pb) - 1)) << bit;
+                                base += ggx_tile_plane_words(pb, n_steps);
                             }
-                    }
-                    for (int j = 0; j < n_uint4 * 4; j++) L.words[(((size_t)off + j / 4) * 32 + lane) * 4 + j % 4] = lw[j];
+                        }
                 }
-                off += n_uint4;
+                for (int j = 0; j < n_uint4 * 4; j++) L.words[(((size_t)off + j / 4) * 32 + lane) * 4 + j % 4] = lw[j];
             }
+            off += n_uint4;
+        }
     }
     L.tile_unit0.push_back((int)L.units.size());
     L.scales.resize((size_t)q.n_groups * q.Np);

@@ -28,10 +28,14 @@
 // T = sum of x as staged (second halves / V): rows g give sum v x = c - 1024 T, rows g + 8
 // (c - 1024 T) / H; the code's sum is the planes' sums times 2^shift, less 2^(b-1) S.
 //
-// Units: a tile's rows in runs of one width (the groups are stored widest first), cut into units
-// of at most 16 steps; each lane's words of a unit are its planes' words (plane 0 first), padded
-// to whole uint4, stored [uint4 index][32 lanes] so that a warp's load of one index is 512
-// contiguous bytes. Units run tile by tile, then by rows.
+// Chunks and units: each group is cut into chunks of at most 16 steps (the same for every tile);
+// a chunk is what one set of tensor-core sums covers before its bias, zero point and scale are
+// applied (with the chunk's sums of x, computed once per x). A unit packs consecutive chunks of
+// one width into at most 16 steps (so a unit of small groups still loads whole uint4; its
+// chunk_starts bits say where the kernel applies a chunk's epilogue). Each lane's words of a unit
+// are its planes' words (plane 0 first), padded to whole uint4, stored [uint4 index][32 lanes]
+// so that a warp's load of one index is 512 contiguous bytes. Units run tile by tile, then by
+// rows.
 #pragma once
 
 #include "fp16.h"
@@ -91,14 +95,20 @@ GGX_HD int ggx_tile_col(int lane, int r) { return lane / 4 + 8 * (r % 2); }
 
 namespace ggx {
 
+// Steps step0 .. step0 + n_steps - 1 of group `group`.
+struct TileChunk {
+    int step0, n_steps, group;
+};
+
 struct TileUnit {
-    uint32_t offset;    // first uint4 index of the unit in TileLayout::words ([index][32 lanes] uint4)
-    uint32_t tile;      // columns 16 tile .. 16 tile + 15
-    uint32_t step0;     // first step: quantized rows 16 step0 ..
-    uint8_t  n_steps;   // 1 .. 16, one width
+    uint32_t offset;         // first uint4 index of the unit in TileLayout::words ([index][32 lanes] uint4)
+    uint32_t tile;           // columns 16 tile .. 16 tile + 15
+    uint32_t step0;          // first step: quantized rows 16 step0 ..
+    uint32_t chunk0;         // its first chunk (TileLayout::chunks)
+    uint16_t chunk_starts;   // bit i: step i starts a chunk (bit 0 always)
+    uint8_t  n_steps;        // 1 .. 16, one width
     uint8_t  bits;
-    uint8_t  n_uint4;   // uint4 per lane
-    uint8_t  pad = 0;
+    uint8_t  n_uint4;        // uint4 per lane
 };
 
 struct TileLayout {
@@ -107,6 +117,7 @@ struct TileLayout {
     std::vector<int>      tile_unit0;   // [n_tiles + 1]: tile t's units
     std::vector<uint32_t> words;        // 4 per (uint4 index, lane)
     std::vector<int32_t>  step_group;   // [K / 16] group of each step
+    std::vector<TileChunk> chunks;      // in row order
     std::vector<uint8_t>  group_bits;   // [G]
     std::vector<uint16_t> scales;       // fp16 [G][Np], as the strip layout's
 };

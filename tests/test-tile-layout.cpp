@@ -55,6 +55,15 @@ void check_codes(const QLayerHost & Q, const TileLayout & L) {
     const int n_steps = Q.K / 16;
     REQUIRE(L.n_tiles == Q.Np / 16);
     REQUIRE(L.tile_unit0.size() == (size_t)L.n_tiles + 1);
+    // chunks: the steps in order, at most 16 each, each inside one group
+    int step = 0;
+    for (const ggx::TileChunk & c : L.chunks) {
+        CHECK(c.step0 == step);
+        CHECK((c.n_steps >= 1 && c.n_steps <= 16));
+        for (int i = 0; i < c.n_steps; i++) CHECK(L.step_group[c.step0 + i] == c.group);
+        step += c.n_steps;
+    }
+    CHECK(step == n_steps);
     std::vector<int> seen((size_t)L.n_tiles * n_steps, 0);
     uint32_t next = 0;
     size_t wrong = 0;
@@ -67,6 +76,16 @@ void check_codes(const QLayerHost & Q, const TileLayout & L) {
             next = u.offset + u.n_uint4;
             CHECK((u.n_steps >= 1 && u.n_steps <= 16));
             if (ui > L.tile_unit0[t]) CHECK(L.units[ui - 1].step0 + L.units[ui - 1].n_steps == u.step0);   // rows in order
+            // the unit is whole chunks, chunk_starts marking where each begins
+            REQUIRE(u.chunk0 < L.chunks.size());
+            CHECK(L.chunks[u.chunk0].step0 == (int)u.step0);
+            for (int i = 0, c = (int)u.chunk0; i < u.n_steps; i++) {
+                const bool starts = u.chunk_starts >> i & 1;
+                if (starts && i > 0) c++;
+                REQUIRE(c < (int)L.chunks.size());
+                CHECK(starts == (L.chunks[c].step0 == (int)u.step0 + i));
+                CHECK((int)u.step0 + i < L.chunks[c].step0 + L.chunks[c].n_steps);
+            }
             for (int i = 0; i < u.n_steps; i++) {
                 CHECK(L.group_bits[L.step_group[u.step0 + i]] == u.bits);   // one width per unit
                 seen[(size_t)t * n_steps + u.step0 + i]++;
@@ -92,20 +111,21 @@ void check_codes(const QLayerHost & Q, const TileLayout & L) {
     CHECK_MESSAGE(wrong == 0, wrong << " codes (or register fields) wrong through the recipes");
 }
 
-// y = W xq (quantized row order) as the tile kernel is to compute it. Per unit, plane and group
-// segment, the tensor core's sum C[m] = sum_k (1024 + f_r v) B[k] (in double: the kernel's fp32
-// sums differ by far less than the bound), B[k] = xq[k], divided by V for each step's rows 8-15;
-// then sum v x = C - 1024 T (rows 0-7) or (C - 1024 T) / H (rows 8-15), T the sum of B over the
-// segment; the code's sum is the planes' sums times 2^shift, less 2^(b-1) S; times the scale.
+// y = W xq (quantized row order) as the tile kernel is to compute it: per unit, chunk by chunk
+// (where chunk_starts says), per plane the tensor core's sum C[m] = sum_k (1024 + f_r v) B[k]
+// (in double: the kernel's fp32 sums differ by far less than the bound), B[k] = xq[k], divided by
+// V for each step's rows 8-15; then sum v x = C - 1024 T (rows 0-7) or (C - 1024 T) / H (rows
+// 8-15), T the sum of B over the chunk; the code's sum is the planes' sums times 2^shift, less
+// 2^(b-1) S; times the chunk's group scale.
 std::vector<double> tile_product(const TileLayout & L, const std::vector<float> & xq) {
     std::vector<double> y((size_t)L.Np, 0.0);
     for (const TileUnit & u : L.units) {
         const int np = ggx_tile_n_planes(u.bits);
-        int i0 = 0;
-        while (i0 < u.n_steps) {   // segments of one group
-            const int g = L.step_group[u.step0 + i0];
-            int i1 = i0;
-            while (i1 < u.n_steps && L.step_group[u.step0 + i1] == g) i1++;
+        int i0 = 0, c = (int)u.chunk0;
+        while (i0 < u.n_steps) {   // chunk c: steps i0 .. i1 - 1 of the unit
+            int i1 = i0 + 1;
+            while (i1 < u.n_steps && !(u.chunk_starts >> i1 & 1)) i1++;
+            const int g = L.chunks[c++].group;
             double S = 0.0;
             for (int k = 16 * ((int)u.step0 + i0); k < 16 * ((int)u.step0 + i1); k++) S += xq[k];
             double sum_vx[16] = {};
@@ -136,8 +156,11 @@ std::vector<double> tile_product(const TileLayout & L, const std::vector<float> 
     return y;
 }
 
+// The converter's width mixes, plus 16-row 2-bit groups and groups longer than a chunk (valid
+// EXL2 that the strip layout refuses).
 const char * k_layouts[] = {"4 g128", "8 g32", "3/2 g64 .1/.9", "4/3 g128 .1/.9", "5/4 g32 .25/.75",
-                            "6/3/2 g32,64,64 .05/.2/.75", "8/6/5 g32,128,128 .05/.1/.85", "8/4/3 g32 .05/.1/.85"};
+                            "6/3/2 g32,64,64 .05/.2/.75", "8/6/5 g32,128,128 .05/.1/.85", "8/4/3 g32 .05/.1/.85",
+                            "2 g16", "5/2 g512,16 .5/.5"};
 
 }  // namespace
 
