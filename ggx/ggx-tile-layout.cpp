@@ -45,9 +45,7 @@ bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * wh
         L.tile_unit0.push_back((int)L.units.size());
         for (const UnitSpan & sp : spans) {
             const int bits = sp.bits, s0 = sp.step0, n_steps = sp.n_steps, np = ggx_tile_n_planes(bits);
-            int n_words = 0;
-            for (int p = 0; p < np; p++) n_words += ggx_tile_plane_words(ggx_tile_plane_bits(bits, p), n_steps);
-            const int n_uint4 = (n_words + 3) / 4;
+            const int n_uint4 = (ggx_tile_unit_words(bits, n_steps) + 3) / 4;
             L.units.push_back({off, (uint32_t)tile, (uint32_t)s0, (uint32_t)sp.chunk0, sp.starts, (uint8_t)n_steps, (uint8_t)bits,
                                (uint8_t)n_uint4});
             L.words.resize(((size_t)off + n_uint4) * 32 * 4, 0u);
@@ -59,13 +57,11 @@ bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * wh
                         for (int e = 0; e < 2; e++) {
                             const int k = 16 * (s0 + i) + ggx_tile_row(lane, r, e), n = 16 * tile + ggx_tile_col(lane, r);
                             const uint32_t code = exl2_code(q, grp, k - grp.row0, n);
-                            int base = 0;
                             for (int p = 0; p < np; p++) {
                                 const int pb = ggx_tile_plane_bits(bits, p);
                                 int word, bit;
                                 ggx_tile_field_pos(pb, i, r, e, &word, &bit);
-                                lw[base + word] |= (code >> ggx_tile_plane_shift(bits, p) & ((1u << pb) - 1)) << bit;
-                                base += ggx_tile_plane_words(pb, n_steps);
+                                lw[ggx_tile_plane_base(bits, p) + word] |= (code >> ggx_tile_plane_shift(bits, p) & ((1u << pb) - 1)) << bit;
                             }
                         }
                 }

@@ -33,7 +33,10 @@
 // applied (with the chunk's sums of x, computed once per x). A unit packs consecutive chunks of
 // one width into at most 16 steps (so a unit of small groups still loads whole uint4; its
 // chunk_starts bits say where the kernel applies a chunk's epilogue). Each lane's words of a unit
-// are its planes' words (plane 0 first), padded to whole uint4, stored [uint4 index][32 lanes]
+// are its planes' words, plane 1 starting where a full unit's plane 0 ends (ggx_tile_plane_base:
+// a constant per width, so that a kernel unrolled over the steps indexes registers statically;
+// only a short unit of a two-plane width wastes words), padded to whole uint4, stored
+// [uint4 index][32 lanes]
 // so that a warp's load of one index is 512 contiguous bytes. Units run tile by tile, then by
 // rows.
 #pragma once
@@ -54,6 +57,14 @@ GGX_HD int ggx_tile_plane_shift(int bits, int p) { return p == 0 ? 0 : bits >= 4
 
 // Words of one lane for n_steps steps of a plane (whole words).
 GGX_HD int ggx_tile_plane_words(int plane_bits, int n_steps) { return (n_steps * plane_bits + 3) / 4; }
+
+// First word of plane p among a lane's words of a unit (fixed per width: plane 0 at 0, plane 1
+// after a 16-step plane 0), and the words a unit of n_steps steps takes (plane 1's end).
+GGX_HD int ggx_tile_plane_base(int bits, int p) { return p == 0 ? 0 : ggx_tile_plane_words(ggx_tile_plane_bits(bits, 0), 16); }
+GGX_HD int ggx_tile_unit_words(int bits, int n_steps) {
+    const int last = ggx_tile_n_planes(bits) - 1;
+    return ggx_tile_plane_base(bits, last) + ggx_tile_plane_words(ggx_tile_plane_bits(bits, last), n_steps);
+}
 
 // The factor f of register r of a plane (1024 + f v).
 GGX_HD int ggx_tile_factor(int plane_bits, int r) {

@@ -30,8 +30,7 @@ TileLayout build(const ggx_qmatrix & q) {
 // The fp16 value 1024 + f v of register r's half e (0 low, 1 high) of plane p, step i, in a lane.
 int reg_half(const TileLayout & L, const TileUnit & u, int lane, int p, int i, int r, int e) {
     uint32_t pw[32];
-    int base = 0;
-    for (int q = 0; q < p; q++) base += ggx_tile_plane_words(ggx_tile_plane_bits(u.bits, q), u.n_steps);
+    const int base = ggx_tile_plane_base(u.bits, p);
     const int pb = ggx_tile_plane_bits(u.bits, p);
     for (int j = 0; j < ggx_tile_plane_words(pb, u.n_steps); j++) pw[j] = ggx::tile_word(L, u, lane, base + j);
     const uint32_t reg = ggx_tile_reg(pb, pw, i, r);
