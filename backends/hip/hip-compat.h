@@ -20,6 +20,7 @@
 #define cudaError_t                 hipError_t
 #define cudaSuccess                 hipSuccess
 #define cudaErrorMemoryAllocation   hipErrorOutOfMemory
+#define cudaErrorNotSupported       hipErrorNotSupported
 #define cudaStream_t                hipStream_t
 #define cudaStreamNonBlocking       hipStreamNonBlocking
 #define cudaEvent_t                 hipEvent_t

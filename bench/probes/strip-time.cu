@@ -1,18 +1,22 @@
 // Times the engine's strip GEMV (backends/cuda/strip-step.cu) on llama3-8b-shaped EXL2 layers at
 // a chosen bpw: the seven matrices of a layer (q, k, v, o, gate, up, down) as seven launches per
 // layer, 32 layers in one CUDA graph, cycling over enough device copies of the layer that nothing
-// is served from L2. Prints us per layer and the read rate, then each matrix alone.
-// Its correctness is test-cuda's "strip gemv" case; this only times it.
+// is served from L2. Prints us per layer and the read rate, then each matrix alone. Form "tile"
+// times the tensor-core tile GEMV (backends/cuda/tile-gemv.h) the same way instead.
+// Their correctness is test-cuda's "strip gemv" and "tile gemv" cases; this only times them.
 //
 // Build (after make BUILD=build-dev CUDA_ARCH=90 build-dev/libexl2.a):
 //   nvcc -O3 -std=c++17 -arch=sm_90 -I. -Iinclude -Ibackends/cuda bench/probes/strip-time.cu \
 //        build-dev/libexl2.a -lcublas -o strip-time
-// Run: ./strip-time [BPW] [N_STRIPS (0: one per SM)] [FORM: ring, xpad, d2, pfN, joined with +]
+// Run: ./strip-time [BPW] [N_STRIPS (0: one per SM)] [FORM: ring, xpad, d2, pfN, joined with +;
+//      or tile: the tensor-core tile GEMV (backends/cuda/tile-gemv.h) on N_STRIPS blocks]
 #include "backends/cuda/strip-step.h"
+#include "backends/cuda/tile-gemv.h"
 #include "exl2/quant/qlayer.h"
 #include "exl2/quant/synthetic.h"
 #include "exl2/safetensors.h"
 #include "ggx/ggx-strip-layout.h"
+#include "ggx/ggx-tile-layout.h"
 
 #include <algorithm>
 #include <chrono>
@@ -41,6 +45,7 @@ struct Mat {
     const char * name;
     int K, N;
     ggx_strip_matrix m[16];   // one per device copy (words differ, tables shared)
+    ggx_tile_matrix  t[16];   // the same, in the tile layout (form "tile")
     size_t bytes;             // words + scales read per call
 };
 
@@ -52,6 +57,7 @@ int main(int argc, char ** argv) {
     F.ring = form.find("ring") != std::string::npos;
     F.xpad = form.find("xpad") != std::string::npos;
     F.depth_lo = form.find("d2") != std::string::npos ? 2 : 1;
+    const bool tile = form.find("tile") != std::string::npos;   // the tensor-core tile GEMV instead
     const size_t pf_at = form.find("pf");
     F.prefetch = pf_at != std::string::npos ? std::atoi(form.c_str() + pf_at + 2) : 0;
     const int COPIES = 16;
@@ -71,8 +77,32 @@ int main(int argc, char ** argv) {
         lo.N = M.N;
         const exl2::QLayerHost L = exl2::qlayer_load(st, "w", lo);
         const ggx_qmatrix q = exl2::qlayer_host_view(L);
-        ggx::StripLayout S;
         std::string why;
+        if (tile) {   // one deal for the whole grid; y is not zeroed between calls (only timed)
+            ggx::TileLayout T;
+            std::vector<ggx_tile_unit_dev> units;
+            std::vector<int4> chunks;
+            if (!ggx::tile_layout_build(q, &T, &why) || !ggx_tile_units(T, &units, &chunks)) {
+                std::fprintf(stderr, "strip-time: %s: no tile layout: %s\n", M.name, why.c_str());
+                return 1;
+            }
+            ggx_tile_matrix m = {};
+            m.units = upload(units);
+            m.chunks = upload(chunks);
+            m.scales = upload(T.scales);
+            m.deal = upload(ggx_tile_deal(T, n_strips * GGX_TILE_WARPS));
+            m.K = M.K;
+            m.Np = T.Np;
+            m.n_chunks = (int)chunks.size();
+            for (int c = 0; c < COPIES; c++) {
+                M.t[c] = m;
+                M.t[c].words = (const uint4 *)upload(T.words);
+            }
+            M.bytes = T.words.size() * 4 + T.scales.size() * 2;
+            layer_bytes += M.bytes;
+            continue;
+        }
+        ggx::StripLayout S;
         if (!ggx::strip_layout_build(q, n_strips, true, &S, &why)) {
             std::fprintf(stderr, "strip-time: %s: %s\n", M.name, why.c_str());
             return 1;
@@ -135,11 +165,14 @@ int main(int argc, char ** argv) {
         return (double)ms[reps / 2];
     };
 
+    auto run = [&](const Mat & M, int c) {
+        return tile ? ggx_cuda_tile_gemv(M.t[c], x, y, n_strips, st) : ggx_cuda_strip_gemv(M.m[c], x, y, counter, st, F);
+    };
     const int LAYERS = 32;
     const double step_ms = time_graph(
         [&] {
             for (int l = 0; l < LAYERS; l++)
-                for (Mat & M : mats) CK(ggx_cuda_strip_gemv(M.m[l % COPIES], x, y, counter, st, F));
+                for (Mat & M : mats) CK(run(M, l % COPIES));
         },
         9);
     const double us_layer = step_ms * 1e3 / LAYERS;
@@ -148,7 +181,7 @@ int main(int argc, char ** argv) {
     for (Mat & M : mats) {
         const double ms = time_graph(
             [&] {
-                for (int l = 0; l < LAYERS; l++) CK(ggx_cuda_strip_gemv(M.m[l % COPIES], x, y, counter, st, F));
+                for (int l = 0; l < LAYERS; l++) CK(run(M, l % COPIES));
             },
             9);
         const double us = ms * 1e3 / LAYERS;

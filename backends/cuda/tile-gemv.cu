@@ -1,0 +1,292 @@
+#include "tile-gemv.h"
+
+#include "common.cuh"
+#include "exl2-unpack.cuh"
+
+namespace {
+
+// Shared memory: [x staged for V = 1, 4, 16: K + 8 halves each, the last 8 zero][per step
+// (S, T4, T16)][per chunk (S, T4, T16, group bits)].
+struct tile_smem {
+    size_t xs, step_sums, chunk_sums, total;
+};
+__host__ __device__ inline tile_smem tile_smem_of(int K, int n_chunks) {
+    tile_smem L;
+    L.xs = 0;
+    L.step_sums = ((size_t)3 * (K + 8) * 2 + 15) & ~(size_t)15;
+    L.chunk_sums = L.step_sums + (size_t)(K / 16) * 16;
+    L.total = L.chunk_sums + (size_t)n_chunks * 16;
+    return L;
+}
+
+#if !defined(GGX_USE_HIP)   // (the HIP build has no mma.sync: ggx_cuda_tile_gemv returns cudaErrorNotSupported)
+
+constexpr int NT = GGX_TILE_WARPS * GGX_CUDA_WARP;
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define GGX_TILE_MMA 1
+#endif
+
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint2 b) {
+#if defined(GGX_TILE_MMA)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
+#else
+    (void)c;
+    (void)a;
+    (void)b;
+#endif
+}
+
+// Index of a plane's x variant (V = 1, 4, 16) from its bits (ggx_tile_factor: V = f(r2) / f(r0)).
+__host__ __device__ constexpr int variant_of(int plane_bits) { return plane_bits == 2 ? 2 : plane_bits == 1 ? 1 : 0; }
+
+// One unit of width BITS: its steps through the tensor core, plane by plane, with a chunk's
+// epilogue wherever chunk_starts says and after the last step.
+template <int BITS>
+__device__ __forceinline__ void run_unit(const ggx_tile_unit_dev & d, const uint4 (&w)[8], const half * xs, int K, const float4 * csum,
+                                         const uint16_t * scales, int Np, int lane, float & acc_lo, float & acc_hi) {
+    constexpr int NPL = BITS == 6 || BITS == 5 || BITS == 3 ? 2 : 1;
+    constexpr int PB0 = BITS == 8 ? 8 : BITS >= 4 ? 4 : 2, PB1 = BITS - (BITS >= 4 ? 4 : 2);
+    constexpr int SH1 = BITS >= 4 ? 4 : 2;
+    constexpr int Z = 1 << (BITS - 1);
+    const int g = lane / 4, t = lane % 4;
+    uint32_t wv[32];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        wv[4 * j] = w[j].x;
+        wv[4 * j + 1] = w[j].y;
+        wv[4 * j + 2] = w[j].z;
+        wv[4 * j + 3] = w[j].w;
+    }
+    // B: lanes 0-3 (column 0) walk their variant of x, the others stay on its zero slot
+    const int xstep = g == 0 ? 16 : 0;
+    const half * xb0 = xs + (size_t)variant_of(PB0) * (K + 8) + (g == 0 ? t * 4 : K);
+    const half * xb1 = xs + (size_t)variant_of(NPL > 1 ? PB1 : PB0) * (K + 8) + (g == 0 ? t * 4 : K);
+    float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    int chunk = d.chunk0;
+    float2 sc = make_float2(0.0f, 0.0f);
+    auto scales_of = [&](int ch) {   // the chunk's group scales of columns g and g + 8
+        const int grp = __float_as_int(csum[ch].w);
+        const uint16_t * s = scales + (size_t)grp * Np + 16 * d.tile + g;
+        return make_float2(__half2float(__ushort_as_half(ggx_load_ro(s))), __half2float(__ushort_as_half(ggx_load_ro(s + 8))));
+    };
+    auto epilogue = [&]() {
+        const float4 cs = csum[chunk];
+        const float T0 = variant_of(PB0) == 0 ? cs.x : variant_of(PB0) == 1 ? cs.y : cs.z;
+        constexpr float H0 = PB0 == 4 ? 16.0f : PB0 == 2 ? 4.0f : PB0 == 1 ? 2.0f : 1.0f;
+        float lo = c[0][0] - 1024.0f * T0, hi = (c[0][2] - 1024.0f * T0) * (1.0f / H0);
+        if (NPL > 1) {
+            const float T1 = variant_of(PB1) == 0 ? cs.x : variant_of(PB1) == 1 ? cs.y : cs.z;
+            constexpr float H1 = PB1 == 4 ? 16.0f : PB1 == 2 ? 4.0f : PB1 == 1 ? 2.0f : 1.0f;
+            lo += (c[1][0] - 1024.0f * T1) * (float)(1 << SH1);
+            hi += (c[1][2] - 1024.0f * T1) * ((float)(1 << SH1) / H1);
+        }
+        acc_lo += sc.x * (lo - (float)Z * cs.x);
+        acc_hi += sc.y * (hi - (float)Z * cs.x);
+#pragma unroll
+        for (int p = 0; p < 2; p++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) c[p][q] = 0.0f;
+    };
+    sc = scales_of(chunk);
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        if (i >= d.n_steps) break;
+        if (i > 0 && (d.chunk_starts >> i & 1)) {   // uniform: the unit is the warp's
+            epilogue();
+            sc = scales_of(++chunk);
+        }
+        const int s = d.step0 + i;
+        {
+            uint32_t a[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++) a[r] = ggx_tile_reg(PB0, wv, i, r);
+            mma16816(c[0], a, *(const uint2 *)(xb0 + (size_t)s * xstep));
+        }
+        if (NPL > 1) {
+            uint32_t a[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++) a[r] = ggx_tile_reg(PB1, wv + ggx_tile_plane_base(BITS, 1), i, r);
+            mma16816(c[1], a, *(const uint2 *)(xb1 + (size_t)s * xstep));
+        }
+    }
+    epilogue();
+}
+
+__device__ __forceinline__ ggx_tile_unit_dev load_desc(const ggx_tile_unit_dev * p) {
+    const uint4 v = ggx_load_ro((const uint4 *)p);
+    ggx_tile_unit_dev d;
+    d.offset = v.x;
+    d.tile = (uint16_t)v.y;
+    d.step0 = (uint16_t)(v.y >> 16);
+    d.chunk0 = (uint16_t)v.z;
+    d.chunk_starts = (uint16_t)(v.z >> 16);
+    d.n_steps = (uint8_t)v.w;
+    d.bits = (uint8_t)(v.w >> 8);
+    d.n_uint4 = (uint8_t)(v.w >> 16);
+    d.pad = 0;
+    return d;
+}
+
+__device__ __forceinline__ void load_words(const uint4 * words, const ggx_tile_unit_dev & d, int lane, uint4 (&w)[8]) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) w[j] = j < d.n_uint4 ? ggx_load_ro(words + ((size_t)d.offset + j) * 32 + lane) : make_uint4(0, 0, 0, 0);
+}
+
+__global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, const float * __restrict__ xq, float * y) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ float red[GGX_CUDA_WARP];
+    const tile_smem L = tile_smem_of(m.K, m.n_chunks);
+    half * xs = (half *)(smem + L.xs);
+    float4 * step_sums = (float4 *)(smem + L.step_sums);
+    float4 * csum = (float4 *)(smem + L.chunk_sums);
+    const int tid = threadIdx.x, lane = tid % GGX_CUDA_WARP, warp = tid / GGX_CUDA_WARP;
+    const int K = m.K;
+
+    // x: the power of two that takes max |x| into [8, 16), then each step's fragment order per
+    // variant, and the step sums of the fp16 values (reduced over the 4 lanes of a step)
+    float am = 0.0f;
+    for (int i = tid; i < K; i += NT) am = fmaxf(am, fabsf(xq[i]));
+    am = ggx_block_max(am, red);
+    const int e = ggx_exl2_unpack::x_scale_exponent(am);
+    const float xscale = ldexpf(1.0f, e), xunscale = ldexpf(1.0f, -e);
+    // i: (step, lane t) pairs, K / 4 of them; the bound is rounded up to whole warps so that every
+    // lane of a warp takes part in the shuffles below
+    for (int i = tid; i < ((K / 4 + 31) & ~31); i += NT) {
+        float s1 = 0.0f, s4 = 0.0f, s16 = 0.0f;
+        if (i < K / 4) {
+            const int s = i / 4, t = i % 4, k0 = 16 * s + 2 * t;
+            const float v[4] = {xq[k0] * xscale, xq[k0 + 1] * xscale, xq[k0 + 8] * xscale, xq[k0 + 9] * xscale};
+#pragma unroll
+            for (int vi = 0; vi < 3; vi++) {
+                const float inv = vi == 0 ? 1.0f : vi == 1 ? 0.25f : 0.0625f;
+                const half h0 = __float2half_rn(v[0]), h1 = __float2half_rn(v[1]), h2 = __float2half_rn(v[2] * inv),
+                           h3 = __float2half_rn(v[3] * inv);
+                half * dst = xs + (size_t)vi * (K + 8) + (size_t)i * 4;
+                dst[0] = h0;
+                dst[1] = h1;
+                dst[2] = h2;
+                dst[3] = h3;
+                const float sum = __half2float(h0) + __half2float(h1) + __half2float(h2) + __half2float(h3);
+                if (vi == 0) s1 = sum;
+                else if (vi == 1) s4 = sum;
+                else s16 = sum;
+            }
+        }
+        // the 4 lanes of a step are 4 consecutive threads of one warp
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+        s4 += __shfl_xor_sync(0xffffffffu, s4, 1);
+        s16 += __shfl_xor_sync(0xffffffffu, s16, 1);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+        s4 += __shfl_xor_sync(0xffffffffu, s4, 2);
+        s16 += __shfl_xor_sync(0xffffffffu, s16, 2);
+        if (i < K / 4 && i % 4 == 0) step_sums[i / 4] = make_float4(s1, s4, s16, 0.0f);
+    }
+    if (tid < 3 * 8) xs[(size_t)(tid / 8) * (K + 8) + K + tid % 8] = __float2half_rn(0.0f);   // the zero slots
+    __syncthreads();
+    for (int c = tid; c < m.n_chunks; c += NT) {
+        const int4 ch = ggx_load_ro(m.chunks + c);
+        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int s = ch.x; s < ch.x + ch.y; s++) {
+            const float4 v = step_sums[s];
+            sum.x += v.x;
+            sum.y += v.y;
+            sum.z += v.z;
+        }
+        sum.w = __int_as_float(ch.z);   // the chunk's group
+        csum[c] = sum;
+    }
+    __syncthreads();
+
+    const int gw = blockIdx.x * GGX_TILE_WARPS + warp;
+    const int u0 = ggx_load_ro(m.deal + gw), u1 = ggx_load_ro(m.deal + gw + 1);
+    if (u0 >= u1) return;
+    const int g = lane / 4, t = lane % 4;
+    float acc_lo = 0.0f, acc_hi = 0.0f;
+    int tile = -1;
+    auto flush = [&]() {
+        if (tile >= 0 && t == 0) {
+            atomicAdd(y + 16 * tile + g, acc_lo * xunscale);
+            atomicAdd(y + 16 * tile + g + 8, acc_hi * xunscale);
+        }
+        acc_lo = acc_hi = 0.0f;
+    };
+    ggx_tile_unit_dev d = load_desc(m.units + u0), dn = d;
+    uint4 w[8], wn[8];
+    load_words(m.words, d, lane, w);
+    if (u0 + 1 < u1) dn = load_desc(m.units + u0 + 1);
+    for (int u = u0; u < u1; u++) {
+        // the next unit's words (and the one after's descriptor) load while this one multiplies
+        ggx_tile_unit_dev dnn = dn;
+        if (u + 1 < u1) load_words(m.words, dn, lane, wn);
+        if (u + 2 < u1) dnn = load_desc(m.units + u + 2);
+        if ((int)d.tile != tile) {   // uniform
+            flush();
+            tile = d.tile;
+        }
+        switch (d.bits) {
+            case 8: run_unit<8>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
+            case 6: run_unit<6>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
+            case 5: run_unit<5>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
+            case 4: run_unit<4>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
+            case 3: run_unit<3>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
+            default: run_unit<2>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
+        }
+        d = dn;
+        dn = dnn;
+#pragma unroll
+        for (int j = 0; j < 8; j++) w[j] = wn[j];
+    }
+    flush();
+}
+
+#endif  // !GGX_USE_HIP
+
+}  // namespace
+
+bool ggx_tile_units(const ggx::TileLayout & L, std::vector<ggx_tile_unit_dev> * units, std::vector<int4> * chunks) {
+    if (L.n_tiles > 65535 || L.K / 16 > 65535 || L.chunks.size() > 65535) return false;
+    units->clear();
+    for (const ggx::TileUnit & u : L.units)
+        units->push_back({u.offset, (uint16_t)u.tile, (uint16_t)u.step0, (uint16_t)u.chunk0, u.chunk_starts, u.n_steps, u.bits, u.n_uint4, 0});
+    chunks->clear();
+    for (const ggx::TileChunk & c : L.chunks) chunks->push_back(make_int4(c.step0, c.n_steps, c.group, 0));
+    return true;
+}
+
+std::vector<int> ggx_tile_deal(const ggx::TileLayout & L, int n_warps) {
+    std::vector<int> r((size_t)n_warps + 1, 0);
+    if (n_warps < 1) return {};
+    uint64_t total = 0;
+    for (const ggx::TileUnit & u : L.units) total += u.n_uint4;
+    // warp w ends at the first unit whose middle passes (w + 1) / n_warps of the bytes
+    int u = 0;
+    uint64_t done = 0;
+    for (int w = 0; w < n_warps; w++) {
+        const uint64_t goal = total * (w + 1) / n_warps;
+        while (u < (int)L.units.size() && done + L.units[u].n_uint4 / 2 < goal) done += L.units[u++].n_uint4;
+        r[w + 1] = w + 1 == n_warps ? (int)L.units.size() : u;
+    }
+    return r;
+}
+
+size_t ggx_tile_gemv_smem(int K, int n_chunks) { return tile_smem_of(K, n_chunks).total; }
+
+cudaError_t ggx_cuda_tile_gemv(const ggx_tile_matrix & m, const float * xq, float * y, int grid, cudaStream_t stream) {
+#if defined(GGX_USE_HIP)
+    (void)m;
+    (void)xq;
+    (void)y;
+    (void)grid;
+    (void)stream;
+    return cudaErrorNotSupported;   // mma.sync is NVIDIA's
+#else
+    const size_t smem = ggx_tile_gemv_smem(m.K, m.n_chunks);
+    cudaError_t err = cudaFuncSetAttribute(k_tile_gemv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (err != cudaSuccess) return err;
+    k_tile_gemv<<<grid, NT, smem, stream>>>(m, xq, y);
+    return cudaGetLastError();
+#endif
+}

@@ -1,0 +1,61 @@
+// A one-row EXL2 GEMV whose dot products run on tensor cores (mma.sync m16n8k16, fp16 inputs,
+// fp32 sums), over the tile layout (ggx/ggx-tile-layout.h): the candidate for the decode loop
+// after session 14 found the fp16-pair loops issue-bound (bench/NOTES-cuda-decode.md). A
+// stand-alone launch for one matrix, for its test and for timing; no decode path uses it yet.
+//
+// A launch stages x once per block: scaled by a power of two (x_scale_exponent) into fp16, in
+// each 16-row step's fragment order (lanes t = 0..3 of column 0 of B read x[2t], x[2t + 1] and
+// x[2t + 8], x[2t + 9] / V), for V = 1, 4 and 16; and per chunk the sums S and T_V of those fp16
+// values, which the epilogue needs to take the bias 1024 and the zero point out. Each warp then
+// walks its dealt units (tile-major, contiguous), one unit's words loaded ahead, the width's code
+// unrolled over the unit's steps; at each chunk end the lanes t == 0 add the chunk's two columns
+// (g and g + 8 of the tile) into registers, and when the warp's tile changes, into y by atomicAdd.
+//
+// Written in session 14 after its device time was spent: NOT YET RUN. The CUDA build only
+// (sm_80+); the HIP build returns cudaErrorNotSupported.
+#pragma once
+
+#if defined(GGX_USE_HIP)
+#include "backends/hip/hip-compat.h"
+#else
+#include <cuda_runtime.h>
+#endif
+
+#include "ggx/ggx-tile-layout.h"
+
+#include <cstdint>
+#include <vector>
+
+#define GGX_TILE_WARPS 16
+
+// A unit as the kernel reads it (one uint4).
+struct ggx_tile_unit_dev {
+    uint32_t offset;                  // first uint4 index of its words ([index][32 lanes])
+    uint16_t tile, step0, chunk0, chunk_starts;
+    uint8_t  n_steps, bits, n_uint4, pad;
+};
+static_assert(sizeof(ggx_tile_unit_dev) == 16, "one uint4 per unit");
+
+// The layout's units and chunks as the kernel reads them; false when a field does not fit (more
+// than 65535 tiles or steps).
+bool ggx_tile_units(const ggx::TileLayout & L, std::vector<ggx_tile_unit_dev> * units, std::vector<int4> * chunks);
+
+// Unit ranges of n_warps warps over all units, balanced by bytes ([n_warps + 1]).
+std::vector<int> ggx_tile_deal(const ggx::TileLayout & L, int n_warps);
+
+struct ggx_tile_matrix {
+    const uint4 *             words;
+    const ggx_tile_unit_dev * units;
+    const int4 *              chunks;   // (first step, steps, group, 0)
+    const uint16_t *          scales;   // fp16 [G][Np]
+    const int *               deal;     // [grid * GGX_TILE_WARPS + 1]
+    int K, Np, n_chunks;
+};
+
+// Dynamic shared memory of a launch for K rows and n_chunks chunks.
+size_t ggx_tile_gemv_smem(int K, int n_chunks);
+
+// y[0 .. Np) += W xq, xq in quantized row order (f32); y zeroed by the caller (the warps' sums
+// meet by atomicAdd, so the last bits may differ from run to run). grid: the blocks the deal was
+// made for (GGX_TILE_WARPS warps each). The caller checks the shared memory against the device.
+cudaError_t ggx_cuda_tile_gemv(const ggx_tile_matrix & m, const float * xq, float * y, int grid, cudaStream_t stream);

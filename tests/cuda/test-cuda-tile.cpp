@@ -1,0 +1,98 @@
+// The tensor-core tile GEMV (backends/cuda/tile-gemv.h) against a double-precision product with
+// the reference dequantizer's fp16 weights, on synthetic EXL2 layers of every width mix (act-order
+// permutations, 16-row 2-bit groups, groups longer than a chunk), with few warps (many units
+// each, tiles split between warps) and many.
+//
+// Error model: x rounded to fp16 after an exact power-of-two scaling; the products (1024 + f v) x
+// exact in fp32, summed in fp32 over a chunk with the bias and zero point taken out by sums of
+// the same fp16 values; the scale applied in fp32. The reference rounds each weight to fp16, so
+// the two differ by up to ~2^-11 of sum |w x|: the bound is the strip GEMV test's 2^-10 S
+// (+1e-6). A wrong register, factor, variant of x or chunk sum moves an output by ~S / sqrt(K).
+#include "cuda-harness.h"
+
+#include "backends/cuda/tile-gemv.h"
+#include "exl2/quant/dequant.h"
+#include "ggx/ggx-tile-layout.h"
+#include "../synth-layer.h"
+
+#include <algorithm>
+
+using namespace cudatest;
+
+namespace {
+
+template <typename T> T * upload(const std::vector<T> & v) {
+    void * p = nullptr;
+    REQUIRE(cudaMalloc(&p, std::max<size_t>(v.size(), 1) * sizeof(T)) == cudaSuccess);
+    REQUIRE(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
+    return (T *)p;
+}
+
+}  // namespace
+
+TEST_CASE("tile gemv: synthetic EXL2 layers through the tile layout against a double reference") {
+    REQUIRE_CUDA();
+#if defined(GGX_USE_HIP)
+    MESSAGE("the tile GEMV is CUDA-only (mma.sync)");
+    return;
+#endif
+    const char * layouts[] = {"4 g128", "8/6/5 g32,128,128 .05/.1/.85", "6/3/2 g32,64,64 .05/.2/.75", "3/2 g64 .1/.9",
+                              "5/4 g32 .25/.75", "2 g16", "5/2 g512,16 .5/.5"};
+    uint64_t seed = 500;
+    for (const char * lay : layouts)
+        for (const auto & shape : {std::make_pair(2048, 200), std::make_pair(4096, 512)})
+            for (int grid : {2, 40}) {
+                const int K = shape.first, N = shape.second;
+                CAPTURE(lay);
+                CAPTURE(K);
+                CAPTURE(grid);
+                const exl2::QLayerHost Q = synth_layer(lay, K, N, seed++);
+                const ggx_qmatrix q = exl2::qlayer_host_view(Q);
+                std::vector<uint16_t> W((size_t)K * N);
+                exl2::qmatrix_dequant(q, GGX_TYPE_EXL2, W.data());
+                ggx::TileLayout L;
+                std::string why;
+                REQUIRE_MESSAGE(ggx::tile_layout_build(q, &L, &why), why);
+                std::vector<ggx_tile_unit_dev> units;
+                std::vector<int4> chunks;
+                REQUIRE(ggx_tile_units(L, &units, &chunks));
+                const std::vector<int> deal = ggx_tile_deal(L, grid * GGX_TILE_WARPS);
+
+                std::mt19937_64 rng(seed);
+                std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+                std::vector<float> x(K), xq(K);
+                for (float & v : x) v = dist(rng);
+                for (int k = 0; k < K; k++) xq[k] = x[Q.q_perm[k]];
+                std::vector<double> ref(N, 0.0), bound(N);
+                for (int n = 0; n < N; n++) {
+                    double mag = 0.0;
+                    for (int k = 0; k < K; k++) {
+                        const double p = (double)ggx_f16_to_f32(W[(size_t)k * N + n]) * x[k];
+                        ref[n] += p;
+                        mag += std::fabs(p);
+                    }
+                    bound[n] = mag / 1024.0 + 1e-6;
+                }
+
+                ggx_tile_matrix m = {};
+                m.words = (const uint4 *)upload(L.words);
+                m.units = upload(units);
+                m.chunks = upload(chunks);
+                m.scales = upload(L.scales);
+                m.deal = upload(deal);
+                m.K = K;
+                m.Np = L.Np;
+                m.n_chunks = (int)chunks.size();
+                float * xd = upload(xq);
+                float * yd = upload(std::vector<float>(L.Np, 0.0f));
+                REQUIRE(ggx_cuda_tile_gemv(m, xd, yd, grid, nullptr) == cudaSuccess);
+                REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+                std::vector<float> y(L.Np);
+                REQUIRE(cudaMemcpy(y.data(), yd, L.Np * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+                y.resize(N);
+                check_bound(y, ref, bound, std::string("tile gemv ") + lay);
+                for (const void * p : {(const void *)m.words, (const void *)m.units, (const void *)m.chunks, (const void *)m.scales,
+                                       (const void *)m.deal, (const void *)xd, (const void *)yd})
+                    cudaFree((void *)p);
+            }
+}
