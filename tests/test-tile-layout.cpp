@@ -2,7 +2,6 @@
 // converter writes: every (tile, step) in exactly one unit of its width, every code given back
 // bit for bit by the register recipes; and the tensor-core product the layout is made for,
 // emulated on the host, against the reference dequantizer's weights.
-#include "exl2/quant/dequant.h"
 #include "exl2/quant/exl2-pack.h"
 #include "ggx/ggx-tile-layout.h"
 #include "synth-layer.h"
@@ -10,7 +9,6 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -174,36 +172,18 @@ TEST_CASE("tile layout: every width mix, every code bit for bit through the regi
         }
 }
 
-// The bound is the strip GEMV test's (test-cuda-strip.cpp): 2^-10 of sum |w x| (+1e-6). The
-// reference rounds each weight to fp16 (h(v - z) * scale); the tile product applies the scale
-// to the group's exact sum, so they differ by up to ~2^-11 relative per weight. A wrong register,
-// factor or bias term moves an output by ~sum |w x| / sqrt(K), far outside.
+// The bound: gemv_reference's (synth-layer.h).
 TEST_CASE("tile layout: the tensor-core product it is made for matches the reference weights") {
     uint64_t seed = 400;
     for (const char * lay : k_layouts) {
         CAPTURE(lay);
         const int K = 1024, N = 40;
         const QLayerHost Q = synth_layer(lay, K, N, seed++);
-        const ggx_qmatrix q = qlayer_host_view(Q);
-        const TileLayout L = build(q);
-        std::vector<uint16_t> W((size_t)K * N);
-        qmatrix_dequant(q, GGX_TYPE_EXL2, W.data());   // original row order
-        std::mt19937_64 rng(seed);
-        std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-        std::vector<float> x(K), xq(K);
-        for (float & v : x) v = ggx_round_f16(dist(rng));   // the kernel's x is fp16
-        for (int k = 0; k < K; k++) xq[k] = x[Q.q_perm[k]];
-        const std::vector<double> y = tile_product(L, xq);
+        const TileLayout L = build(qlayer_host_view(Q));
+        const GemvReference R = gemv_reference(Q, seed);
+        const std::vector<double> y = tile_product(L, R.xq);
         size_t bad = 0;
-        for (int n = 0; n < N; n++) {
-            double ref = 0.0, mag = 0.0;
-            for (int k = 0; k < K; k++) {
-                const double p = (double)ggx_f16_to_f32(W[(size_t)k * N + n]) * x[k];
-                ref += p;
-                mag += std::fabs(p);
-            }
-            bad += std::fabs(y[n] - ref) > mag / 1024.0 + 1e-6;
-        }
+        for (int n = 0; n < N; n++) bad += std::fabs(y[n] - R.ref[n]) > R.bound[n];
         CHECK_MESSAGE(bad == 0, bad << " of " << N << " outputs outside the bound");
     }
 }

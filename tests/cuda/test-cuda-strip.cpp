@@ -9,26 +9,11 @@
 #include "cuda-harness.h"
 
 #include "backends/cuda/strip-step.h"
-#include "exl2/quant/dequant.h"
-#include "exl2/quant/qlayer.h"
-#include "exl2/quant/synthetic.h"
-#include "exl2/safetensors.h"
 #include "ggx/ggx-strip-layout.h"
-
-#include <algorithm>
+#include "upload.h"
+#include "../synth-layer.h"
 
 using namespace cudatest;
-
-namespace {
-
-template <typename T> T * upload(const std::vector<T> & v) {
-    void * p = nullptr;
-    REQUIRE(cudaMalloc(&p, std::max<size_t>(v.size(), 1) * sizeof(T)) == cudaSuccess);
-    REQUIRE(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
-    return (T *)p;
-}
-
-}  // namespace
 
 // Every form of the loop (registers one or two units deep, with and without L2 prefetching,
 // shared-memory rings, padded x), on a narrow matrix (at most a unit or two per warp) and a
@@ -52,38 +37,15 @@ TEST_CASE("strip gemv: synthetic EXL2 layers through the strip layout against a 
             CAPTURE(form.xpad);
             CAPTURE(form.depth_lo);
             CAPTURE(form.prefetch);
-            exl2::SafeTensors st;
-            exl2::SynthExl2Options so;
-            so.seed = seed++;
-            so.act_order = true;
-            exl2::synth_add(st, exl2::synth_exl2_layer("w", K, N, exl2::exl2_layout_parse(lay), so));
-            exl2::QLoadOptions lo;
-            lo.N = N;
-            const exl2::QLayerHost L = exl2::qlayer_load(st, "w", lo);
+            const exl2::QLayerHost L = synth_layer(lay, K, N, seed++);
             const ggx_qmatrix q = exl2::qlayer_host_view(L);
-            std::vector<uint16_t> W((size_t)K * N);
-            exl2::qmatrix_dequant(q, GGX_TYPE_EXL2, W.data());
             ggx::StripLayout S;
             std::string why;
             REQUIRE_MESSAGE(ggx::strip_layout_build(q, n_strips, true, &S, &why), why);
             const std::vector<int> deal = ggx::strip_layout_deal(S, GGX_STRIP_WARPS);
 
 
-            std::mt19937_64 rng(seed);
-            std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-            std::vector<float> x(K), xq(K);
-            for (float & v : x) v = dist(rng);
-            for (int k = 0; k < K; k++) xq[k] = x[L.q_perm[k]];
-            std::vector<double> ref(N, 0.0), bound(N);
-            for (int n = 0; n < N; n++) {
-                double mag = 0.0;
-                for (int k = 0; k < K; k++) {
-                    const double p = (double)ggx_f16_to_f32(W[(size_t)k * N + n]) * x[k];
-                    ref[n] += p;
-                    mag += std::fabs(p);
-                }
-                bound[n] = mag / 1024.0 + 1e-6;
-            }
+            const GemvReference R = gemv_reference(L, seed);
 
             ggx_strip_matrix m = {};
             m.words = (const uint4 *)upload(S.words);
@@ -97,7 +59,7 @@ TEST_CASE("strip gemv: synthetic EXL2 layers through the strip layout against a 
             m.n_strips = n_strips;
             m.max_quads = ggx_strip_max_quads(S);
             m.max_units = ggx_strip_max_units(S);
-            float * xd = upload(xq);
+            float * xd = upload(R.xq);
             float * yd = upload(std::vector<float>(S.Np, -12345.0f));
             int * counter = upload(std::vector<int>(1, 0));
             REQUIRE(ggx_cuda_strip_gemv(m, xd, yd, counter, nullptr, form) == cudaSuccess);
@@ -105,7 +67,7 @@ TEST_CASE("strip gemv: synthetic EXL2 layers through the strip layout against a 
             std::vector<float> y(S.Np);
             REQUIRE(cudaMemcpy(y.data(), yd, S.Np * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
             y.resize(N);
-            check_bound(y, ref, bound, std::string("strip gemv ") + lay);
+            check_bound(y, R.ref, R.bound, std::string("strip gemv ") + lay);
             for (const void * p : {(const void *)m.words, (const void *)m.units, (const void *)m.deal, (const void *)m.scales,
                                    (const void *)m.slice_group, (const void *)m.width_unit0, (const void *)xd, (const void *)yd, (const void *)counter})
                 cudaFree((void *)p);

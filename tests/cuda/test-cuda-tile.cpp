@@ -5,30 +5,15 @@
 //
 // Error model: x rounded to fp16 after an exact power-of-two scaling; the products (1024 + f v) x
 // exact in fp32, summed in fp32 over a chunk with the bias and zero point taken out by sums of
-// the same fp16 values; the scale applied in fp32. The reference rounds each weight to fp16, so
-// the two differ by up to ~2^-11 of sum |w x|: the bound is the strip GEMV test's 2^-10 S
-// (+1e-6). A wrong register, factor, variant of x or chunk sum moves an output by ~S / sqrt(K).
+// the same fp16 values; the scale applied in fp32: within gemv_reference's bound (synth-layer.h).
 #include "cuda-harness.h"
 
 #include "backends/cuda/tile-gemv.h"
-#include "exl2/quant/dequant.h"
 #include "ggx/ggx-tile-layout.h"
+#include "upload.h"
 #include "../synth-layer.h"
 
-#include <algorithm>
-
 using namespace cudatest;
-
-namespace {
-
-template <typename T> T * upload(const std::vector<T> & v) {
-    void * p = nullptr;
-    REQUIRE(cudaMalloc(&p, std::max<size_t>(v.size(), 1) * sizeof(T)) == cudaSuccess);
-    REQUIRE(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
-    return (T *)p;
-}
-
-}  // namespace
 
 TEST_CASE("tile gemv: synthetic EXL2 layers through the tile layout against a double reference") {
     REQUIRE_CUDA();
@@ -48,8 +33,6 @@ TEST_CASE("tile gemv: synthetic EXL2 layers through the tile layout against a do
                 CAPTURE(grid);
                 const exl2::QLayerHost Q = synth_layer(lay, K, N, seed++);
                 const ggx_qmatrix q = exl2::qlayer_host_view(Q);
-                std::vector<uint16_t> W((size_t)K * N);
-                exl2::qmatrix_dequant(q, GGX_TYPE_EXL2, W.data());
                 ggx::TileLayout L;
                 std::string why;
                 REQUIRE_MESSAGE(ggx::tile_layout_build(q, &L, &why), why);
@@ -58,21 +41,7 @@ TEST_CASE("tile gemv: synthetic EXL2 layers through the tile layout against a do
                 REQUIRE(ggx_tile_units(L, &units, &chunks));
                 const std::vector<int> deal = ggx_tile_deal(L, grid * GGX_TILE_WARPS);
 
-                std::mt19937_64 rng(seed);
-                std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-                std::vector<float> x(K), xq(K);
-                for (float & v : x) v = dist(rng);
-                for (int k = 0; k < K; k++) xq[k] = x[Q.q_perm[k]];
-                std::vector<double> ref(N, 0.0), bound(N);
-                for (int n = 0; n < N; n++) {
-                    double mag = 0.0;
-                    for (int k = 0; k < K; k++) {
-                        const double p = (double)ggx_f16_to_f32(W[(size_t)k * N + n]) * x[k];
-                        ref[n] += p;
-                        mag += std::fabs(p);
-                    }
-                    bound[n] = mag / 1024.0 + 1e-6;
-                }
+                const GemvReference R = gemv_reference(Q, seed);
 
                 ggx_tile_matrix m = {};
                 m.words = (const uint4 *)upload(L.words);
@@ -83,14 +52,14 @@ TEST_CASE("tile gemv: synthetic EXL2 layers through the tile layout against a do
                 m.K = K;
                 m.Np = L.Np;
                 m.n_chunks = (int)chunks.size();
-                float * xd = upload(xq);
+                float * xd = upload(R.xq);
                 float * yd = upload(std::vector<float>(L.Np, 0.0f));
                 REQUIRE(ggx_cuda_tile_gemv(m, xd, yd, grid, nullptr) == cudaSuccess);
                 REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
                 std::vector<float> y(L.Np);
                 REQUIRE(cudaMemcpy(y.data(), yd, L.Np * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
                 y.resize(N);
-                check_bound(y, ref, bound, std::string("tile gemv ") + lay);
+                check_bound(y, R.ref, R.bound, std::string("tile gemv ") + lay);
                 for (const void * p : {(const void *)m.words, (const void *)m.units, (const void *)m.chunks, (const void *)m.scales,
                                        (const void *)m.deal, (const void *)xd, (const void *)yd})
                     cudaFree((void *)p);
