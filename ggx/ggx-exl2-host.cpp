@@ -1,7 +1,5 @@
 #include "ggx-exl2-host.h"
 
-#include "fp16.h"
-
 namespace ggx {
 
 int exl2_width_rank(int bits) {
@@ -38,11 +36,7 @@ bool exl2_groups(const ggx_qmatrix & q, int row_multiple, std::vector<Exl2Group>
 }
 
 uint32_t exl2_code(const ggx_qmatrix & q, const Exl2Group & g, int j, int n) {
-    const int bit = j * g.bits;
-    const uint32_t * w = q.q_weight + (size_t)(g.qrow0 + bit / 32) * q.Np + n;
-    uint64_t v = w[0] >> (bit % 32);
-    if (bit % 32 + g.bits > 32) v |= (uint64_t)w[q.Np] << (32 - bit % 32);   // low part in the earlier word
-    return (uint32_t)v & ((1u << g.bits) - 1);
+    return ggx_exl2_code(q.q_weight, q.Np, g.bits, g.qrow0, j, n);
 }
 
 uint16_t exl2_scale_f16(const ggx_qmatrix & q, int g, int n) {

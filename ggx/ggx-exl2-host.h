@@ -3,11 +3,23 @@
 // never includes exl2, so these restate docs/exl2-format.md sections 3-4.
 #pragma once
 
+#include "fp16.h"
 #include "ggx-qmatrix.h"
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+// Code j of a group of `bits` starting at packed row qrow0, in column n of q_weight (Np columns):
+// bits j b .. j b + b - 1 of the column's bit string over the group's rows, the low part in the
+// earlier word. Host and device (a backend's layout gather runs it on the GPU).
+GGX_HD uint32_t ggx_exl2_code(const uint32_t * q_weight, int Np, int bits, int qrow0, int j, int n) {
+    const int bit = j * bits;
+    const uint32_t * w = q_weight + (size_t)(qrow0 + bit / 32) * Np + n;
+    uint64_t v = w[0] >> (bit % 32);
+    if (bit % 32 + bits > 32) v |= (uint64_t)w[Np] << (32 - bit % 32);
+    return (uint32_t)v & ((1u << bits) - 1);
+}
 
 namespace ggx {
 

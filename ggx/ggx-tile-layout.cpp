@@ -40,32 +40,22 @@ bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * wh
         }
 
     uint32_t off = 0;   // uint4 index
-    std::vector<uint32_t> lw;
     for (int tile = 0; tile < L.n_tiles; tile++) {
         L.tile_unit0.push_back((int)L.units.size());
         for (const UnitSpan & sp : spans) {
-            const int bits = sp.bits, s0 = sp.step0, n_steps = sp.n_steps, np = ggx_tile_n_planes(bits);
+            const int bits = sp.bits, s0 = sp.step0, n_steps = sp.n_steps;
             const int n_uint4 = (ggx_tile_unit_words(bits, n_steps) + 3) / 4;
             L.units.push_back({off, (uint32_t)tile, (uint32_t)s0, (uint32_t)sp.chunk0, sp.starts, (uint8_t)n_steps, (uint8_t)bits,
                                (uint8_t)n_uint4});
             L.words.resize(((size_t)off + n_uint4) * 32 * 4, 0u);
             for (int lane = 0; lane < 32; lane++) {
-                lw.assign((size_t)n_uint4 * 4, 0u);
-                for (int i = 0; i < n_steps; i++) {
+                auto code_of = [&](int i, int r, int e) {
                     const Exl2Group & grp = groups[L.step_group[s0 + i]];
-                    for (int r = 0; r < 4; r++)
-                        for (int e = 0; e < 2; e++) {
-                            const int k = 16 * (s0 + i) + ggx_tile_row(lane, r, e), n = 16 * tile + ggx_tile_col(lane, r);
-                            const uint32_t code = exl2_code(q, grp, k - grp.row0, n);
-                            for (int p = 0; p < np; p++) {
-                                const int pb = ggx_tile_plane_bits(bits, p);
-                                int word, bit;
-                                ggx_tile_field_pos(pb, i, r, e, &word, &bit);
-                                lw[ggx_tile_plane_base(bits, p) + word] |= (code >> ggx_tile_plane_shift(bits, p) & ((1u << pb) - 1)) << bit;
-                            }
-                        }
-                }
-                for (int j = 0; j < n_uint4 * 4; j++) L.words[(((size_t)off + j / 4) * 32 + lane) * 4 + j % 4] = lw[j];
+                    const int k = 16 * (s0 + i) + ggx_tile_row(lane, r, e), n = 16 * tile + ggx_tile_col(lane, r);
+                    return exl2_code(q, grp, k - grp.row0, n);
+                };
+                for (int j = 0; j < n_uint4 * 4; j++)
+                    L.words[(((size_t)off + j / 4) * 32 + lane) * 4 + j % 4] = ggx_tile_word(bits, n_steps, j, code_of);
             }
             off += n_uint4;
         }

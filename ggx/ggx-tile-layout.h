@@ -104,6 +104,27 @@ GGX_HD void ggx_tile_field_pos(int plane_bits, int i, int r, int e, int * word, 
 GGX_HD int ggx_tile_row(int lane, int r, int e) { return 2 * (lane % 4) + 8 * (r / 2) + e; }
 GGX_HD int ggx_tile_col(int lane, int r) { return lane / 4 + 8 * (r % 2); }
 
+// Word j of one lane's words of a unit of `bits` and n_steps steps: every field that the recipes
+// read from that word, its code from code_of(i, r, e) (the lane's code for step i of the unit,
+// register r, half e). Zero past the unit's words. The host builder and a backend's gather on the GPU both
+// write the words through this, so they agree by construction.
+template <typename CodeOf> GGX_HD uint32_t ggx_tile_word(int bits, int n_steps, int j, CodeOf code_of) {
+    const int p = ggx_tile_n_planes(bits) > 1 && j >= ggx_tile_plane_base(bits, 1) ? 1 : 0;
+    const int pb = ggx_tile_plane_bits(bits, p), wj = j - ggx_tile_plane_base(bits, p);
+    if (wj >= ggx_tile_plane_words(pb, n_steps)) return 0;
+    const int per_word = pb == 8 ? 1 : 4 / pb;   // steps sharing a word (8 bits: half a step per word)
+    const int i0 = pb == 8 ? wj / 2 : wj * per_word;
+    uint32_t w = 0;
+    for (int i = i0; i < i0 + per_word && i < n_steps; i++)
+        for (int r = 0; r < 4; r++)
+            for (int e = 0; e < 2; e++) {
+                int word, bit;
+                ggx_tile_field_pos(pb, i, r, e, &word, &bit);
+                if (word == wj) w |= (code_of(i, r, e) >> ggx_tile_plane_shift(bits, p) & ((1u << pb) - 1)) << bit;
+            }
+    return w;
+}
+
 namespace ggx {
 
 // Steps step0 .. step0 + n_steps - 1 of group `group`.
