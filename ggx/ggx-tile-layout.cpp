@@ -10,7 +10,7 @@ bool tile_layout_supported(const ggx_qmatrix & q, std::string * why) {
     return exl2_groups(q, 16, nullptr, why);
 }
 
-bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * why) {
+bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * why, bool copy_words) {
     std::vector<Exl2Group> groups;
     if (!exl2_groups(q, 16, &groups, why)) return false;
     TileLayout & L = *out;
@@ -18,6 +18,7 @@ bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * wh
     L.K = q.K;
     L.Np = q.Np;
     L.n_tiles = q.Np / 16;
+    L.groups = groups;
     L.step_group.resize(q.K / 16);
     for (int g = 0; g < (int)groups.size(); g++) {
         L.group_bits.push_back((uint8_t)groups[g].bits);
@@ -47,8 +48,8 @@ bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * wh
             const int n_uint4 = (ggx_tile_unit_words(bits, n_steps) + 3) / 4;
             L.units.push_back({off, (uint32_t)tile, (uint32_t)s0, (uint32_t)sp.chunk0, sp.starts, (uint8_t)n_steps, (uint8_t)bits,
                                (uint8_t)n_uint4});
-            L.words.resize(((size_t)off + n_uint4) * 32 * 4, 0u);
-            for (int lane = 0; lane < 32; lane++) {
+            if (copy_words) L.words.resize(((size_t)off + n_uint4) * 32 * 4, 0u);
+            for (int lane = 0; lane < 32 && copy_words; lane++) {
                 auto code_of = [&](int i, int r, int e) {
                     const Exl2Group & grp = groups[L.step_group[s0 + i]];
                     const int k = 16 * (s0 + i) + ggx_tile_row(lane, r, e), n = 16 * tile + ggx_tile_col(lane, r);
