@@ -40,6 +40,17 @@ static_assert(sizeof(ggx_tile_unit_dev) == 16, "one uint4 per unit");
 // than 65535 tiles or steps).
 bool ggx_tile_units(const ggx::TileLayout & L, std::vector<ggx_tile_unit_dev> * units, std::vector<int4> * chunks);
 
+// Per step of the layout: (bits, first packed row, first quantized row of its group, 0), what the
+// gather needs to find a step's codes in q_weight.
+std::vector<int4> ggx_tile_step_info(const ggx::TileLayout & L);
+
+// The layout's words (tile_layout_n_uint4(L) x 32 uint4) written on the device from q_weight
+// (device memory, [QR][Np]) through ggx_tile_word, as the host builder writes them: the host
+// builds the units, chunks and scales without the words (milliseconds), this the words.
+// step_info: ggx_tile_step_info on the device; units: ggx_tile_units on the device.
+cudaError_t ggx_cuda_tile_gather(const uint32_t * q_weight, int Np, const int4 * step_info, const ggx_tile_unit_dev * units, int n_units,
+                                 size_t n_uint4, uint4 * words, cudaStream_t stream);
+
 // Unit ranges of n_warps warps over all units, balanced by bytes ([n_warps + 1]).
 std::vector<int> ggx_tile_deal(const ggx::TileLayout & L, int n_warps);
 

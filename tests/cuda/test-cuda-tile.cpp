@@ -65,3 +65,38 @@ TEST_CASE("tile gemv: synthetic EXL2 layers through the tile layout against a do
                     cudaFree((void *)p);
             }
 }
+
+// The device gather writes the words the host builder writes, bit for bit (it runs the same
+// ggx_tile_word over q_weight on the GPU).
+TEST_CASE("tile gather: the device writes the tile layout's words as the host builder does") {
+    REQUIRE_CUDA();
+    const char * layouts[] = {"4 g128", "8/6/5 g32,128,128 .05/.1/.85", "6/3/2 g32,64,64 .05/.2/.75", "2 g16", "5/2 g512,16 .5/.5"};
+    uint64_t seed = 600;
+    for (const char * lay : layouts) {
+        CAPTURE(lay);
+        const exl2::QLayerHost Q = synth_layer(lay, 2048, 200, seed++);
+        const ggx_qmatrix q = exl2::qlayer_host_view(Q);
+        ggx::TileLayout L, U;
+        std::string why;
+        REQUIRE_MESSAGE(ggx::tile_layout_build(q, &L, &why), why);
+        REQUIRE_MESSAGE(ggx::tile_layout_build(q, &U, &why, false), why);
+        CHECK(U.words.empty());
+        std::vector<ggx_tile_unit_dev> units;
+        std::vector<int4> chunks;
+        REQUIRE(ggx_tile_units(U, &units, &chunks));
+        const size_t n_uint4 = ggx::tile_layout_n_uint4(U);
+        REQUIRE(n_uint4 * 32 * 4 == L.words.size());
+        uint32_t * qw = upload(Q.q_weight);
+        int4 * si = upload(ggx_tile_step_info(U));
+        ggx_tile_unit_dev * ud = upload(units);
+        uint32_t * wd = upload(std::vector<uint32_t>(L.words.size(), 0xdeadbeefu));
+        REQUIRE(ggx_cuda_tile_gather(qw, Q.Np, si, ud, (int)units.size(), n_uint4, (uint4 *)wd, nullptr) == cudaSuccess);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        std::vector<uint32_t> words(L.words.size());
+        REQUIRE(cudaMemcpy(words.data(), wd, words.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+        size_t wrong = 0;
+        for (size_t i = 0; i < words.size(); i++) wrong += words[i] != L.words[i];
+        CHECK_MESSAGE(wrong == 0, wrong << " of " << words.size() << " words differ from the host builder's");
+        for (const void * p : {(const void *)qw, (const void *)si, (const void *)ud, (const void *)wd}) cudaFree((void *)p);
+    }
+}
