@@ -213,15 +213,12 @@ __global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, co
         }
         acc_lo = acc_hi = 0.0f;
     };
-    ggx_tile_unit_dev d = load_desc(m.units + u0), dn = d;
-    uint4 w[8], wn[8];
-    load_words(m.words, d, lane, w);
-    if (u0 + 1 < u1) dn = load_desc(m.units + u0 + 1);
-    for (int u = u0; u < u1; u++) {
-        // the next unit's words (and the one after's descriptor) load while this one multiplies
-        ggx_tile_unit_dev dnn = dn;
-        if (u + 1 < u1) load_words(m.words, dn, lane, wn);
-        if (u + 2 < u1) dnn = load_desc(m.units + u + 2);
+    // Two word buffers that trade places unit by unit (the loop body twice), so that no unit's
+    // words are copied between registers: while a unit multiplies, the next one's words and the
+    // descriptor after that load.
+    auto step = [&](int u, const ggx_tile_unit_dev & d, const uint4 (&w)[8], const ggx_tile_unit_dev & d_next, uint4 (&w_next)[8]) {
+        if (u + 1 < u1) load_words(m.words, d_next, lane, w_next);
+        const ggx_tile_unit_dev d_after = u + 2 < u1 ? load_desc(m.units + u + 2) : d_next;
         if ((int)d.tile != tile) {   // uniform
             flush();
             tile = d.tile;
@@ -234,10 +231,17 @@ __global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, co
             case 3: run_unit<3>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
             default: run_unit<2>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
         }
-        d = dn;
-        dn = dnn;
-#pragma unroll
-        for (int j = 0; j < 8; j++) w[j] = wn[j];
+        return d_after;
+    };
+    ggx_tile_unit_dev da = load_desc(m.units + u0), db = u0 + 1 < u1 ? load_desc(m.units + u0 + 1) : da;
+    uint4 wa[8], wb[8];
+    load_words(m.words, da, lane, wa);
+    for (int u = u0; u < u1; u += 2) {
+        const ggx_tile_unit_dev da2 = step(u, da, wa, db, wb);   // unit u + 2's descriptor
+        if (u + 1 >= u1) break;
+        const ggx_tile_unit_dev db2 = step(u + 1, db, wb, da2, wa);
+        da = da2;
+        db = db2;
     }
     flush();
 }
