@@ -153,9 +153,8 @@ __device__ __forceinline__ void run_width_ring(const ggx_strip_matrix & m, const
 // A strip's share of one matrix in one stage. The tables it comes from do not depend on any
 // stage's results, so it is read into shared memory before the stage's wait, together with the
 // strip's unit descriptors (strip_desc). Read after the wait, the chain of dependent loads (deal,
-// then the descriptors) stood in front of every matrix's first words (per-warp setup was ~20% of
-// the stall samples, run 90), and reloading descriptors from global memory inside the loop ~6%
-// (run 91).
+// then the descriptors) stood in front of every matrix's first words (11% of the stall samples in
+// run 90), and reloading descriptors from global memory inside the loop cost 6% (run 91).
 struct strip_plan {
     int deal[GGX_STRIP_WARPS + 1];   // the warps' units: deal[w] .. deal[w + 1] - 1
     int q0, q1;                      // the strip's first and last quad (q1 < q0: no units)
@@ -254,9 +253,10 @@ __device__ __forceinline__ void grid_wait(int * counter, int target) {
 }
 
 // A stage's shared memory: [region 0][x in fp16 per matrix][slice groups per matrix][strip plans]
-// [unit descriptors per matrix][column sums]. Region 0 holds x w (fp32) and each matrix's inverse permutation during the
-// staging and then, in the ring form, the warps' rings. x takes xs_ld halves per 32-row slice (40
-// with xpad). The kernel and ggx_strip_stage_smem both read it from here.
+// [unit descriptors per matrix][column sums]. Region 0 holds x w (fp32) and each matrix's inverse
+// permutation during the staging and then, in the ring form, the warps' rings. x takes xs_ld
+// halves per 32-row slice (40 with xpad). The kernel and ggx_strip_stage_smem both read it from
+// here.
 struct stage_smem {
     int    xs_ld;
     size_t xs_n;     // halves of one matrix's x
