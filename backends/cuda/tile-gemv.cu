@@ -2,6 +2,7 @@
 
 #include "common.cuh"
 #include "exl2-unpack.cuh"
+#include "mma.cuh"
 
 namespace {
 
@@ -22,22 +23,6 @@ __host__ __device__ inline tile_smem tile_smem_of(int K, int n_chunks) {
 #if !defined(GGX_USE_HIP)   // (the HIP build has no mma.sync: ggx_cuda_tile_gemv returns cudaErrorNotSupported)
 
 constexpr int NT = GGX_TILE_WARPS * GGX_CUDA_WARP;
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#define GGX_TILE_MMA 1
-#endif
-
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint2 b) {
-#if defined(GGX_TILE_MMA)
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
-#else
-    (void)c;
-    (void)a;
-    (void)b;
-#endif
-}
 
 // Index of a plane's x variant (V = 1, 4, 16) from its bits (ggx_tile_factor: V = f(r2) / f(r0)).
 __host__ __device__ constexpr int variant_of(int plane_bits) { return plane_bits == 2 ? 2 : plane_bits == 1 ? 1 : 0; }
@@ -103,13 +88,15 @@ __device__ __forceinline__ void run_unit(const ggx_tile_unit_dev & d, const uint
             uint32_t a[4];
 #pragma unroll
             for (int r = 0; r < 4; r++) a[r] = ggx_tile_reg(PB0, wv, i, r);
-            mma16816(c[0], a, *(const uint2 *)(xb0 + (size_t)s * xstep));
+            const uint2 b = *(const uint2 *)(xb0 + (size_t)s * xstep);
+            mma16816(c[0], a, b.x, b.y);
         }
         if (NPL > 1) {
             uint32_t a[4];
 #pragma unroll
             for (int r = 0; r < 4; r++) a[r] = ggx_tile_reg(PB1, wv + ggx_tile_plane_base(BITS, 1), i, r);
-            mma16816(c[1], a, *(const uint2 *)(xb1 + (size_t)s * xstep));
+            const uint2 b = *(const uint2 *)(xb1 + (size_t)s * xstep);
+            mma16816(c[1], a, b.x, b.y);
         }
     }
     epilogue();
