@@ -3,8 +3,9 @@
 // (bench/NOTES-cuda-decode.md, session 14: the fp16-pair loop is issue-bound at ~2.35
 // instructions per weight; this one needs ~1.2). Host code, tested without a GPU
 // (tests/test-tile-layout.cpp emulates the tile product); the register recipes below are
-// GGX_HD so that device code shares them. bench/probes/mma-tile.cu measures the loop on
-// uniform widths. No backend uses the layout yet.
+// GGX_HD so that device code shares them. backends/cuda/tile-gemv.h multiplies with it and
+// gathers it on the GPU (neither run yet); bench/probes/mma-tile.cu measures the loop on uniform
+// widths. No decode path uses the layout yet.
 //
 // A tile is 16 output columns, a step 16 quantized rows. For each (tile, step), lane l of a warp
 // (g = l / 4, t = l % 4) holds the 8 codes of its A-fragment registers r = 0..3:
@@ -15,7 +16,7 @@
 // A code of b bits is cut into planes of 8, 4, 2 or 1 bits (8; 6 = 4 + 2 << 4; 5 = 4 + 1 << 4; 4;
 // 3 = 2 + 1 << 2; 2). Each plane's fields sit in 32-bit words such that one mask-and-or with
 // 0x64006400 (at 8 bits, a byte permute with 0x64) yields each register as the two fp16 values
-// 1024 + f v, f a power of two that depends only on the plane and r (tile_factor), so no field
+// 1024 + f v, f a power of two that depends only on the plane and r (ggx_tile_factor), so no field
 // needs its own shift:
 //   8 bits: 2 words per step: (r0, r1) then (r2, r3), each register's two bytes low first; f = 1
 //   4 bits: 1 word per step: r at bits 4r (low) and 4r + 16 (high); r = 2, 3 read after >> 8, masks
@@ -36,9 +37,8 @@
 // are its planes' words, plane 1 starting where a full unit's plane 0 ends (ggx_tile_plane_base:
 // a constant per width, so that a kernel unrolled over the steps indexes registers statically;
 // only a short unit of a two-plane width wastes words), padded to whole uint4, stored
-// [uint4 index][32 lanes]
-// so that a warp's load of one index is 512 contiguous bytes. Units run tile by tile, then by
-// rows.
+// [uint4 index][32 lanes] so that a warp's load of one index is 512 contiguous bytes. Units run
+// tile by tile, then by rows.
 #pragma once
 
 #include "fp16.h"
