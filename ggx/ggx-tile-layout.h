@@ -50,25 +50,25 @@
 #include <vector>
 
 // Planes of a width: how many, and each one's bits and shift within the code.
-GGX_HD int ggx_tile_n_planes(int bits) { return bits == 6 || bits == 5 || bits == 3 ? 2 : 1; }
-GGX_HD int ggx_tile_plane_bits(int bits, int p) {
+GGX_HD constexpr int ggx_tile_n_planes(int bits) { return bits == 6 || bits == 5 || bits == 3 ? 2 : 1; }
+GGX_HD constexpr int ggx_tile_plane_bits(int bits, int p) {
     return p == 0 ? (bits == 8 ? 8 : bits >= 4 ? 4 : 2) : bits - (bits >= 4 ? 4 : 2);
 }
-GGX_HD int ggx_tile_plane_shift(int bits, int p) { return p == 0 ? 0 : bits >= 4 ? 4 : 2; }
+GGX_HD constexpr int ggx_tile_plane_shift(int bits, int p) { return p == 0 ? 0 : bits >= 4 ? 4 : 2; }
 
 // Words of one lane for n_steps steps of a plane (whole words).
-GGX_HD int ggx_tile_plane_words(int plane_bits, int n_steps) { return (n_steps * plane_bits + 3) / 4; }
+GGX_HD constexpr int ggx_tile_plane_words(int plane_bits, int n_steps) { return (n_steps * plane_bits + 3) / 4; }
 
 // First word of plane p among a lane's words of a unit (fixed per width: plane 0 at 0, plane 1
 // after a 16-step plane 0), and the words a unit of n_steps steps takes (plane 1's end).
-GGX_HD int ggx_tile_plane_base(int bits, int p) { return p == 0 ? 0 : ggx_tile_plane_words(ggx_tile_plane_bits(bits, 0), 16); }
-GGX_HD int ggx_tile_unit_words(int bits, int n_steps) {
+GGX_HD constexpr int ggx_tile_plane_base(int bits, int p) { return p == 0 ? 0 : ggx_tile_plane_words(ggx_tile_plane_bits(bits, 0), 16); }
+GGX_HD constexpr int ggx_tile_unit_words(int bits, int n_steps) {
     const int last = ggx_tile_n_planes(bits) - 1;
     return ggx_tile_plane_base(bits, last) + ggx_tile_plane_words(ggx_tile_plane_bits(bits, last), n_steps);
 }
 
 // The factor f of register r of a plane (1024 + f v).
-GGX_HD int ggx_tile_factor(int plane_bits, int r) {
+GGX_HD constexpr int ggx_tile_factor(int plane_bits, int r) {
     switch (plane_bits) {
         case 8: return 1;
         case 4: return r % 2 ? 16 : 1;
@@ -102,8 +102,8 @@ GGX_HD void ggx_tile_field_pos(int plane_bits, int i, int r, int e, int * word, 
 }
 
 // Quantized row (within the step) and column (within the tile) of register r's value e in lane l.
-GGX_HD int ggx_tile_row(int lane, int r, int e) { return 2 * (lane % 4) + 8 * (r / 2) + e; }
-GGX_HD int ggx_tile_col(int lane, int r) { return lane / 4 + 8 * (r % 2); }
+GGX_HD constexpr int ggx_tile_row(int lane, int r, int e) { return 2 * (lane % 4) + 8 * (r / 2) + e; }
+GGX_HD constexpr int ggx_tile_col(int lane, int r) { return lane / 4 + 8 * (r % 2); }
 
 // Word j of one lane's words of a unit of `bits` and n_steps steps: every field that the recipes
 // read from that word, its code from code_of(i, r, e) (the lane's code for step i of the unit,

@@ -24,17 +24,26 @@ __host__ __device__ inline tile_smem tile_smem_of(int K, int n_chunks) {
 
 constexpr int NT = GGX_TILE_WARPS * GGX_CUDA_WARP;
 
-// Index of a plane's x variant (V = 1, 4, 16) from its bits (ggx_tile_factor: V = f(r2) / f(r0)).
-__host__ __device__ constexpr int variant_of(int plane_bits) { return plane_bits == 2 ? 2 : plane_bits == 1 ? 1 : 0; }
+// A plane's factors as the layout defines them (ggx_tile_factor): V = f(r2) / f(r0) divides each
+// step's second k-half of x (variant 0, 1, 2 for V = 1, 4, 16), H = f(r1) / f(r0) the tile's
+// rows 8-15.
+__host__ __device__ constexpr int variant_of(int plane_bits) {
+    return ggx_tile_factor(plane_bits, 2) / ggx_tile_factor(plane_bits, 0) == 16 ? 2
+         : ggx_tile_factor(plane_bits, 2) / ggx_tile_factor(plane_bits, 0) == 4  ? 1
+                                                                                 : 0;
+}
+__host__ __device__ constexpr float h_of(int plane_bits) { return (float)(ggx_tile_factor(plane_bits, 1) / ggx_tile_factor(plane_bits, 0)); }
+__device__ __forceinline__ float variant_sum(const float4 & cs, int v) { return v == 0 ? cs.x : v == 1 ? cs.y : cs.z; }
 
 // One unit of width BITS: its steps through the tensor core, plane by plane, with a chunk's
 // epilogue wherever chunk_starts says and after the last step.
 template <int BITS>
 __device__ __forceinline__ void run_unit(const ggx_tile_unit_dev & d, const uint4 (&w)[8], const half * xs, int K, const float4 * csum,
                                          const uint16_t * scales, int Np, int lane, float & acc_lo, float & acc_hi) {
-    constexpr int NPL = BITS == 6 || BITS == 5 || BITS == 3 ? 2 : 1;
-    constexpr int PB0 = BITS == 8 ? 8 : BITS >= 4 ? 4 : 2, PB1 = BITS - (BITS >= 4 ? 4 : 2);
-    constexpr int SH1 = BITS >= 4 ? 4 : 2;
+    // the width's planes (a one-plane width has PB1 = PB0 and never reads plane 1)
+    constexpr int NPL = ggx_tile_n_planes(BITS);
+    constexpr int PB0 = ggx_tile_plane_bits(BITS, 0), PB1 = ggx_tile_plane_bits(BITS, NPL - 1);
+    constexpr int SH1 = ggx_tile_plane_shift(BITS, NPL - 1);
     constexpr int Z = 1 << (BITS - 1);
     const int g = lane / 4, t = lane % 4;
     uint32_t wv[32];
@@ -48,7 +57,7 @@ __device__ __forceinline__ void run_unit(const ggx_tile_unit_dev & d, const uint
     // B: lanes 0-3 (column 0) walk their variant of x, the others stay on its zero slot
     const int xstep = g == 0 ? 16 : 0;
     const half * xb0 = xs + (size_t)variant_of(PB0) * (K + 8) + (g == 0 ? t * 4 : K);
-    const half * xb1 = xs + (size_t)variant_of(NPL > 1 ? PB1 : PB0) * (K + 8) + (g == 0 ? t * 4 : K);
+    const half * xb1 = xs + (size_t)variant_of(PB1) * (K + 8) + (g == 0 ? t * 4 : K);
     float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
     int chunk = d.chunk0;
     float2 sc = make_float2(0.0f, 0.0f);
@@ -59,14 +68,12 @@ __device__ __forceinline__ void run_unit(const ggx_tile_unit_dev & d, const uint
     };
     auto epilogue = [&]() {
         const float4 cs = csum[chunk];
-        const float T0 = variant_of(PB0) == 0 ? cs.x : variant_of(PB0) == 1 ? cs.y : cs.z;
-        constexpr float H0 = PB0 == 4 ? 16.0f : PB0 == 2 ? 4.0f : PB0 == 1 ? 2.0f : 1.0f;
-        float lo = c[0][0] - 1024.0f * T0, hi = (c[0][2] - 1024.0f * T0) * (1.0f / H0);
+        const float T0 = variant_sum(cs, variant_of(PB0));
+        float lo = c[0][0] - 1024.0f * T0, hi = (c[0][2] - 1024.0f * T0) * (1.0f / h_of(PB0));
         if (NPL > 1) {
-            const float T1 = variant_of(PB1) == 0 ? cs.x : variant_of(PB1) == 1 ? cs.y : cs.z;
-            constexpr float H1 = PB1 == 4 ? 16.0f : PB1 == 2 ? 4.0f : PB1 == 1 ? 2.0f : 1.0f;
+            const float T1 = variant_sum(cs, variant_of(PB1));
             lo += (c[1][0] - 1024.0f * T1) * (float)(1 << SH1);
-            hi += (c[1][2] - 1024.0f * T1) * ((float)(1 << SH1) / H1);
+            hi += (c[1][2] - 1024.0f * T1) * ((float)(1 << SH1) / h_of(PB1));
         }
         acc_lo += sc.x * (lo - (float)Z * cs.x);
         acc_hi += sc.y * (hi - (float)Z * cs.x);
