@@ -453,6 +453,16 @@ static bool env_flag(const char * name) {
     return v && *v && strcmp(v, "0") != 0;
 }
 
+// An integer knob from the environment in lo .. hi; def when unset, or (with a message) out of range.
+static int env_int_in(const char * name, int lo, int hi, int def) {
+    const char * v = getenv(name);
+    if (!v) return def;
+    const int n = atoi(v);
+    if (n >= lo && n <= hi) return n;
+    fprintf(stderr, "ggx-cuda: %s=%s: expected %d..%d; using %d\n", name, v, lo, hi, def);
+    return def;
+}
+
 extern "C" long ggx_backend_cuda_strip_stages(ggx_backend * be) { return be ? ctx_of(be)->strip_stages : 0; }
 
 extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
@@ -509,20 +519,8 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
 #endif
     ctx->strip_ring = env_flag("GGX_CUDA_STEP_RING");
     ctx->strip_xpad = env_flag("GGX_CUDA_STEP_XPAD");
-    if (const char * v = getenv("GGX_CUDA_STEP_DEPTH")) {
-        ctx->strip_depth = atoi(v);
-        if (ctx->strip_depth != 1 && ctx->strip_depth != 2) {
-            fprintf(stderr, "ggx-cuda: GGX_CUDA_STEP_DEPTH=%s: expected 1 or 2; using 1\n", v);
-            ctx->strip_depth = 1;
-        }
-    }
-    if (const char * v = getenv("GGX_CUDA_STEP_PREFETCH")) {
-        ctx->strip_prefetch = atoi(v);
-        if (ctx->strip_prefetch < 0 || ctx->strip_prefetch > 16) {
-            fprintf(stderr, "ggx-cuda: GGX_CUDA_STEP_PREFETCH=%s: expected 0..16 units; using 0\n", v);
-            ctx->strip_prefetch = 0;
-        }
-    }
+    ctx->strip_depth = env_int_in("GGX_CUDA_STEP_DEPTH", 1, 2, 1);
+    ctx->strip_prefetch = env_int_in("GGX_CUDA_STEP_PREFETCH", 0, 16, 0);   // units
     ctx->prefetch = !env_flag("GGX_CUDA_NO_PREFETCH");
     ggx_cuda_trace_init(*ctx);
     snprintf(ctx->name, sizeof ctx->name, "cuda:%d", device);
