@@ -283,8 +283,12 @@ __host__ __device__ inline stage_smem stage_smem_of(int n_mat, int K, int max_qu
     return L;
 }
 
-__device__ __forceinline__ int stage_max_units(const ggx_strip_stage & S) {
+// The descriptors of a stage's matrices take the larger matrix's strip units each.
+__host__ __device__ inline int stage_max_units(const ggx_strip_stage & S) {
     return S.n_mat > 1 ? max(S.m[0].max_units, S.m[1].max_units) : S.m[0].max_units;
+}
+__host__ __device__ inline stage_smem stage_smem_of(const ggx_strip_stage & S, const ggx_strip_form & form) {
+    return stage_smem_of(S.n_mat, S.K, S.m[0].max_quads, stage_max_units(S), form);
 }
 
 // What a stage needs that no stage's results change, into shared memory: each matrix's inverse
@@ -326,7 +330,7 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
     const int pf = s.form.prefetch;
     for (int si = 0; si < s.n_stages; si++) {
         const ggx_strip_stage & S = s.st[si];
-        const stage_smem sl = stage_smem_of(S.n_mat, S.K, S.m[0].max_quads, stage_max_units(S), s.form);
+        const stage_smem sl = stage_smem_of(S, s.form);
         stage_static(S, sl, smem, b, t, pf);
         if (si == 0) {
             // Launched with PDL after the attention kernel: this block may start on an SM
@@ -432,8 +436,7 @@ size_t ggx_strip_stage_smem(int n_mat, int K, int max_quads, int max_units, cons
 size_t ggx_strip_step_smem(const ggx_strip_step & s) {
     size_t need = 0;
     for (int i = 0; i < s.n_stages; i++)
-        need = std::max(need, ggx_strip_stage_smem(s.st[i].n_mat, s.st[i].K, s.st[i].m[0].max_quads,
-                                                   std::max(s.st[i].m[0].max_units, s.st[i].n_mat > 1 ? s.st[i].m[1].max_units : 0), s.form));
+        need = std::max(need, stage_smem_of(s.st[i], s.form).total);
     return need;
 }
 
