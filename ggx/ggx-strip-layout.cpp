@@ -1,5 +1,6 @@
 #include "ggx-strip-layout.h"
 
+#include "ggx-deal.h"
 #include "ggx-exl2-host.h"
 
 #include <algorithm>
@@ -82,24 +83,9 @@ bool strip_layout_build(const ggx_qmatrix & q, int n_strips, bool copy_words, St
 std::vector<int> strip_layout_deal(const StripLayout & L, int n_warps) {
     if (n_warps < 1) return {};
     std::vector<int> r((size_t)L.n_strips * (n_warps + 1));
-    for (int s = 0; s < L.n_strips; s++) {
-        const int u0 = L.strip_unit0[s], u1 = L.strip_unit0[s + 1];
-        uint64_t total = 0;
-        for (int u = u0; u < u1; u++) total += (uint64_t)L.units[u].bits * L.units[u].lanes;
-        // warp w ends at the first unit whose end passes (w + 1) / n_warps of the strip's bytes
-        int u = u0;
-        uint64_t done = 0;
-        int * rs = &r[(size_t)s * (n_warps + 1)];
-        rs[0] = u0;
-        for (int w = 0; w < n_warps; w++) {
-            const uint64_t goal = total * (w + 1) / n_warps;
-            while (u < u1 && done + (uint64_t)L.units[u].bits * L.units[u].lanes / 2 < goal) {
-                done += (uint64_t)L.units[u].bits * L.units[u].lanes;
-                u++;
-            }
-            rs[w + 1] = w + 1 == n_warps ? u1 : u;
-        }
-    }
+    for (int s = 0; s < L.n_strips; s++)
+        deal_by_weight(L.strip_unit0[s], L.strip_unit0[s + 1], n_warps,
+                       [&](int u) { return (uint64_t)L.units[u].bits * L.units[u].lanes; }, &r[(size_t)s * (n_warps + 1)]);
     return r;
 }
 

@@ -1,5 +1,6 @@
 #include "ggx-tile-layout.h"
 
+#include "ggx-deal.h"
 #include "ggx-exl2-host.h"
 
 #include <algorithm>
@@ -66,6 +67,13 @@ bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * wh
     for (int g = 0; g < q.n_groups; g++)
         for (int n = 0; n < q.Np; n++) L.scales[(size_t)g * q.Np + n] = exl2_scale_f16(q, g, n);
     return true;
+}
+
+std::vector<int> tile_layout_deal(const TileLayout & L, int n_warps) {
+    if (n_warps < 1) return {};
+    std::vector<int> r((size_t)n_warps + 1);
+    deal_by_weight(0, (int)L.units.size(), n_warps, [&](int u) { return (uint64_t)L.units[u].n_uint4; }, r.data());
+    return r;
 }
 
 }  // namespace ggx

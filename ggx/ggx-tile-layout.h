@@ -166,6 +166,10 @@ bool tile_layout_supported(const ggx_qmatrix & q, std::string * why = nullptr);
 // minute for an 8B model; without the words, 7 ms).
 bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * why = nullptr, bool copy_words = true);
 
+// All units dealt to n_warps warps in contiguous runs of near-equal bytes (ggx-deal.h):
+// [n_warps + 1], warp w takes units r[w] .. r[w + 1] - 1. Empty when n_warps < 1.
+std::vector<int> tile_layout_deal(const TileLayout & L, int n_warps);
+
 // uint4 per lane of all units (the words take 32 x 16 bytes per uint4 index).
 inline size_t tile_layout_n_uint4(const TileLayout & L) {
     return L.units.empty() ? 0 : (size_t)L.units.back().offset + L.units.back().n_uint4;

@@ -8,6 +8,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -200,4 +201,28 @@ TEST_CASE("tile layout: a matrix without host groups or with a ragged K is refus
     q.K = 520;
     CHECK_FALSE(ggx::tile_layout_supported(q, &why));
     CHECK(why.find("not a multiple of 16") != std::string::npos);
+}
+
+TEST_CASE("tile layout: units dealt to warps in contiguous runs of near-equal bytes") {
+    const QLayerHost Q = synth_layer("8/6/5 g32,128,128 .05/.1/.85", 2048, 200, 13);
+    const TileLayout L = build(qlayer_host_view(Q));
+    uint64_t total = 0, biggest = 0;
+    for (const TileUnit & u : L.units) {
+        total += u.n_uint4;
+        biggest = std::max<uint64_t>(biggest, u.n_uint4);
+    }
+    for (int n_warps : {1, 16, 1000}) {   // 1000: more warps than units
+        CAPTURE(n_warps);
+        const std::vector<int> r = ggx::tile_layout_deal(L, n_warps);
+        REQUIRE(r.size() == (size_t)n_warps + 1);
+        CHECK(r.front() == 0);
+        CHECK(r.back() == (int)L.units.size());
+        for (int w = 0; w < n_warps; w++) {
+            REQUIRE(r[w] <= r[w + 1]);
+            uint64_t bytes = 0;
+            for (int u = r[w]; u < r[w + 1]; u++) bytes += L.units[u].n_uint4;
+            CHECK(bytes <= (total + n_warps - 1) / n_warps + biggest);
+        }
+    }
+    CHECK(ggx::tile_layout_deal(L, 0).empty());
 }

@@ -293,22 +293,6 @@ bool ggx_tile_units(const ggx::TileLayout & L, std::vector<ggx_tile_unit_dev> * 
     return true;
 }
 
-std::vector<int> ggx_tile_deal(const ggx::TileLayout & L, int n_warps) {
-    std::vector<int> r((size_t)n_warps + 1, 0);
-    if (n_warps < 1) return {};
-    uint64_t total = 0;
-    for (const ggx::TileUnit & u : L.units) total += u.n_uint4;
-    // warp w ends at the first unit whose middle passes (w + 1) / n_warps of the bytes
-    int u = 0;
-    uint64_t done = 0;
-    for (int w = 0; w < n_warps; w++) {
-        const uint64_t goal = total * (w + 1) / n_warps;
-        while (u < (int)L.units.size() && done + L.units[u].n_uint4 / 2 < goal) done += L.units[u++].n_uint4;
-        r[w + 1] = w + 1 == n_warps ? (int)L.units.size() : u;
-    }
-    return r;
-}
-
 size_t ggx_tile_gemv_smem(int K, int n_chunks) { return tile_smem_of(K, n_chunks).total; }
 
 cudaError_t ggx_cuda_tile_gemv(const ggx_tile_matrix & m, const float * xq, float * y, int grid, cudaStream_t stream) {

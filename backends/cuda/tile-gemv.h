@@ -51,15 +51,12 @@ std::vector<int4> ggx_tile_step_info(const ggx::TileLayout & L);
 cudaError_t ggx_cuda_tile_gather(const uint32_t * q_weight, int Np, const int4 * step_info, const ggx_tile_unit_dev * units, int n_units,
                                  size_t n_uint4, uint4 * words, cudaStream_t stream);
 
-// Unit ranges of n_warps warps over all units, balanced by bytes ([n_warps + 1]).
-std::vector<int> ggx_tile_deal(const ggx::TileLayout & L, int n_warps);
-
 struct ggx_tile_matrix {
     const uint4 *             words;
     const ggx_tile_unit_dev * units;
     const int4 *              chunks;   // (first step, steps, group, 0)
     const uint16_t *          scales;   // fp16 [G][Np]
-    const int *               deal;     // [grid * GGX_TILE_WARPS + 1]
+    const int *               deal;     // [grid * GGX_TILE_WARPS + 1] (ggx::tile_layout_deal)
     int K, Np, n_chunks;
 };
 

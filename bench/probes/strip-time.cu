@@ -90,7 +90,7 @@ int main(int argc, char ** argv) {
             m.units = upload(units);
             m.chunks = upload(chunks);
             m.scales = upload(T.scales);
-            m.deal = upload(ggx_tile_deal(T, n_strips * GGX_TILE_WARPS));
+            m.deal = upload(ggx::tile_layout_deal(T, n_strips * GGX_TILE_WARPS));
             m.K = M.K;
             m.Np = T.Np;
             m.n_chunks = (int)chunks.size();

@@ -39,7 +39,7 @@ TEST_CASE("tile gemv: synthetic EXL2 layers through the tile layout against a do
                 std::vector<ggx_tile_unit_dev> units;
                 std::vector<int4> chunks;
                 REQUIRE(ggx_tile_units(L, &units, &chunks));
-                const std::vector<int> deal = ggx_tile_deal(L, grid * GGX_TILE_WARPS);
+                const std::vector<int> deal = ggx::tile_layout_deal(L, grid * GGX_TILE_WARPS);
 
                 const GemvReference R = gemv_reference(Q, seed);
 
