@@ -35,8 +35,14 @@ __host__ __device__ constexpr int variant_of(int plane_bits) {
 __host__ __device__ constexpr float h_of(int plane_bits) { return (float)(ggx_tile_factor(plane_bits, 1) / ggx_tile_factor(plane_bits, 0)); }
 __device__ __forceinline__ float variant_sum(const float4 & cs, int v) { return v == 0 ? cs.x : v == 1 ? cs.y : cs.z; }
 
-// One unit of width BITS: its steps through the tensor core, plane by plane, with a chunk's
-// epilogue wherever chunk_starts says and after the last step.
+// One unit of width BITS: its steps through the tensor core, plane by plane. The unit's chunks
+// take turns at B's 8 columns: the steps of its local chunk j feed x only through the lanes of
+// column j (g == j % 8; the others read the zero slot), so D column j collects chunk j's sums and
+// one epilogue per 8 chunks (per unit, unless its chunks are single 16-row steps) turns them into
+// the columns' partial sums. Lane (g, t) holds columns g and g + 8 of the tile for the chunks 2t
+// and 2t + 1: every lane's accumulators are used, and the reduction over t waits for the flush.
+// (One epilogue per chunk, with lanes t == 0 alone useful, cost ~2 instructions per weight at the
+// 32-row groups that most EXL2 layers use.)
 template <int BITS>
 __device__ __forceinline__ void run_unit(const ggx_tile_unit_dev & d, const uint4 (&w)[8], const half * xs, int K, const float4 * csum,
                                          const uint16_t * scales, int Np, int lane, float & acc_lo, float & acc_hi) {
@@ -54,55 +60,82 @@ __device__ __forceinline__ void run_unit(const ggx_tile_unit_dev & d, const uint
         wv[4 * j + 2] = w[j].z;
         wv[4 * j + 3] = w[j].w;
     }
-    // B: lanes 0-3 (column 0) walk their variant of x, the others stay on its zero slot
-    const int xstep = g == 0 ? 16 : 0;
-    const half * xb0 = xs + (size_t)variant_of(PB0) * (K + 8) + (g == 0 ? t * 4 : K);
-    const half * xb1 = xs + (size_t)variant_of(PB1) * (K + 8) + (g == 0 ? t * 4 : K);
+    // B: the lanes of the chunk's column walk their variant of x (lane t's 4 halves of each step
+    // at 4 t), the others read the 8 zero halves at K
+    // (offsets in halves: a lane's step i reads x at o + i st, st = 16 on the chunk's lanes, 0 on
+    // the others, whose o is the zero slot)
+    const int v0 = variant_of(PB0) * (K + 8), v1 = variant_of(PB1) * (K + 8);
+    int o0 = 0, o1 = 0, st = 0;
+    auto feed = [&](bool mine) {
+        o0 = mine ? v0 + 16 * d.step0 + 4 * t : v0 + K;
+        o1 = mine ? v1 + 16 * d.step0 + 4 * t : v1 + K;
+        st = mine ? 16 : 0;
+    };
     float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    int chunk = d.chunk0;
-    float2 sc = make_float2(0.0f, 0.0f);
-    auto scales_of = [&](int ch) {   // the chunk's group scales of columns g and g + 8
-        const int grp = __float_as_int(csum[ch].w);
-        const uint16_t * s = scales + (size_t)grp * Np + 16 * d.tile + g;
-        return make_float2(__half2float(__ushort_as_half(ggx_load_ro(s))), __half2float(__ushort_as_half(ggx_load_ro(s + 8))));
+    int base = d.chunk0;   // the unit's first chunk of the batch in D's columns
+    int n_batch = 1;       // chunks of the batch so far
+    // this lane's chunks of a batch: base + 2t + e; their group scales of columns g and g + 8,
+    // loaded when the batch starts so that the epilogue does not wait for them
+    float sc[2][2];
+    const int last = d.chunk0 + __popc(d.chunk_starts & ((1u << d.n_steps) - 1)) - 1;   // bit 0 always set
+    auto load_scales = [&]() {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int ch = min(base + 2 * t + e, last);   // a lane past the unit's chunks reads its last one, unused
+            const int grp = __float_as_int(csum[ch].w);
+            const uint16_t * s = scales + (size_t)grp * Np + 16 * d.tile + g;
+            sc[e][0] = __half2float(__ushort_as_half(ggx_load_ro(s)));
+            sc[e][1] = __half2float(__ushort_as_half(ggx_load_ro(s + 8)));
+        }
     };
     auto epilogue = [&]() {
-        const float4 cs = csum[chunk];
-        const float T0 = variant_sum(cs, variant_of(PB0));
-        float lo = c[0][0] - 1024.0f * T0, hi = (c[0][2] - 1024.0f * T0) * (1.0f / h_of(PB0));
-        if (NPL > 1) {
-            const float T1 = variant_sum(cs, variant_of(PB1));
-            lo += (c[1][0] - 1024.0f * T1) * (float)(1 << SH1);
-            hi += (c[1][2] - 1024.0f * T1) * ((float)(1 << SH1) / h_of(PB1));
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            if (2 * t + e < n_batch) {
+                const float4 cs = csum[base + 2 * t + e];
+                const float T0 = variant_sum(cs, variant_of(PB0));
+                float lo = c[0][e] - 1024.0f * T0, hi = (c[0][2 + e] - 1024.0f * T0) * (1.0f / h_of(PB0));
+                if (NPL > 1) {
+                    const float T1 = variant_sum(cs, variant_of(PB1));
+                    lo += (c[1][e] - 1024.0f * T1) * (float)(1 << SH1);
+                    hi += (c[1][2 + e] - 1024.0f * T1) * ((float)(1 << SH1) / h_of(PB1));
+                }
+                acc_lo += sc[e][0] * (lo - (float)Z * cs.x);
+                acc_hi += sc[e][1] * (hi - (float)Z * cs.x);
+            }
         }
-        acc_lo += sc.x * (lo - (float)Z * cs.x);
-        acc_hi += sc.y * (hi - (float)Z * cs.x);
 #pragma unroll
         for (int p = 0; p < 2; p++)
 #pragma unroll
             for (int q = 0; q < 4; q++) c[p][q] = 0.0f;
     };
-    sc = scales_of(chunk);
+    load_scales();
+    feed(g == 0);
 #pragma unroll
     for (int i = 0; i < 16; i++) {
         if (i >= d.n_steps) break;
         if (i > 0 && (d.chunk_starts >> i & 1)) {   // uniform: the unit is the warp's
-            epilogue();
-            sc = scales_of(++chunk);
+            if (i >= 8 && n_batch == 8) {   // D's columns are full (only units of 16-row chunks get here, never before step 8)
+                epilogue();
+                base += 8;
+                n_batch = 0;
+                load_scales();
+            }
+            feed(g == n_batch);
+            n_batch++;
         }
-        const int s = d.step0 + i;
         {
             uint32_t a[4];
 #pragma unroll
             for (int r = 0; r < 4; r++) a[r] = ggx_tile_reg(PB0, wv, i, r);
-            const uint2 b = *(const uint2 *)(xb0 + (size_t)s * xstep);
+            const uint2 b = *(const uint2 *)(xs + o0 + i * st);
             mma16816(c[0], a, b.x, b.y);
         }
         if (NPL > 1) {
             uint32_t a[4];
 #pragma unroll
             for (int r = 0; r < 4; r++) a[r] = ggx_tile_reg(PB1, wv + ggx_tile_plane_base(BITS, 1), i, r);
-            const uint2 b = *(const uint2 *)(xb1 + (size_t)s * xstep);
+            const uint2 b = *(const uint2 *)(xs + o1 + i * st);
             mma16816(c[1], a, b.x, b.y);
         }
     }
@@ -201,6 +234,11 @@ __global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, co
     float acc_lo = 0.0f, acc_hi = 0.0f;
     int tile = -1;
     auto flush = [&]() {
+        // lanes t hold the same columns for different chunks (run_unit)
+        acc_lo += __shfl_xor_sync(0xffffffffu, acc_lo, 1);
+        acc_hi += __shfl_xor_sync(0xffffffffu, acc_hi, 1);
+        acc_lo += __shfl_xor_sync(0xffffffffu, acc_lo, 2);
+        acc_hi += __shfl_xor_sync(0xffffffffu, acc_hi, 2);
         if (tile >= 0 && t == 0) {
             atomicAdd(y + 16 * tile + g, acc_lo * xunscale);
             atomicAdd(y + 16 * tile + g + 8, acc_hi * xunscale);
