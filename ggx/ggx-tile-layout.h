@@ -77,17 +77,28 @@ GGX_HD constexpr int ggx_tile_factor(int plane_bits, int r) {
     }
 }
 
-// Register r of step i (0-based within the unit) of a plane, from that plane's words of the lane.
-GGX_HD uint32_t ggx_tile_reg(int plane_bits, const uint32_t * pw, int i, int r) {
+// Where register r of step i (0-based within the unit) of a plane comes from among that plane's
+// words of the lane: the word, a right shift and the mask of the fields (8 bits: the low two bytes
+// after the shift, one to each half).
+struct ggx_tile_src {
+    int      word, shift;
+    uint32_t mask;
+};
+GGX_HD constexpr ggx_tile_src ggx_tile_reg_src(int plane_bits, int i, int r) {
     switch (plane_bits) {
-        case 8: {
-            const uint32_t w = pw[2 * i + r / 2] >> (16 * (r % 2));   // the register's two bytes
-            return (w & 0xffu) | (w & 0xff00u) << 8 | 0x64006400u;
-        }
-        case 4: return (pw[i] >> (r >= 2 ? 8 : 0) & (r % 2 ? 0x00f000f0u : 0x000f000fu)) | 0x64006400u;
-        case 2: return (pw[i / 2] >> (8 * (i % 2)) & (0x00030003u << (2 * r))) | 0x64006400u;
-        default: return (pw[i / 4] >> (4 * (i % 4)) & (0x00010001u << r)) | 0x64006400u;
+        case 8: return {2 * i + r / 2, 16 * (r % 2), 0xffffu};
+        case 4: return {i, r >= 2 ? 8 : 0, r % 2 ? 0x00f000f0u : 0x000f000fu};
+        case 2: return {i / 2, 8 * (i % 2), 0x00030003u << (2 * r)};
+        default: return {i / 4, 4 * (i % 4), 0x00010001u << r};
     }
+}
+
+// Register r of step i of a plane, from that plane's words of the lane: two fp16 1024 + f v.
+GGX_HD uint32_t ggx_tile_reg(int plane_bits, const uint32_t * pw, int i, int r) {
+    const ggx_tile_src s = ggx_tile_reg_src(plane_bits, i, r);
+    const uint32_t w = pw[s.word] >> s.shift;
+    if (plane_bits == 8) return (w & 0xffu) | (w & 0xff00u) << 8 | 0x64006400u;
+    return (w & s.mask) | 0x64006400u;
 }
 
 // Where register r's value e (0: low, 1: high) of step i sits in a plane's words of the lane:

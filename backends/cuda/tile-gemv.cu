@@ -4,17 +4,22 @@
 #include "exl2-unpack.cuh"
 #include "mma.cuh"
 
+#include <cstdlib>
+
 namespace {
 
-// Shared memory: [x staged for V = 1, 4, 16: K + 8 halves each, the last 8 zero][per step
-// (S, T4, T16)][per chunk (S, T4, T16, group bits)].
+// Shared memory: [x staged for V = 1, 4, 16: K halves each, then 256 zero halves (what the lanes
+// outside a chunk's column read, 16 steps of them)][per step (S, T4, T16)][per chunk (S, T4, T16,
+// group bits)].
+constexpr int k_zero_halves = 256;
 struct tile_smem {
     size_t xs, step_sums, chunk_sums, total;
 };
+__host__ __device__ inline int tile_x_stride(int K) { return K + k_zero_halves; }
 __host__ __device__ inline tile_smem tile_smem_of(int K, int n_chunks) {
     tile_smem L;
     L.xs = 0;
-    L.step_sums = ((size_t)3 * (K + 8) * 2 + 15) & ~(size_t)15;
+    L.step_sums = ((size_t)3 * tile_x_stride(K) * 2 + 15) & ~(size_t)15;
     L.chunk_sums = L.step_sums + (size_t)(K / 16) * 16;
     L.total = L.chunk_sums + (size_t)n_chunks * 16;
     return L;
@@ -35,21 +40,44 @@ __host__ __device__ constexpr int variant_of(int plane_bits) {
 __host__ __device__ constexpr float h_of(int plane_bits) { return (float)(ggx_tile_factor(plane_bits, 1) / ggx_tile_factor(plane_bits, 0)); }
 __device__ __forceinline__ float variant_sum(const float4 & cs, int v) { return v == 0 ? cs.x : v == 1 ? cs.y : cs.z; }
 
+// (w & mask) | 0x64006400 in one LOP3: with the constant in a register (the asm operand), as a
+// plain expression it took two (an AND and an OR, each with its own immediate).
+__device__ __forceinline__ uint32_t lop3_or_bias(uint32_t w, uint32_t mask) {
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(w), "r"(mask), "r"(0x64006400u));
+    return d;
+}
+
+// ggx_tile_reg on the device: one LOP3 (and the recipe's shift, shared by two registers), or at 8
+// bits one byte permute with 0x64.
+template <int PB>
+__device__ __forceinline__ uint32_t tile_reg(const uint32_t * pw, int i, int r) {
+    const ggx_tile_src src = ggx_tile_reg_src(PB, i, r);
+    if (PB == 8) return __byte_perm(pw[src.word], 0x64u, src.shift ? 0x4342 : 0x4140);
+    return lop3_or_bias(pw[src.word] >> src.shift, src.mask);
+}
+
 // One unit of width BITS: its steps through the tensor core, plane by plane. The unit's chunks
 // take turns at B's 8 columns: the steps of its local chunk j feed x only through the lanes of
-// column j (g == j % 8; the others read the zero slot), so D column j collects chunk j's sums and
-// one epilogue per 8 chunks (per unit, unless its chunks are single 16-row steps) turns them into
-// the columns' partial sums. Lane (g, t) holds columns g and g + 8 of the tile for the chunks 2t
-// and 2t + 1: every lane's accumulators are used, and the reduction over t waits for the flush.
-// (One epilogue per chunk, with lanes t == 0 alone useful, cost ~2 instructions per weight at the
-// 32-row groups that most EXL2 layers use.)
-template <int BITS>
+// column j (g == j % 8; the others read zeros), so D column j collects chunk j's sums and one
+// epilogue per 8 chunks (per unit, unless its chunks are single 16-row steps) turns them into the
+// columns' partial sums. Lane (g, t) holds columns g and g + 8 of the tile for the chunks 2t and
+// 2t + 1: every lane's accumulators are used, and the reduction over t waits for the flush. (One
+// epilogue per chunk, with lanes t == 0 alone useful, cost more than the steps at the 32-row
+// groups of most EXL2 layers: run 93.)
+//
+// L > 0: a unit of 16 steps in chunks of L steps (the common case: groups of 16 L rows), whose
+// chunk changes are known at compile time; L == 0: any unit, chunk_starts read at run time.
+// A lane's B for step i is 8 bytes at base + 16 i halves, base its x (real) or the zero halves
+// (which hold 16 steps), chosen once per chunk.
+template <int BITS, int L>
 __device__ __forceinline__ void run_unit(const ggx_tile_unit_dev & d, const uint4 (&w)[8], const half * xs, int K, const float4 * csum,
                                          const uint16_t * scales, int Np, int lane, float & acc_lo, float & acc_hi) {
     // the width's planes (a one-plane width has PB1 = PB0 and never reads plane 1)
     constexpr int NPL = ggx_tile_n_planes(BITS);
     constexpr int PB0 = ggx_tile_plane_bits(BITS, 0), PB1 = ggx_tile_plane_bits(BITS, NPL - 1);
     constexpr int SH1 = ggx_tile_plane_shift(BITS, NPL - 1);
+    constexpr int P1 = ggx_tile_plane_base(BITS, 1);
     constexpr int Z = 1 << (BITS - 1);
     const int g = lane / 4, t = lane % 4;
     uint32_t wv[32];
@@ -60,24 +88,20 @@ __device__ __forceinline__ void run_unit(const ggx_tile_unit_dev & d, const uint
         wv[4 * j + 2] = w[j].z;
         wv[4 * j + 3] = w[j].w;
     }
-    // B: the lanes of the chunk's column walk their variant of x (lane t's 4 halves of each step
-    // at 4 t), the others read the 8 zero halves at K
-    // (offsets in halves: a lane's step i reads x at o + i st, st = 16 on the chunk's lanes, 0 on
-    // the others, whose o is the zero slot)
-    const int v0 = variant_of(PB0) * (K + 8), v1 = variant_of(PB1) * (K + 8);
-    int o0 = 0, o1 = 0, st = 0;
-    auto feed = [&](bool mine) {
-        o0 = mine ? v0 + 16 * d.step0 + 4 * t : v0 + K;
-        o1 = mine ? v1 + 16 * d.step0 + 4 * t : v1 + K;
-        st = mine ? 16 : 0;
-    };
+    const int XV = tile_x_stride(K);
+    const half * real0 = xs + variant_of(PB0) * XV + 16 * d.step0 + 4 * t;
+    const half * real1 = xs + variant_of(PB1) * XV + 16 * d.step0 + 4 * t;
+    const half * zero0 = xs + variant_of(PB0) * XV + K;
+    const half * zero1 = xs + variant_of(PB1) * XV + K;
+    const half * b0 = g == 0 ? real0 : zero0;
+    const half * b1 = g == 0 ? real1 : zero1;
     float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    int base = d.chunk0;   // the unit's first chunk of the batch in D's columns
-    int n_batch = 1;       // chunks of the batch so far
-    // this lane's chunks of a batch: base + 2t + e; their group scales of columns g and g + 8,
+    int base = d.chunk0;                  // the unit's first chunk of the batch in D's columns
+    int n_batch = L > 0 ? 16 / L : 1;     // chunks of the batch (so far, for L == 0)
+    const int last = L > 0 ? d.chunk0 + 16 / L - 1 : d.chunk0 + __popc(d.chunk_starts & ((1u << d.n_steps) - 1)) - 1;
+    // this lane's chunks of a batch, base + 2t + e: their group scales of columns g and g + 8,
     // loaded when the batch starts so that the epilogue does not wait for them
     float sc[2][2];
-    const int last = d.chunk0 + __popc(d.chunk_starts & ((1u << d.n_steps) - 1)) - 1;   // bit 0 always set
     auto load_scales = [&]() {
 #pragma unroll
         for (int e = 0; e < 2; e++) {
@@ -110,36 +134,56 @@ __device__ __forceinline__ void run_unit(const ggx_tile_unit_dev & d, const uint
             for (int q = 0; q < 4; q++) c[p][q] = 0.0f;
     };
     load_scales();
-    feed(g == 0);
 #pragma unroll
     for (int i = 0; i < 16; i++) {
-        if (i >= d.n_steps) break;
-        if (i > 0 && (d.chunk_starts >> i & 1)) {   // uniform: the unit is the warp's
-            if (i >= 8 && n_batch == 8) {   // D's columns are full (only units of 16-row chunks get here, never before step 8)
-                epilogue();
-                base += 8;
-                n_batch = 0;
-                load_scales();
+        if (L > 0) {
+            if (i > 0 && i % L == 0) {   // chunk i / L (< 8: L >= 2)
+                b0 = g == i / L ? real0 : zero0;
+                b1 = g == i / L ? real1 : zero1;
             }
-            feed(g == n_batch);
-            n_batch++;
+        } else {
+            if (i >= d.n_steps) break;
+            if (i > 0 && (d.chunk_starts >> i & 1)) {   // uniform: the unit is the warp's
+                if (i >= 8 && n_batch == 8) {   // D's columns are full (only units of 16-row chunks get here, never before step 8)
+                    epilogue();
+                    base += 8;
+                    n_batch = 0;
+                    load_scales();
+                }
+                // (the zero lanes' base stays 16 steps inside the zero halves: i - (unit start) < 16)
+                b0 = g == n_batch ? real0 : zero0;
+                b1 = g == n_batch ? real1 : zero1;
+                n_batch++;
+            }
         }
         {
             uint32_t a[4];
 #pragma unroll
-            for (int r = 0; r < 4; r++) a[r] = ggx_tile_reg(PB0, wv, i, r);
-            const uint2 b = *(const uint2 *)(xs + o0 + i * st);
+            for (int r = 0; r < 4; r++) a[r] = tile_reg<PB0>(wv, i, r);
+            const uint2 b = *(const uint2 *)(b0 + 16 * i);
             mma16816(c[0], a, b.x, b.y);
         }
         if (NPL > 1) {
             uint32_t a[4];
 #pragma unroll
-            for (int r = 0; r < 4; r++) a[r] = ggx_tile_reg(PB1, wv + ggx_tile_plane_base(BITS, 1), i, r);
-            const uint2 b = *(const uint2 *)(xs + o1 + i * st);
+            for (int r = 0; r < 4; r++) a[r] = tile_reg<PB1>(wv + P1, i, r);
+            const uint2 b = *(const uint2 *)(b1 + 16 * i);
             mma16816(c[1], a, b.x, b.y);
         }
     }
     epilogue();
+}
+
+// The unit's width and, for a full unit of regular chunks, their length: one instantiation each.
+// FORMS (measurement): 0 every unit at run time, 1 also 32-row chunks, 2 also 64- and 128-row.
+template <int BITS, int FORMS>
+__device__ __forceinline__ void run_unit_any(const ggx_tile_unit_dev & d, const uint4 (&w)[8], const half * xs, int K, const float4 * csum,
+                                             const uint16_t * scales, int Np, int lane, float & acc_lo, float & acc_hi) {
+    const int cs = d.n_steps == 16 ? d.chunk_starts : 0;
+    if (FORMS >= 1 && cs == 0x5555) run_unit<BITS, 2>(d, w, xs, K, csum, scales, Np, lane, acc_lo, acc_hi);
+    else if (FORMS >= 2 && cs == 0x1111) run_unit<BITS, 4>(d, w, xs, K, csum, scales, Np, lane, acc_lo, acc_hi);
+    else if (FORMS >= 2 && cs == 0x0101) run_unit<BITS, 8>(d, w, xs, K, csum, scales, Np, lane, acc_lo, acc_hi);
+    else run_unit<BITS, 0>(d, w, xs, K, csum, scales, Np, lane, acc_lo, acc_hi);
 }
 
 __device__ __forceinline__ ggx_tile_unit_dev load_desc(const ggx_tile_unit_dev * p) {
@@ -162,6 +206,7 @@ __device__ __forceinline__ void load_words(const uint4 * words, const ggx_tile_u
     for (int j = 0; j < 8; j++) w[j] = j < d.n_uint4 ? ggx_load_ro(words + ((size_t)d.offset + j) * 32 + lane) : make_uint4(0, 0, 0, 0);
 }
 
+template <int FORMS>
 __global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, const float * __restrict__ xq, float * y) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float red[GGX_CUDA_WARP];
@@ -191,7 +236,7 @@ __global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, co
                 const float inv = vi == 0 ? 1.0f : vi == 1 ? 0.25f : 0.0625f;
                 const half h0 = __float2half_rn(v[0]), h1 = __float2half_rn(v[1]), h2 = __float2half_rn(v[2] * inv),
                            h3 = __float2half_rn(v[3] * inv);
-                half * dst = xs + (size_t)vi * (K + 8) + (size_t)i * 4;
+                half * dst = xs + (size_t)vi * tile_x_stride(K) + (size_t)i * 4;
                 dst[0] = h0;
                 dst[1] = h1;
                 dst[2] = h2;
@@ -211,7 +256,7 @@ __global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, co
         s16 += __shfl_xor_sync(0xffffffffu, s16, 2);
         if (i < K / 4 && i % 4 == 0) step_sums[i / 4] = make_float4(s1, s4, s16, 0.0f);
     }
-    if (tid < 3 * 8) xs[(size_t)(tid / 8) * (K + 8) + K + tid % 8] = __float2half_rn(0.0f);   // the zero slots
+    for (int i = tid; i < 3 * k_zero_halves; i += NT) xs[(size_t)(i / k_zero_halves) * tile_x_stride(K) + K + i % k_zero_halves] = __float2half_rn(0.0f);
     __syncthreads();
     for (int c = tid; c < m.n_chunks; c += NT) {
         const int4 ch = ggx_load_ro(m.chunks + c);
@@ -256,12 +301,12 @@ __global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, co
             tile = d.tile;
         }
         switch (d.bits) {
-            case 8: run_unit<8>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
-            case 6: run_unit<6>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
-            case 5: run_unit<5>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
-            case 4: run_unit<4>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
-            case 3: run_unit<3>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
-            default: run_unit<2>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
+            case 8: run_unit_any<8, FORMS>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
+            case 6: run_unit_any<6, FORMS>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
+            case 5: run_unit_any<5, FORMS>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
+            case 4: run_unit_any<4, FORMS>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
+            case 3: run_unit_any<3, FORMS>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
+            default: run_unit_any<2, FORMS>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
         }
         return d_after;
     };
@@ -343,9 +388,15 @@ cudaError_t ggx_cuda_tile_gemv(const ggx_tile_matrix & m, const float * xq, floa
     return cudaErrorNotSupported;   // mma.sync is NVIDIA's
 #else
     const size_t smem = ggx_tile_gemv_smem(m.K, m.n_chunks);
-    cudaError_t err = cudaFuncSetAttribute(k_tile_gemv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    // GGX_TILE_FORMS=0|1|2 (measurement): the unit forms compiled in (run_unit_any); default 2
+    static const int forms = [] {
+        const char * e = getenv("GGX_TILE_FORMS");
+        return e && (e[0] == '0' || e[0] == '1') ? e[0] - '0' : 2;
+    }();
+    void (*kernel)(ggx_tile_matrix, const float *, float *) = forms == 0 ? k_tile_gemv<0> : forms == 1 ? k_tile_gemv<1> : k_tile_gemv<2>;
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess) return err;
-    k_tile_gemv<<<grid, NT, smem, stream>>>(m, xq, y);
+    kernel<<<grid, NT, smem, stream>>>(m, xq, y);
     return cudaGetLastError();
 #endif
 }
