@@ -137,9 +137,10 @@ __device__ __forceinline__ void run_unit(const ggx_tile_unit_dev & d, const uint
 #pragma unroll
     for (int i = 0; i < 16; i++) {
         if (L > 0) {
-            if (i > 0 && i % L == 0) {   // chunk i / L (< 8: L >= 2)
-                b0 = g == i / L ? real0 : zero0;
-                b1 = g == i / L ? real1 : zero1;
+            constexpr int LS = L > 0 ? L : 1;   // (the L == 0 instantiation never comes here)
+            if (i > 0 && i % LS == 0) {   // chunk i / L (< 8: L >= 2)
+                b0 = g == i / LS ? real0 : zero0;
+                b1 = g == i / LS ? real1 : zero1;
             }
         } else {
             if (i >= d.n_steps) break;
