@@ -10,7 +10,7 @@ namespace {
 
 // Shared memory: [x staged for V = 1, 4, 16: K halves each, then 256 zero halves (what the lanes
 // outside a chunk's column read, 16 steps of them)][per step (S, T4, T16)][per chunk (S, T4, T16,
-// group bits)].
+// first scale of the group: group x Np, as int bits)].
 constexpr int k_zero_halves = 256;
 struct tile_smem {
     size_t xs, step_sums, chunk_sums, total;
@@ -39,6 +39,20 @@ __host__ __device__ constexpr int variant_of(int plane_bits) {
 }
 __host__ __device__ constexpr float h_of(int plane_bits) { return (float)(ggx_tile_factor(plane_bits, 1) / ggx_tile_factor(plane_bits, 0)); }
 __device__ __forceinline__ float variant_sum(const float4 & cs, int v) { return v == 0 ? cs.x : v == 1 ? cs.y : cs.z; }
+
+// A unit's descriptor as loaded (one uint4, ggx_tile_unit_dev's fields), read field by field
+// where used: unpacked into 16- and 8-bit members it took byte permutes and spills per unit.
+struct unit_desc {
+    uint4 v;
+    __device__ uint32_t offset() const { return v.x; }
+    __device__ int tile() const { return (int)(v.y & 0xffffu); }
+    __device__ int step0() const { return (int)(v.y >> 16); }
+    __device__ int chunk0() const { return (int)(v.z & 0xffffu); }
+    __device__ uint32_t chunk_starts() const { return v.z >> 16; }
+    __device__ int n_steps() const { return (int)(v.w & 0xffu); }
+    __device__ int bits() const { return (int)(v.w >> 8 & 0xffu); }
+    __device__ int n_uint4() const { return (int)(v.w >> 16 & 0xffu); }
+};
 
 // (w & mask) | 0x64006400 in one LOP3: with the constant in a register (the asm operand), as a
 // plain expression it took two (an AND and an OR, each with its own immediate).
@@ -71,7 +85,7 @@ __device__ __forceinline__ uint32_t tile_reg(const uint32_t * pw, int i, int r) 
 // A lane's B for step i is 8 bytes at base + 16 i halves, base its x (real) or the zero halves
 // (which hold 16 steps), chosen once per chunk.
 template <int BITS, int L>
-__device__ __forceinline__ void run_unit(const ggx_tile_unit_dev & d, const uint4 (&w)[8], const half * xs, int K, const float4 * csum,
+__device__ __forceinline__ void run_unit(const unit_desc & d, const uint4 (&w)[8], const half * xs, int K, const float4 * csum,
                                          const uint16_t * scales, int Np, int lane, float & acc_lo, float & acc_hi) {
     // the width's planes (a one-plane width has PB1 = PB0 and never reads plane 1)
     constexpr int NPL = ggx_tile_n_planes(BITS);
@@ -89,25 +103,25 @@ __device__ __forceinline__ void run_unit(const ggx_tile_unit_dev & d, const uint
         wv[4 * j + 3] = w[j].w;
     }
     const int XV = tile_x_stride(K);
-    const half * real0 = xs + variant_of(PB0) * XV + 16 * d.step0 + 4 * t;
-    const half * real1 = xs + variant_of(PB1) * XV + 16 * d.step0 + 4 * t;
+    const half * real0 = xs + variant_of(PB0) * XV + 16 * d.step0() + 4 * t;
+    const half * real1 = xs + variant_of(PB1) * XV + 16 * d.step0() + 4 * t;
     const half * zero0 = xs + variant_of(PB0) * XV + K;
     const half * zero1 = xs + variant_of(PB1) * XV + K;
     const half * b0 = g == 0 ? real0 : zero0;
     const half * b1 = g == 0 ? real1 : zero1;
     float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    int base = d.chunk0;                  // the unit's first chunk of the batch in D's columns
+    int base = d.chunk0();                  // the unit's first chunk of the batch in D's columns
     int n_batch = L > 0 ? 16 / L : 1;     // chunks of the batch (so far, for L == 0)
-    const int last = L > 0 ? d.chunk0 + 16 / L - 1 : d.chunk0 + __popc(d.chunk_starts & ((1u << d.n_steps) - 1)) - 1;
+    const int last = L > 0 ? d.chunk0() + 16 / L - 1 : d.chunk0() + __popc(d.chunk_starts() & ((1u << d.n_steps()) - 1)) - 1;
     // this lane's chunks of a batch, base + 2t + e: their group scales of columns g and g + 8,
     // loaded when the batch starts so that the epilogue does not wait for them
     float sc[2][2];
+    const uint16_t * scol = scales + 16 * d.tile() + g;
     auto load_scales = [&]() {
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int ch = min(base + 2 * t + e, last);   // a lane past the unit's chunks reads its last one, unused
-            const int grp = __float_as_int(csum[ch].w);
-            const uint16_t * s = scales + (size_t)grp * Np + 16 * d.tile + g;
+            const uint16_t * s = scol + __float_as_int(csum[ch].w);   // the chunk's group row
             sc[e][0] = __half2float(__ushort_as_half(ggx_load_ro(s)));
             sc[e][1] = __half2float(__ushort_as_half(ggx_load_ro(s + 8)));
         }
@@ -143,8 +157,8 @@ __device__ __forceinline__ void run_unit(const ggx_tile_unit_dev & d, const uint
                 b1 = g == i / LS ? real1 : zero1;
             }
         } else {
-            if (i >= d.n_steps) break;
-            if (i > 0 && (d.chunk_starts >> i & 1)) {   // uniform: the unit is the warp's
+            if (i >= d.n_steps()) break;
+            if (i > 0 && (d.chunk_starts() >> i & 1)) {   // uniform: the unit is the warp's
                 if (i >= 8 && n_batch == 8) {   // D's columns are full (only units of 16-row chunks get here, never before step 8)
                     epilogue();
                     base += 8;
@@ -178,33 +192,25 @@ __device__ __forceinline__ void run_unit(const ggx_tile_unit_dev & d, const uint
 // The unit's width and, for a full unit of regular chunks, their length: one instantiation each.
 // FORMS (measurement): 0 every unit at run time, 1 also 32-row chunks, 2 also 64- and 128-row.
 template <int BITS, int FORMS>
-__device__ __forceinline__ void run_unit_any(const ggx_tile_unit_dev & d, const uint4 (&w)[8], const half * xs, int K, const float4 * csum,
+__device__ __forceinline__ void run_unit_any(const unit_desc & d, const uint4 (&w)[8], const half * xs, int K, const float4 * csum,
                                              const uint16_t * scales, int Np, int lane, float & acc_lo, float & acc_hi) {
-    const int cs = d.n_steps == 16 ? d.chunk_starts : 0;
+    const int cs = d.n_steps() == 16 ? d.chunk_starts() : 0;
     if (FORMS >= 1 && cs == 0x5555) run_unit<BITS, 2>(d, w, xs, K, csum, scales, Np, lane, acc_lo, acc_hi);
     else if (FORMS >= 2 && cs == 0x1111) run_unit<BITS, 4>(d, w, xs, K, csum, scales, Np, lane, acc_lo, acc_hi);
     else if (FORMS >= 2 && cs == 0x0101) run_unit<BITS, 8>(d, w, xs, K, csum, scales, Np, lane, acc_lo, acc_hi);
     else run_unit<BITS, 0>(d, w, xs, K, csum, scales, Np, lane, acc_lo, acc_hi);
 }
 
-__device__ __forceinline__ ggx_tile_unit_dev load_desc(const ggx_tile_unit_dev * p) {
-    const uint4 v = ggx_load_ro((const uint4 *)p);
-    ggx_tile_unit_dev d;
-    d.offset = v.x;
-    d.tile = (uint16_t)v.y;
-    d.step0 = (uint16_t)(v.y >> 16);
-    d.chunk0 = (uint16_t)v.z;
-    d.chunk_starts = (uint16_t)(v.z >> 16);
-    d.n_steps = (uint8_t)v.w;
-    d.bits = (uint8_t)(v.w >> 8);
-    d.n_uint4 = (uint8_t)(v.w >> 16);
-    d.pad = 0;
-    return d;
-}
+__device__ __forceinline__ unit_desc load_desc(const ggx_tile_unit_dev * p) { return {ggx_load_ro((const uint4 *)p)}; }
 
-__device__ __forceinline__ void load_words(const uint4 * words, const ggx_tile_unit_dev & d, int lane, uint4 (&w)[8]) {
+// A unit's words of this lane (uint4 j at offset + j, 512 bytes apart); past n_uint4 the
+// registers are left as they are (no recipe of the unit reads them).
+__device__ __forceinline__ void load_words(const uint4 * words, const unit_desc & d, int lane, uint4 (&w)[8]) {
+    const uint4 * p = words + (size_t)d.offset() * 32 + lane;
+    const int n = d.n_uint4();
 #pragma unroll
-    for (int j = 0; j < 8; j++) w[j] = j < d.n_uint4 ? ggx_load_ro(words + ((size_t)d.offset + j) * 32 + lane) : make_uint4(0, 0, 0, 0);
+    for (int j = 0; j < 8; j++)
+        if (j < n) w[j] = ggx_load_ro(p + 32 * j);
 }
 
 template <int FORMS>
@@ -268,7 +274,7 @@ __global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, co
             sum.y += v.y;
             sum.z += v.z;
         }
-        sum.w = __int_as_float(ch.z);   // the chunk's group
+        sum.w = __int_as_float(ch.z * m.Np);   // the chunk's group's row of scales
         csum[c] = sum;
     }
     __syncthreads();
@@ -294,14 +300,14 @@ __global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, co
     // Two word buffers that trade places unit by unit (the loop body twice), so that no unit's
     // words are copied between registers: while a unit multiplies, the next one's words and the
     // descriptor after that load.
-    auto step = [&](int u, const ggx_tile_unit_dev & d, const uint4 (&w)[8], const ggx_tile_unit_dev & d_next, uint4 (&w_next)[8]) {
+    auto step = [&](int u, const unit_desc & d, const uint4 (&w)[8], const unit_desc & d_next, uint4 (&w_next)[8]) {
         if (u + 1 < u1) load_words(m.words, d_next, lane, w_next);
-        const ggx_tile_unit_dev d_after = u + 2 < u1 ? load_desc(m.units + u + 2) : d_next;
-        if ((int)d.tile != tile) {   // uniform
+        const unit_desc d_after = u + 2 < u1 ? load_desc(m.units + u + 2) : d_next;
+        if ((int)d.tile() != tile) {   // uniform
             flush();
-            tile = d.tile;
+            tile = d.tile();
         }
-        switch (d.bits) {
+        switch (d.bits()) {
             case 8: run_unit_any<8, FORMS>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
             case 6: run_unit_any<6, FORMS>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
             case 5: run_unit_any<5, FORMS>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
@@ -311,13 +317,13 @@ __global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, co
         }
         return d_after;
     };
-    ggx_tile_unit_dev da = load_desc(m.units + u0), db = u0 + 1 < u1 ? load_desc(m.units + u0 + 1) : da;
+    unit_desc da = load_desc(m.units + u0), db = u0 + 1 < u1 ? load_desc(m.units + u0 + 1) : da;
     uint4 wa[8], wb[8];
     load_words(m.words, da, lane, wa);
     for (int u = u0; u < u1; u += 2) {
-        const ggx_tile_unit_dev da2 = step(u, da, wa, db, wb);   // unit u + 2's descriptor
+        const unit_desc da2 = step(u, da, wa, db, wb);   // unit u + 2's descriptor
         if (u + 1 >= u1) break;
-        const ggx_tile_unit_dev db2 = step(u + 1, db, wb, da2, wa);
+        const unit_desc db2 = step(u + 1, db, wb, da2, wa);
         da = da2;
         db = db2;
     }
