@@ -54,6 +54,23 @@ struct unit_desc {
     __device__ int n_uint4() const { return (int)(v.w >> 16 & 0xffu); }
 };
 
+// The unit's last chunk (chunk_starts bit 0 is always set).
+__device__ __forceinline__ int unit_last_chunk(const unit_desc & d) {
+    return d.chunk0() + __popc(d.chunk_starts() & ((1u << d.n_steps()) - 1)) - 1;
+}
+
+// Lane (g, t)'s group scales for the chunks base + 2t + e (e = 0, 1; at most `last`: a lane past
+// the unit's chunks reads the last one, unused) of columns g and g + 8, as fp16 pairs.
+__device__ __forceinline__ void unit_scales(const unit_desc & d, int base, int last, const float4 * csum, const uint16_t * scales, int lane,
+                                            uint32_t (&out)[2]) {
+    const uint16_t * col = scales + 16 * d.tile() + lane / 4;
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const uint16_t * s = col + __float_as_int(csum[min(base + 2 * (lane % 4) + e, last)].w);   // the chunk's group row
+        out[e] = (uint32_t)ggx_load_ro(s) | (uint32_t)ggx_load_ro(s + 8) << 16;
+    }
+}
+
 // (w & mask) | 0x64006400 in one LOP3: with the constant in a register (the asm operand), as a
 // plain expression it took two (an AND and an OR, each with its own immediate).
 __device__ __forceinline__ uint32_t lop3_or_bias(uint32_t w, uint32_t mask) {
@@ -85,8 +102,8 @@ __device__ __forceinline__ uint32_t tile_reg(const uint32_t * pw, int i, int r) 
 // A lane's B for step i is 8 bytes at base + 16 i halves, base its x (real) or the zero halves
 // (which hold 16 steps), chosen once per chunk.
 template <int BITS, int L>
-__device__ __forceinline__ void run_unit(const unit_desc & d, const uint4 (&w)[8], const half * xs, int K, const float4 * csum,
-                                         const uint16_t * scales, int Np, int lane, float & acc_lo, float & acc_hi) {
+__device__ __forceinline__ void run_unit(const unit_desc & d, const uint4 (&w)[8], const uint32_t (&s0)[2], const half * xs, int K,
+                                         const float4 * csum, const uint16_t * scales, int lane, float & acc_lo, float & acc_hi) {
     // the width's planes (a one-plane width has PB1 = PB0 and never reads plane 1)
     constexpr int NPL = ggx_tile_n_planes(BITS);
     constexpr int PB0 = ggx_tile_plane_bits(BITS, 0), PB1 = ggx_tile_plane_bits(BITS, NPL - 1);
@@ -112,20 +129,12 @@ __device__ __forceinline__ void run_unit(const unit_desc & d, const uint4 (&w)[8
     float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
     int base = d.chunk0();                  // the unit's first chunk of the batch in D's columns
     int n_batch = L > 0 ? 16 / L : 1;     // chunks of the batch (so far, for L == 0)
-    const int last = L > 0 ? d.chunk0() + 16 / L - 1 : d.chunk0() + __popc(d.chunk_starts() & ((1u << d.n_steps()) - 1)) - 1;
-    // this lane's chunks of a batch, base + 2t + e: their group scales of columns g and g + 8,
-    // loaded when the batch starts so that the epilogue does not wait for them
-    float sc[2][2];
-    const uint16_t * scol = scales + 16 * d.tile() + g;
-    auto load_scales = [&]() {
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const int ch = min(base + 2 * t + e, last);   // a lane past the unit's chunks reads its last one, unused
-            const uint16_t * s = scol + __float_as_int(csum[ch].w);   // the chunk's group row
-            sc[e][0] = __half2float(__ushort_as_half(ggx_load_ro(s)));
-            sc[e][1] = __half2float(__ushort_as_half(ggx_load_ro(s + 8)));
-        }
-    };
+    const int last = unit_last_chunk(d);
+    // this lane's chunks of a batch, base + 2t + e: their group scales of columns g and g + 8
+    // (fp16 pairs); the first batch's came with the unit's words (unit_scales), a later one's
+    // (units of 16-row chunks only) load when it starts
+    uint32_t sr[2] = {s0[0], s0[1]};
+    auto load_scales = [&]() { unit_scales(d, base, last, csum, scales, lane, sr); };
     auto epilogue = [&]() {
 #pragma unroll
         for (int e = 0; e < 2; e++) {
@@ -138,8 +147,9 @@ __device__ __forceinline__ void run_unit(const unit_desc & d, const uint4 (&w)[8
                     lo += (c[1][e] - 1024.0f * T1) * (float)(1 << SH1);
                     hi += (c[1][2 + e] - 1024.0f * T1) * ((float)(1 << SH1) / h_of(PB1));
                 }
-                acc_lo += sc[e][0] * (lo - (float)Z * cs.x);
-                acc_hi += sc[e][1] * (hi - (float)Z * cs.x);
+                const float2 sc = __half22float2(*(const half2 *)&sr[e]);
+                acc_lo += sc.x * (lo - (float)Z * cs.x);
+                acc_hi += sc.y * (hi - (float)Z * cs.x);
             }
         }
 #pragma unroll
@@ -147,7 +157,6 @@ __device__ __forceinline__ void run_unit(const unit_desc & d, const uint4 (&w)[8
 #pragma unroll
             for (int q = 0; q < 4; q++) c[p][q] = 0.0f;
     };
-    load_scales();
 #pragma unroll
     for (int i = 0; i < 16; i++) {
         if (L > 0) {
@@ -192,25 +201,32 @@ __device__ __forceinline__ void run_unit(const unit_desc & d, const uint4 (&w)[8
 // The unit's width and, for a full unit of regular chunks, their length: one instantiation each.
 // FORMS (measurement): 0 every unit at run time, 1 also 32-row chunks, 2 also 64- and 128-row.
 template <int BITS, int FORMS>
-__device__ __forceinline__ void run_unit_any(const unit_desc & d, const uint4 (&w)[8], const half * xs, int K, const float4 * csum,
-                                             const uint16_t * scales, int Np, int lane, float & acc_lo, float & acc_hi) {
+__device__ __forceinline__ void run_unit_any(const unit_desc & d, const uint4 (&w)[8], const uint32_t (&s0)[2], const half * xs, int K,
+                                             const float4 * csum, const uint16_t * scales, int lane, float & acc_lo, float & acc_hi) {
     const int cs = d.n_steps() == 16 ? d.chunk_starts() : 0;
-    if (FORMS >= 1 && cs == 0x5555) run_unit<BITS, 2>(d, w, xs, K, csum, scales, Np, lane, acc_lo, acc_hi);
-    else if (FORMS >= 2 && cs == 0x1111) run_unit<BITS, 4>(d, w, xs, K, csum, scales, Np, lane, acc_lo, acc_hi);
-    else if (FORMS >= 2 && cs == 0x0101) run_unit<BITS, 8>(d, w, xs, K, csum, scales, Np, lane, acc_lo, acc_hi);
-    else run_unit<BITS, 0>(d, w, xs, K, csum, scales, Np, lane, acc_lo, acc_hi);
+    if (FORMS >= 1 && cs == 0x5555) run_unit<BITS, 2>(d, w, s0, xs, K, csum, scales, lane, acc_lo, acc_hi);
+    else if (FORMS >= 2 && cs == 0x1111) run_unit<BITS, 4>(d, w, s0, xs, K, csum, scales, lane, acc_lo, acc_hi);
+    else if (FORMS >= 2 && cs == 0x0101) run_unit<BITS, 8>(d, w, s0, xs, K, csum, scales, lane, acc_lo, acc_hi);
+    else run_unit<BITS, 0>(d, w, s0, xs, K, csum, scales, lane, acc_lo, acc_hi);
 }
 
 __device__ __forceinline__ unit_desc load_desc(const ggx_tile_unit_dev * p) { return {ggx_load_ro((const uint4 *)p)}; }
 
 // A unit's words of this lane (uint4 j at offset + j, 512 bytes apart); past n_uint4 the
-// registers are left as they are (no recipe of the unit reads them).
+// registers are left as they are (no recipe of the unit reads them). A switch into a chain of
+// plain loads from one base: eight predicated loads took ~40 instructions (run 96's profile).
 __device__ __forceinline__ void load_words(const uint4 * words, const unit_desc & d, int lane, uint4 (&w)[8]) {
     const uint4 * p = words + (size_t)d.offset() * 32 + lane;
-    const int n = d.n_uint4();
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-        if (j < n) w[j] = ggx_load_ro(p + 32 * j);
+    switch (d.n_uint4()) {
+        default: w[7] = ggx_load_ro(p + 32 * 7); [[fallthrough]];
+        case 7: w[6] = ggx_load_ro(p + 32 * 6); [[fallthrough]];
+        case 6: w[5] = ggx_load_ro(p + 32 * 5); [[fallthrough]];
+        case 5: w[4] = ggx_load_ro(p + 32 * 4); [[fallthrough]];
+        case 4: w[3] = ggx_load_ro(p + 32 * 3); [[fallthrough]];
+        case 3: w[2] = ggx_load_ro(p + 32 * 2); [[fallthrough]];
+        case 2: w[1] = ggx_load_ro(p + 32 * 1); [[fallthrough]];
+        case 1: w[0] = ggx_load_ro(p);
+    }
 }
 
 template <int FORMS>
@@ -300,30 +316,36 @@ __global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, co
     // Two word buffers that trade places unit by unit (the loop body twice), so that no unit's
     // words are copied between registers: while a unit multiplies, the next one's words and the
     // descriptor after that load.
-    auto step = [&](int u, const unit_desc & d, const uint4 (&w)[8], const unit_desc & d_next, uint4 (&w_next)[8]) {
-        if (u + 1 < u1) load_words(m.words, d_next, lane, w_next);
+    auto step = [&](int u, const unit_desc & d, const uint4 (&w)[8], const uint32_t (&sw)[2], const unit_desc & d_next, uint4 (&w_next)[8],
+                    uint32_t (&s_next)[2]) {
+        if (u + 1 < u1) {
+            load_words(m.words, d_next, lane, w_next);
+            unit_scales(d_next, d_next.chunk0(), unit_last_chunk(d_next), csum, m.scales, lane, s_next);
+        }
         const unit_desc d_after = u + 2 < u1 ? load_desc(m.units + u + 2) : d_next;
         if ((int)d.tile() != tile) {   // uniform
             flush();
             tile = d.tile();
         }
         switch (d.bits()) {
-            case 8: run_unit_any<8, FORMS>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
-            case 6: run_unit_any<6, FORMS>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
-            case 5: run_unit_any<5, FORMS>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
-            case 4: run_unit_any<4, FORMS>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
-            case 3: run_unit_any<3, FORMS>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
-            default: run_unit_any<2, FORMS>(d, w, xs, K, csum, m.scales, m.Np, lane, acc_lo, acc_hi); break;
+            case 8: run_unit_any<8, FORMS>(d, w, sw, xs, K, csum, m.scales, lane, acc_lo, acc_hi); break;
+            case 6: run_unit_any<6, FORMS>(d, w, sw, xs, K, csum, m.scales, lane, acc_lo, acc_hi); break;
+            case 5: run_unit_any<5, FORMS>(d, w, sw, xs, K, csum, m.scales, lane, acc_lo, acc_hi); break;
+            case 4: run_unit_any<4, FORMS>(d, w, sw, xs, K, csum, m.scales, lane, acc_lo, acc_hi); break;
+            case 3: run_unit_any<3, FORMS>(d, w, sw, xs, K, csum, m.scales, lane, acc_lo, acc_hi); break;
+            default: run_unit_any<2, FORMS>(d, w, sw, xs, K, csum, m.scales, lane, acc_lo, acc_hi); break;
         }
         return d_after;
     };
     unit_desc da = load_desc(m.units + u0), db = u0 + 1 < u1 ? load_desc(m.units + u0 + 1) : da;
     uint4 wa[8], wb[8];
+    uint32_t sa[2], sb[2];
     load_words(m.words, da, lane, wa);
+    unit_scales(da, da.chunk0(), unit_last_chunk(da), csum, m.scales, lane, sa);
     for (int u = u0; u < u1; u += 2) {
-        const unit_desc da2 = step(u, da, wa, db, wb);   // unit u + 2's descriptor
+        const unit_desc da2 = step(u, da, wa, sa, db, wb, sb);   // unit u + 2's descriptor
         if (u + 1 >= u1) break;
-        const unit_desc db2 = step(u + 1, db, wb, da2, wa);
+        const unit_desc db2 = step(u + 1, db, wb, sb, da2, wa, sa);
         da = da2;
         db = db2;
     }
