@@ -1,11 +1,11 @@
 // The tile layout of an EXL2 matrix: its codes in the order in which an m16n8k16 tensor-core tile
 // takes them as its A operand, for a one-row GEMV whose dot products run on tensor cores
 // (bench/NOTES-cuda-decode.md, session 14: the fp16-pair loop is issue-bound at ~2.35
-// instructions per weight; this one needs ~1.2). Host code, tested without a GPU
+// instructions per weight; this one's steps take ~0.9). Host code, tested without a GPU
 // (tests/test-tile-layout.cpp emulates the tile product); the register recipes below are
 // GGX_HD so that device code shares them. backends/cuda/tile-gemv.h multiplies with it and
-// gathers it on the GPU (neither run yet); bench/probes/mma-tile.cu measures the loop on uniform
-// widths. No decode path uses the layout yet.
+// gathers it on the GPU (both tested on the H200 since session 15); bench/probes/mma-tile.cu
+// measures the loop on uniform widths. No decode path uses the layout yet.
 //
 // A tile is 16 output columns, a step 16 quantized rows. For each (tile, step), lane l of a warp
 // (g = l / 4, t = l % 4) holds the 8 codes of its A-fragment registers r = 0..3:

@@ -4,15 +4,19 @@
 // stand-alone launch for one matrix, for its test and for timing; no decode path uses it yet.
 //
 // A launch stages x once per block: scaled by a power of two (x_scale_exponent) into fp16, in
-// each 16-row step's fragment order (lanes t = 0..3 of column 0 of B read x[2t], x[2t + 1] and
-// x[2t + 8], x[2t + 9] / V), for V = 1, 4 and 16; and per chunk the sums S and T_V of those fp16
-// values, which the epilogue needs to take the bias 1024 and the zero point out. Each warp then
-// walks its dealt units (tile-major, contiguous), one unit's words loaded ahead, the width's code
-// unrolled over the unit's steps; at each chunk end the lanes t == 0 add the chunk's two columns
-// (g and g + 8 of the tile) into registers, and when the warp's tile changes, into y by atomicAdd.
+// each 16-row step's fragment order (lane t of a B column reads x[2t], x[2t + 1] and x[2t + 8],
+// x[2t + 9] / V), for V = 1, 4 and 16, each followed by 256 zero halves; and per chunk the sums
+// S and T_V of those fp16 values, which the epilogue needs to take the bias 1024 and the zero
+// point out. Each warp then walks its dealt units (tile-major, contiguous), the next unit's words
+// and first scales loaded while one multiplies, the width's code unrolled over the unit's steps
+// (full units of 2-, 4- and 8-step chunks with their chunk changes at compile time). A unit's
+// chunks take turns at B's 8 columns, so one epilogue per unit turns D into the columns' sums;
+// when the warp's tile changes, they go into y by atomicAdd.
 //
-// Written in session 14 after its device time was spent: NOT YET RUN. The CUDA build only
-// (sm_80+); the HIP build returns cudaErrorNotSupported.
+// First run in session 15 (runs 93-97): correct at every width; 78 us per llama3-8b layer at
+// 4.0 bpw as seven launches, against 88 for the strip GEMV (bench/NOTES-cuda-decode.md,
+// "Session 15's findings"). The CUDA build only (sm_80+); the HIP build returns
+// cudaErrorNotSupported.
 #pragma once
 
 #if defined(GGX_USE_HIP)
