@@ -4,8 +4,6 @@
 #include "exl2-unpack.cuh"
 #include "mma.cuh"
 
-#include <cstdlib>
-
 namespace {
 
 // Shared memory: [x staged for V = 1, 4, 16: K halves each, then 256 zero halves (what the lanes
@@ -199,14 +197,13 @@ __device__ __forceinline__ void run_unit(const unit_desc & d, const uint4 (&w)[8
 }
 
 // The unit's width and, for a full unit of regular chunks, their length: one instantiation each.
-// FORMS (measurement): 0 every unit at run time, 1 also 32-row chunks, 2 also 64- and 128-row.
-template <int BITS, int FORMS>
+template <int BITS>
 __device__ __forceinline__ void run_unit_any(const unit_desc & d, const uint4 (&w)[8], const uint32_t (&s0)[2], const half * xs, int K,
                                              const float4 * csum, const uint16_t * scales, int lane, float & acc_lo, float & acc_hi) {
     const int cs = d.n_steps() == 16 ? d.chunk_starts() : 0;
-    if (FORMS >= 1 && cs == 0x5555) run_unit<BITS, 2>(d, w, s0, xs, K, csum, scales, lane, acc_lo, acc_hi);
-    else if (FORMS >= 2 && cs == 0x1111) run_unit<BITS, 4>(d, w, s0, xs, K, csum, scales, lane, acc_lo, acc_hi);
-    else if (FORMS >= 2 && cs == 0x0101) run_unit<BITS, 8>(d, w, s0, xs, K, csum, scales, lane, acc_lo, acc_hi);
+    if (cs == 0x5555) run_unit<BITS, 2>(d, w, s0, xs, K, csum, scales, lane, acc_lo, acc_hi);
+    else if (cs == 0x1111) run_unit<BITS, 4>(d, w, s0, xs, K, csum, scales, lane, acc_lo, acc_hi);
+    else if (cs == 0x0101) run_unit<BITS, 8>(d, w, s0, xs, K, csum, scales, lane, acc_lo, acc_hi);
     else run_unit<BITS, 0>(d, w, s0, xs, K, csum, scales, lane, acc_lo, acc_hi);
 }
 
@@ -229,7 +226,6 @@ __device__ __forceinline__ void load_words(const uint4 * words, const unit_desc 
     }
 }
 
-template <int FORMS>
 __global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, const float * __restrict__ xq, float * y) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float red[GGX_CUDA_WARP];
@@ -328,12 +324,12 @@ __global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, co
             tile = d.tile();
         }
         switch (d.bits()) {
-            case 8: run_unit_any<8, FORMS>(d, w, sw, xs, K, csum, m.scales, lane, acc_lo, acc_hi); break;
-            case 6: run_unit_any<6, FORMS>(d, w, sw, xs, K, csum, m.scales, lane, acc_lo, acc_hi); break;
-            case 5: run_unit_any<5, FORMS>(d, w, sw, xs, K, csum, m.scales, lane, acc_lo, acc_hi); break;
-            case 4: run_unit_any<4, FORMS>(d, w, sw, xs, K, csum, m.scales, lane, acc_lo, acc_hi); break;
-            case 3: run_unit_any<3, FORMS>(d, w, sw, xs, K, csum, m.scales, lane, acc_lo, acc_hi); break;
-            default: run_unit_any<2, FORMS>(d, w, sw, xs, K, csum, m.scales, lane, acc_lo, acc_hi); break;
+            case 8: run_unit_any<8>(d, w, sw, xs, K, csum, m.scales, lane, acc_lo, acc_hi); break;
+            case 6: run_unit_any<6>(d, w, sw, xs, K, csum, m.scales, lane, acc_lo, acc_hi); break;
+            case 5: run_unit_any<5>(d, w, sw, xs, K, csum, m.scales, lane, acc_lo, acc_hi); break;
+            case 4: run_unit_any<4>(d, w, sw, xs, K, csum, m.scales, lane, acc_lo, acc_hi); break;
+            case 3: run_unit_any<3>(d, w, sw, xs, K, csum, m.scales, lane, acc_lo, acc_hi); break;
+            default: run_unit_any<2>(d, w, sw, xs, K, csum, m.scales, lane, acc_lo, acc_hi); break;
         }
         return d_after;
     };
@@ -417,15 +413,9 @@ cudaError_t ggx_cuda_tile_gemv(const ggx_tile_matrix & m, const float * xq, floa
     return cudaErrorNotSupported;   // mma.sync is NVIDIA's
 #else
     const size_t smem = ggx_tile_gemv_smem(m.K, m.n_chunks);
-    // GGX_TILE_FORMS=0|1|2 (measurement): the unit forms compiled in (run_unit_any); default 2
-    static const int forms = [] {
-        const char * e = getenv("GGX_TILE_FORMS");
-        return e && (e[0] == '0' || e[0] == '1') ? e[0] - '0' : 2;
-    }();
-    void (*kernel)(ggx_tile_matrix, const float *, float *) = forms == 0 ? k_tile_gemv<0> : forms == 1 ? k_tile_gemv<1> : k_tile_gemv<2>;
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaError_t err = cudaFuncSetAttribute(k_tile_gemv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess) return err;
-    kernel<<<grid, NT, smem, stream>>>(m, xq, y);
+    k_tile_gemv<<<grid, NT, smem, stream>>>(m, xq, y);
     return cudaGetLastError();
 #endif
 }
