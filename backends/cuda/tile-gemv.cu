@@ -4,6 +4,8 @@
 #include "exl2-unpack.cuh"
 #include "mma.cuh"
 
+#include <cstddef>
+
 namespace {
 
 // Shared memory: [x staged for V = 1, 4, 16: K halves each, then 256 zero halves (what the lanes
@@ -51,6 +53,10 @@ struct unit_desc {
     __device__ int bits() const { return (int)(v.w >> 8 & 0xffu); }
     __device__ int n_uint4() const { return (int)(v.w >> 16 & 0xffu); }
 };
+static_assert(offsetof(ggx_tile_unit_dev, tile) == 4 && offsetof(ggx_tile_unit_dev, step0) == 6 && offsetof(ggx_tile_unit_dev, chunk0) == 8 &&
+                  offsetof(ggx_tile_unit_dev, chunk_starts) == 10 && offsetof(ggx_tile_unit_dev, n_steps) == 12 &&
+                  offsetof(ggx_tile_unit_dev, bits) == 13 && offsetof(ggx_tile_unit_dev, n_uint4) == 14,
+              "unit_desc reads ggx_tile_unit_dev's fields at these byte offsets");
 
 // The unit's last chunk (chunk_starts bit 0 is always set).
 __device__ __forceinline__ int unit_last_chunk(const unit_desc & d) {
