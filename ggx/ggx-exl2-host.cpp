@@ -39,9 +39,14 @@ uint32_t exl2_code(const ggx_qmatrix & q, const Exl2Group & g, int j, int n) {
     return ggx_exl2_code(q.q_weight, q.Np, g.bits, g.qrow0, j, n);
 }
 
-uint16_t exl2_scale_f16(const ggx_qmatrix & q, int g, int n) {
-    const uint32_t c = (q.q_scale[(size_t)g * (q.Np / 8) + n / 8] >> (4 * (n % 8))) & 15;
-    return ggx_f32_to_f16((float)((c + 1) * (c + 1)) * ggx_f16_to_f32(q.q_scale_max[g]));
+std::vector<uint16_t> exl2_scales_f16(const ggx_qmatrix & q) {
+    std::vector<uint16_t> r((size_t)q.n_groups * q.Np);
+    for (int g = 0; g < q.n_groups; g++)
+        for (int n = 0; n < q.Np; n++) {
+            const uint32_t c = (q.q_scale[(size_t)g * (q.Np / 8) + n / 8] >> (4 * (n % 8))) & 15;
+            r[(size_t)g * q.Np + n] = ggx_f32_to_f16((float)((c + 1) * (c + 1)) * ggx_f16_to_f32(q.q_scale_max[g]));
+        }
+    return r;
 }
 
 }  // namespace ggx

@@ -36,9 +36,10 @@ bool exl2_groups(const ggx_qmatrix & q, int row_multiple, std::vector<Exl2Group>
 // string over the group's packed rows (q_weight on the host).
 uint32_t exl2_code(const ggx_qmatrix & q, const Exl2Group & g, int j, int n);
 
-// The fp16 scale of group g, column n: h(h((c + 1)^2) * M'_g), rounded as the reference
-// dequantizer (exl2/quant/dequant.h) rounds it (q_scale and q_scale_max on the host).
-uint16_t exl2_scale_f16(const ggx_qmatrix & q, int g, int n);
+// The fp16 scales of every group and column, [n_groups][Np]: h(h((c + 1)^2) * M'_g), rounded
+// as the reference dequantizer (exl2/quant/dequant.h) rounds them (q_scale and q_scale_max on
+// the host).
+std::vector<uint16_t> exl2_scales_f16(const ggx_qmatrix & q);
 
 // Position of a width in ggx_exl2_widths (8 first, 2 last), -1 if it is none.
 int exl2_width_rank(int bits);

@@ -74,9 +74,7 @@ bool strip_layout_build(const ggx_qmatrix & q, int n_strips, bool copy_words, St
         return false;
     }
 
-    L.scales.resize((size_t)q.n_groups * q.Np);
-    for (int g = 0; g < q.n_groups; g++)
-        for (int n = 0; n < q.Np; n++) L.scales[(size_t)g * q.Np + n] = exl2_scale_f16(q, g, n);
+    L.scales = exl2_scales_f16(q);
     return true;
 }
 

@@ -63,9 +63,7 @@ bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * wh
         }
     }
     L.tile_unit0.push_back((int)L.units.size());
-    L.scales.resize((size_t)q.n_groups * q.Np);
-    for (int g = 0; g < q.n_groups; g++)
-        for (int n = 0; n < q.Np; n++) L.scales[(size_t)g * q.Np + n] = exl2_scale_f16(q, g, n);
+    L.scales = exl2_scales_f16(q);
     return true;
 }
 
