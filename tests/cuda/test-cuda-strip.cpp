@@ -63,10 +63,7 @@ TEST_CASE("strip gemv: synthetic EXL2 layers through the strip layout against a 
             float * yd = upload(std::vector<float>(S.Np, -12345.0f));
             int * counter = upload(std::vector<int>(1, 0));
             REQUIRE(ggx_cuda_strip_gemv(m, xd, yd, counter, nullptr, form) == cudaSuccess);
-            REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-            std::vector<float> y(S.Np);
-            REQUIRE(cudaMemcpy(y.data(), yd, S.Np * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
-            y.resize(N);
+            const std::vector<float> y = download(yd, N);
             check_bound(y, R.ref, R.bound, std::string("strip gemv ") + lay);
             for (const void * p : {(const void *)m.words, (const void *)m.units, (const void *)m.deal, (const void *)m.scales,
                                    (const void *)m.slice_group, (const void *)m.width_unit0, (const void *)xd, (const void *)yd, (const void *)counter})

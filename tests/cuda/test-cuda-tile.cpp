@@ -55,10 +55,7 @@ TEST_CASE("tile gemv: synthetic EXL2 layers through the tile layout against a do
                 float * xd = upload(R.xq);
                 float * yd = upload(std::vector<float>(L.Np, 0.0f));
                 REQUIRE(ggx_cuda_tile_gemv(m, xd, yd, grid, nullptr) == cudaSuccess);
-                REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-                std::vector<float> y(L.Np);
-                REQUIRE(cudaMemcpy(y.data(), yd, L.Np * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
-                y.resize(N);
+                const std::vector<float> y = download(yd, N);
                 check_bound(y, R.ref, R.bound, std::string("tile gemv ") + lay);
                 for (const void * p : {(const void *)m.words, (const void *)m.units, (const void *)m.chunks, (const void *)m.scales,
                                        (const void *)m.deal, (const void *)xd, (const void *)yd})
@@ -91,9 +88,7 @@ TEST_CASE("tile gather: the device writes the tile layout's words as the host bu
         ggx_tile_unit_dev * ud = upload(units);
         uint32_t * wd = upload(std::vector<uint32_t>(L.words.size(), 0xdeadbeefu));
         REQUIRE(ggx_cuda_tile_gather(qw, Q.Np, si, ud, (int)units.size(), n_uint4, (uint4 *)wd, nullptr) == cudaSuccess);
-        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-        std::vector<uint32_t> words(L.words.size());
-        REQUIRE(cudaMemcpy(words.data(), wd, words.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+        const std::vector<uint32_t> words = download(wd, L.words.size());
         size_t wrong = 0;
         for (size_t i = 0; i < words.size(); i++) wrong += words[i] != L.words[i];
         CHECK_MESSAGE(wrong == 0, wrong << " of " << words.size() << " words differ from the host builder's");
