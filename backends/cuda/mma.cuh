@@ -14,3 +14,17 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 #endif
+
+// (w & mask) | 0x64006400: two fp16 1024 + f v from the fields the mask selects (the tensor-core
+// loops' A registers). On the device one LOP3 with the constant in a register (the asm operand);
+// as a plain expression it compiled to two, an AND and an OR with an immediate each (run 94's
+// profile). The host form is for emulations of those loops.
+__host__ __device__ __forceinline__ uint32_t lop3_or_bias(uint32_t w, uint32_t mask) {
+#if defined(__CUDA_ARCH__) && !defined(GGX_USE_HIP)
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(w), "r"(mask), "r"(0x64006400u));
+    return d;
+#else
+    return (w & mask) | 0x64006400u;
+#endif
+}

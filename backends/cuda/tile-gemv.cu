@@ -75,14 +75,6 @@ __device__ __forceinline__ void unit_scales(const unit_desc & d, int base, int l
     }
 }
 
-// (w & mask) | 0x64006400 in one LOP3: with the constant in a register (the asm operand), as a
-// plain expression it took two (an AND and an OR, each with its own immediate).
-__device__ __forceinline__ uint32_t lop3_or_bias(uint32_t w, uint32_t mask) {
-    uint32_t d;
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(w), "r"(mask), "r"(0x64006400u));
-    return d;
-}
-
 // ggx_tile_reg on the device: one LOP3 (and the recipe's shift, shared by two registers), or at 8
 // bits one byte permute with 0x64.
 template <int PB>

@@ -23,6 +23,7 @@
 // Build: nvcc -O3 -std=c++17 -arch=sm_90 -Ibackends/cuda -I. -Iinclude bench/probes/mma-tile.cu -o mma-tile
 // Run:   ./mma-tile [BITS (2, 4 or 8; default 4)] [DEPTH (units in flight per warp, 1-4; default 2)]
 // Instructions per unit: ncu --metrics smsp__inst_executed.sum -k regex:k_tile -c 3 ./mma-tile
+#include "mma.cuh"
 #include "probe-common.cuh"
 
 #include <algorithm>
@@ -53,17 +54,6 @@ struct Mat {
     size_t     bytes;       // codes + scales
 };
 
-// (w & mask) | 0x64006400 in one LOP3 (the host form is for emulate_check)
-__host__ __device__ __forceinline__ uint32_t lop3_or(uint32_t w, uint32_t mask) {
-#ifdef __CUDA_ARCH__
-    uint32_t d;
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(w), "r"(mask), "r"(0x64006400u));
-    return d;
-#else
-    return (w & mask) | 0x64006400u;
-#endif
-}
-
 // __byte_perm: byte n of the result is byte (s >> 4 n) & 7 of {x, y}
 __host__ __device__ __forceinline__ uint32_t perm_bytes(uint32_t x, uint32_t y, uint32_t sel) {
 #ifdef __CUDA_ARCH__
@@ -76,26 +66,20 @@ __host__ __device__ __forceinline__ uint32_t perm_bytes(uint32_t x, uint32_t y, 
 #endif
 }
 
-__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // Step i's A fragment from the lane's words of one unit.
 template <int BITS> __host__ __device__ __forceinline__ void a_frag(const uint32_t * wv, int i, uint32_t (&a)[4]) {
     if (BITS == 4) {
         const uint32_t v = wv[i], v8 = v >> 8;
-        a[0] = lop3_or(v, 0x000f000fu);    // rows 0-7, k 0-7: 1024 + q
-        a[1] = lop3_or(v, 0x00f000f0u);    // rows 8-15, k 0-7: 1024 + 16 q
-        a[2] = lop3_or(v8, 0x000f000fu);   // rows 0-7, k 8-15
-        a[3] = lop3_or(v8, 0x00f000f0u);   // rows 8-15, k 8-15
+        a[0] = lop3_or_bias(v, 0x000f000fu);    // rows 0-7, k 0-7: 1024 + q
+        a[1] = lop3_or_bias(v, 0x00f000f0u);    // rows 8-15, k 0-7: 1024 + 16 q
+        a[2] = lop3_or_bias(v8, 0x000f000fu);   // rows 0-7, k 8-15
+        a[3] = lop3_or_bias(v8, 0x00f000f0u);   // rows 8-15, k 8-15
     } else if (BITS == 2) {
         const uint32_t v = wv[i / 2] >> (8 * (i % 2));
-        a[0] = lop3_or(v, 0x00030003u);    // 1024 + q
-        a[1] = lop3_or(v, 0x000c000cu);    // 1024 + 4 q
-        a[2] = lop3_or(v, 0x00300030u);    // 1024 + 16 q (x / 16 in B)
-        a[3] = lop3_or(v, 0x00c000c0u);    // 1024 + 64 q
+        a[0] = lop3_or_bias(v, 0x00030003u);    // 1024 + q
+        a[1] = lop3_or_bias(v, 0x000c000cu);    // 1024 + 4 q
+        a[2] = lop3_or_bias(v, 0x00300030u);    // 1024 + 16 q (x / 16 in B)
+        a[3] = lop3_or_bias(v, 0x00c000c0u);    // 1024 + 64 q
     } else {
         const uint32_t w0 = wv[2 * i], w1 = wv[2 * i + 1];
         a[0] = perm_bytes(w0, 0x64646464u, 0x4140);   // bytes 0, 1 -> 1024 + q each
@@ -183,7 +167,7 @@ __global__ void __launch_bounds__(NT, 1) k_tile(const uint4 * __restrict__ words
                     const uint2 b = *(const uint2 *)(xp + i * xb_step);
                     uint32_t a[4];
                     a_frag<BITS>(wv, i, a);
-                    mma16816(c, a[0], a[1], a[2], a[3], b.x, b.y);
+                    mma16816(c, a, b.x, b.y);
                 }
                 unit_epilogue<BITS>(c[0], c[2], xsum[grp], s, lo, hi);   // (meaningful in lanes t == 0)
             }
