@@ -399,6 +399,39 @@ bool ggx_tile_units(const ggx::TileLayout & L, std::vector<ggx_tile_unit_dev> * 
     return true;
 }
 
+cudaError_t ggx_cuda_tile_upload(const ggx::TileLayout & L, int grid, ggx_tile_matrix * m) {
+    std::vector<ggx_tile_unit_dev> units;
+    std::vector<int4> chunks;
+    *m = {};
+    if (grid < 1 || !ggx_tile_units(L, &units, &chunks)) return cudaErrorInvalidValue;
+    const std::vector<int> deal = ggx::tile_layout_deal(L, grid * GGX_TILE_WARPS);
+    cudaError_t err = cudaSuccess;
+    auto copy = [&](const void * src, size_t bytes, const void ** dst) {
+        void * p = nullptr;
+        if (err == cudaSuccess) err = cudaMalloc(&p, bytes > 0 ? bytes : 1);
+        if (err == cudaSuccess) err = cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice);
+        *dst = p;   // (freed with the rest on failure)
+    };
+    copy(L.words.data(), L.words.size() * sizeof(uint32_t), (const void **)&m->words);
+    copy(units.data(), units.size() * sizeof(units[0]), (const void **)&m->units);
+    copy(chunks.data(), chunks.size() * sizeof(int4), (const void **)&m->chunks);
+    copy(L.scales.data(), L.scales.size() * sizeof(uint16_t), (const void **)&m->scales);
+    copy(deal.data(), deal.size() * sizeof(int), (const void **)&m->deal);
+    m->K = L.K;
+    m->Np = L.Np;
+    m->n_chunks = (int)chunks.size();
+    if (err != cudaSuccess) {
+        ggx_cuda_tile_free(*m);
+        *m = {};
+    }
+    return err;
+}
+
+void ggx_cuda_tile_free(const ggx_tile_matrix & m) {
+    for (const void * p : {(const void *)m.words, (const void *)m.units, (const void *)m.chunks, (const void *)m.scales, (const void *)m.deal})
+        if (p) (void)cudaFree((void *)p);
+}
+
 size_t ggx_tile_gemv_smem(int K, int n_chunks) { return tile_smem_of(K, n_chunks).total; }
 
 cudaError_t ggx_cuda_tile_gemv(const ggx_tile_matrix & m, const float * xq, float * y, int grid, cudaStream_t stream) {

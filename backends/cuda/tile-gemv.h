@@ -64,6 +64,13 @@ struct ggx_tile_matrix {
     int K, Np, n_chunks;
 };
 
+// A layout (with its words) copied to fresh device memory as a matrix for launches of `grid`
+// blocks (the deal made for them). cudaErrorInvalidValue when the layout does not fit the unit
+// descriptors (ggx_tile_units); on any error nothing stays allocated.
+cudaError_t ggx_cuda_tile_upload(const ggx::TileLayout & L, int grid, ggx_tile_matrix * m);
+// Frees what ggx_cuda_tile_upload allocated (null pointers are skipped).
+void        ggx_cuda_tile_free(const ggx_tile_matrix & m);
+
 // Dynamic shared memory of a launch for K rows and n_chunks chunks.
 size_t ggx_tile_gemv_smem(int K, int n_chunks);
 

@@ -21,6 +21,7 @@
 #define cudaSuccess                 hipSuccess
 #define cudaErrorMemoryAllocation   hipErrorOutOfMemory
 #define cudaErrorNotSupported       hipErrorNotSupported
+#define cudaErrorInvalidValue       hipErrorInvalidValue
 #define cudaStream_t                hipStream_t
 #define cudaStreamNonBlocking       hipStreamNonBlocking
 #define cudaEvent_t                 hipEvent_t

@@ -80,23 +80,15 @@ int main(int argc, char ** argv) {
         std::string why;
         if (tile) {   // one deal for the whole grid; y is not zeroed between calls (only timed)
             ggx::TileLayout T;
-            std::vector<ggx_tile_unit_dev> units;
-            std::vector<int4> chunks;
-            if (!ggx::tile_layout_build(q, &T, &why) || !ggx_tile_units(T, &units, &chunks)) {
+            if (!ggx::tile_layout_build(q, &T, &why)) {
                 std::fprintf(stderr, "strip-time: %s: no tile layout: %s\n", M.name, why.c_str());
                 return 1;
             }
-            ggx_tile_matrix m = {};
-            m.units = upload(units);
-            m.chunks = upload(chunks);
-            m.scales = upload(T.scales);
-            m.deal = upload(ggx::tile_layout_deal(T, n_strips * GGX_TILE_WARPS));
-            m.K = M.K;
-            m.Np = T.Np;
-            m.n_chunks = (int)chunks.size();
-            for (int c = 0; c < COPIES; c++) {
+            ggx_tile_matrix m;
+            CK(ggx_cuda_tile_upload(T, n_strips, &m));
+            for (int c = 0; c < COPIES; c++) {   // copy 0 keeps the upload's words
                 M.t[c] = m;
-                M.t[c].words = (const uint4 *)upload(T.words);
+                if (c > 0) M.t[c].words = (const uint4 *)upload(T.words);
             }
             M.bytes = T.words.size() * 4 + T.scales.size() * 2;
             layer_bytes += M.bytes;

@@ -36,30 +36,19 @@ TEST_CASE("tile gemv: synthetic EXL2 layers through the tile layout against a do
                 ggx::TileLayout L;
                 std::string why;
                 REQUIRE_MESSAGE(ggx::tile_layout_build(q, &L, &why), why);
-                std::vector<ggx_tile_unit_dev> units;
-                std::vector<int4> chunks;
-                REQUIRE(ggx_tile_units(L, &units, &chunks));
-                const std::vector<int> deal = ggx::tile_layout_deal(L, grid * GGX_TILE_WARPS);
-
                 const GemvReference R = gemv_reference(Q, seed);
 
-                ggx_tile_matrix m = {};
-                m.words = (const uint4 *)upload(L.words);
-                m.units = upload(units);
-                m.chunks = upload(chunks);
-                m.scales = upload(L.scales);
-                m.deal = upload(deal);
-                m.K = K;
-                m.Np = L.Np;
-                m.n_chunks = (int)chunks.size();
+                ggx_tile_matrix m;
+                REQUIRE(ggx_cuda_tile_upload(L, grid, &m) == cudaSuccess);
+                REQUIRE(m.K == K);
                 float * xd = upload(R.xq);
                 float * yd = upload(std::vector<float>(L.Np, 0.0f));
                 REQUIRE(ggx_cuda_tile_gemv(m, xd, yd, grid, nullptr) == cudaSuccess);
                 const std::vector<float> y = download(yd, N);
                 check_bound(y, R.ref, R.bound, std::string("tile gemv ") + lay);
-                for (const void * p : {(const void *)m.words, (const void *)m.units, (const void *)m.chunks, (const void *)m.scales,
-                                       (const void *)m.deal, (const void *)xd, (const void *)yd})
-                    cudaFree((void *)p);
+                ggx_cuda_tile_free(m);
+                cudaFree(xd);
+                cudaFree(yd);
             }
 }
 
