@@ -25,16 +25,16 @@ bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * wh
         L.group_bits.push_back((uint8_t)groups[g].bits);
         for (int s = 0; s < groups[g].n_rows / 16; s++) L.step_group[groups[g].row0 / 16 + s] = g;
     }
-    // chunks, and units packing consecutive chunks of one width into at most 16 steps
-    struct UnitSpan { int bits, step0, n_steps, chunk0; uint16_t starts; };
+    // chunks, and units packing consecutive chunks of one width into at most ggx_tile_max_steps
+    struct UnitSpan { int bits, step0, n_steps, chunk0; uint32_t starts; };
     std::vector<UnitSpan> spans;
     for (int g = 0; g < (int)groups.size(); g++)
         for (int s = groups[g].row0 / 16; s < (groups[g].row0 + groups[g].n_rows) / 16; s += 16) {
             const int n = std::min(16, (groups[g].row0 + groups[g].n_rows) / 16 - s);
             const int c = (int)L.chunks.size();
             L.chunks.push_back({s, n, g});
-            if (!spans.empty() && spans.back().bits == groups[g].bits && spans.back().n_steps + n <= 16) {
-                spans.back().starts |= (uint16_t)(1u << spans.back().n_steps);
+            if (!spans.empty() && spans.back().bits == groups[g].bits && spans.back().n_steps + n <= ggx_tile_max_steps(groups[g].bits)) {
+                spans.back().starts |= 1u << spans.back().n_steps;
                 spans.back().n_steps += n;
             } else {
                 spans.push_back({groups[g].bits, s, n, c, 1});

@@ -32,8 +32,8 @@
 // Chunks and units: each group is cut into chunks of at most 16 steps (the same for every tile);
 // a chunk is what one set of tensor-core sums covers before its bias, zero point and scale are
 // applied (with the chunk's sums of x, computed once per x). A unit packs consecutive chunks of
-// one width into at most 16 steps (so a unit of small groups still loads whole uint4; its
-// chunk_starts bits say where the kernel applies a chunk's epilogue). Each lane's words of a unit
+// one width into at most ggx_tile_max_steps steps (so a unit of small groups still loads whole
+// uint4; its chunk_starts bits say where the kernel applies a chunk's epilogue). Each lane's words of a unit
 // are its planes' words, plane 1 starting where a full unit's plane 0 ends (ggx_tile_plane_base:
 // a constant per width, so that a kernel unrolled over the steps indexes registers statically;
 // only a short unit of a two-plane width wastes words), padded to whole uint4, stored
@@ -59,9 +59,21 @@ GGX_HD constexpr int ggx_tile_plane_shift(int bits, int p) { return p == 0 ? 0 :
 // Words of one lane for n_steps steps of a plane (whole words).
 GGX_HD constexpr int ggx_tile_plane_words(int plane_bits, int n_steps) { return (n_steps * plane_bits + 3) / 4; }
 
+// Most steps of a unit of a width: as many as keep its words within 8 uint4 per lane (one unit's
+// registers in the kernels): 32 at 4 bits and below, 16 above (6 bits would allow 21, 5 bits 25:
+// not worth a third unroll). At 4 bits a 16-step unit held 2 KB per warp, too few bytes in flight
+// per warp: 8-bit units (4 KB) streamed 1.4x faster in run 96. GGX_TILE_MS (16 or 32, at compile
+// time, the same for the layout builder and the kernels) exists to time the two against each other.
+#ifndef GGX_TILE_MS
+#define GGX_TILE_MS 32
+#endif
+GGX_HD constexpr int ggx_tile_max_steps(int bits) { return bits <= 4 ? GGX_TILE_MS : 16; }
+
 // First word of plane p among a lane's words of a unit (fixed per width: plane 0 at 0, plane 1
-// after a 16-step plane 0), and the words a unit of n_steps steps takes (plane 1's end).
-GGX_HD constexpr int ggx_tile_plane_base(int bits, int p) { return p == 0 ? 0 : ggx_tile_plane_words(ggx_tile_plane_bits(bits, 0), 16); }
+// after a full unit's plane 0), and the words a unit of n_steps steps takes (plane 1's end).
+GGX_HD constexpr int ggx_tile_plane_base(int bits, int p) {
+    return p == 0 ? 0 : ggx_tile_plane_words(ggx_tile_plane_bits(bits, 0), ggx_tile_max_steps(bits));
+}
 GGX_HD constexpr int ggx_tile_unit_words(int bits, int n_steps) {
     const int last = ggx_tile_n_planes(bits) - 1;
     return ggx_tile_plane_base(bits, last) + ggx_tile_plane_words(ggx_tile_plane_bits(bits, last), n_steps);
@@ -149,8 +161,8 @@ struct TileUnit {
     uint32_t tile;           // columns 16 tile .. 16 tile + 15
     uint32_t step0;          // first step: quantized rows 16 step0 ..
     uint32_t chunk0;         // its first chunk (TileLayout::chunks)
-    uint16_t chunk_starts;   // bit i: step i starts a chunk (bit 0 always)
-    uint8_t  n_steps;        // 1 .. 16, one width
+    uint32_t chunk_starts;   // bit i: step i starts a chunk (bit 0 always)
+    uint8_t  n_steps;        // 1 .. ggx_tile_max_steps(bits), one width
     uint8_t  bits;
     uint8_t  n_uint4;        // uint4 per lane
 };

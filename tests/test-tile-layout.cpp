@@ -72,7 +72,12 @@ void check_codes(const QLayerHost & Q, const TileLayout & L) {
             CHECK(u.tile == (uint32_t)t);
             CHECK(u.offset == next);   // units follow each other without gaps
             next = u.offset + u.n_uint4;
-            CHECK((u.n_steps >= 1 && u.n_steps <= 16));
+            CHECK((u.n_steps >= 1 && u.n_steps <= ggx_tile_max_steps(u.bits)));
+            CHECK((u.n_uint4 >= 1 && u.n_uint4 <= 8));   // one unit's registers in the kernels
+            // units as long as they may be: a unit shorter than its width's most steps is followed
+            // in its tile by one of another width, or by a chunk that would not fit
+            if (ui + 1 < L.tile_unit0[t + 1] && u.n_steps < ggx_tile_max_steps(u.bits) && L.units[ui + 1].bits == u.bits)
+                CHECK(u.n_steps + L.chunks[L.units[ui + 1].chunk0].n_steps > ggx_tile_max_steps(u.bits));
             if (ui > L.tile_unit0[t]) CHECK(L.units[ui - 1].step0 + L.units[ui - 1].n_steps == u.step0);   // rows in order
             // the unit is whole chunks, chunk_starts marking where each begins
             REQUIRE(u.chunk0 < L.chunks.size());

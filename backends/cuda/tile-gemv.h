@@ -5,7 +5,7 @@
 //
 // A launch stages x once per block: scaled by a power of two (x_scale_exponent) into fp16, in
 // each 16-row step's fragment order (lane t of a B column reads x[2t], x[2t + 1] and x[2t + 8],
-// x[2t + 9] / V), for V = 1, 4 and 16, each followed by 256 zero halves; and per chunk the sums
+// x[2t + 9] / V), for V = 1, 4 and 16, each followed by 512 zero halves; and per chunk the sums
 // S and T_V of those fp16 values, which the epilogue needs to take the bias 1024 and the zero
 // point out. Each warp then walks its dealt units (tile-major, contiguous), the next unit's words
 // and first scales loaded while one multiplies, the width's code unrolled over the unit's steps
@@ -35,13 +35,15 @@
 // A unit as the kernel reads it (one uint4).
 struct ggx_tile_unit_dev {
     uint32_t offset;                  // first uint4 index of its words ([index][32 lanes])
-    uint16_t tile, step0, chunk0, chunk_starts;
-    uint8_t  n_steps, bits, n_uint4, pad;
+    uint16_t tile, step0, chunk0;
+    uint8_t  n_steps;                 // 1 .. 32
+    uint8_t  bits_n_uint4;            // bits | n_uint4 << 4 (n_uint4 1 .. 8)
+    uint32_t chunk_starts;
 };
 static_assert(sizeof(ggx_tile_unit_dev) == 16, "one uint4 per unit");
 
 // The layout's units and chunks as the kernel reads them; false when a field does not fit (more
-// than 65535 tiles or steps).
+// than 65535 tiles, steps or chunks).
 bool ggx_tile_units(const ggx::TileLayout & L, std::vector<ggx_tile_unit_dev> * units, std::vector<int4> * chunks);
 
 // Per step of the layout: (bits, first packed row, first quantized row of its group, 0), what the
