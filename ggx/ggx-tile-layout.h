@@ -65,7 +65,7 @@ GGX_HD constexpr int ggx_tile_plane_words(int plane_bits, int n_steps) { return 
 // per warp: 8-bit units (4 KB) streamed 1.4x faster in run 96. GGX_TILE_MS (16 or 32, at compile
 // time, the same for the layout builder and the kernels) exists to time the two against each other.
 #ifndef GGX_TILE_MS
-#define GGX_TILE_MS 32
+#define GGX_TILE_MS 16
 #endif
 GGX_HD constexpr int ggx_tile_max_steps(int bits) { return bits <= 4 ? GGX_TILE_MS : 16; }
 

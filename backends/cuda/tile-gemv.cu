@@ -48,6 +48,13 @@ __global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, co
     const int tid = threadIdx.x, lane = tid % GGX_CUDA_WARP, warp = tid / GGX_CUDA_WARP;
     const int K = m.K;
 
+    // the warp's first unit's words load first: they do not depend on x
+    const int gw = blockIdx.x * GGX_TILE_WARPS + warp;
+    const int u0 = ggx_load_ro(m.deal + gw), u1 = ggx_load_ro(m.deal + gw + 1);
+    tl::warp_src src = {m.words, m.units, m.scales, xs, csum, K};
+    tl::warp_pipe pipe;
+    tl::warp_begin(src, u0, u1, lane, pipe);
+
     // x: the power of two that takes max |x| into [8, 16), then each step's fragment order per
     // variant with the step and chunk sums
     float am = 0.0f;
@@ -60,10 +67,8 @@ __global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, co
     tl::chunk_sums(m.chunks, m.n_chunks, m.Np, step_sums, csum, tid, NT);
     __syncthreads();
 
-    const int gw = blockIdx.x * GGX_TILE_WARPS + warp;
-    const tl::warp_src src = {m.words, m.units, m.scales, xs, csum, K};
     atomic_sink sink = {y, ldexpf(1.0f, -e)};
-    tl::warp_units(src, ggx_load_ro(m.deal + gw), ggx_load_ro(m.deal + gw + 1), lane, sink);
+    tl::warp_run(src, u0, u1, lane, pipe, sink);
 }
 
 #endif  // !GGX_USE_HIP

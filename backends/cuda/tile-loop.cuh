@@ -350,23 +350,36 @@ __device__ __forceinline__ unit_desc unit_step(const warp_src & m, int u, int u1
     return d_after;
 }
 
-// The warp's units u0 .. u1 - 1 (tile-major): each tile's column sums (times 2^e of x's staging:
-// the caller unscales) go to sink. Two word buffers trade places unit by unit (the body twice),
-// so that no unit's words are copied between registers.
+// A warp's pipeline: the descriptors of its next two units and the words of the first, loaded by
+// warp_begin before the caller stages x (they do not depend on it), so that the first words are
+// on their way while the block stages; then warp_run walks the units.
+struct warp_pipe {
+    unit_desc da, db;
+    uint4     wa[8], wb[8];
+};
+
+__device__ __forceinline__ void warp_begin(const warp_src & m, int u0, int u1, int lane, warp_pipe & p) {
+    if (u0 >= u1) return;
+    p.da = load_desc(m.units + u0);
+    p.db = u0 + 1 < u1 ? load_desc(m.units + u0 + 1) : p.da;
+    load_words(m.words, p.da, lane, p.wa);
+}
+
+// The warp's units u0 .. u1 - 1 (tile-major) after warp_begin: each tile's column sums (times 2^e
+// of x's staging: the caller unscales) go to sink. Two word buffers trade places unit by unit (the
+// body twice), so that no unit's words are copied between registers.
 template <typename Sink>
-__device__ __forceinline__ void warp_units(const warp_src & m, int u0, int u1, int lane, Sink & sink) {
+__device__ __forceinline__ void warp_run(const warp_src & m, int u0, int u1, int lane, warp_pipe & p, Sink & sink) {
     if (u0 >= u1) return;
     float acc_lo = 0.0f, acc_hi = 0.0f;
     int tile = -1;
-    unit_desc da = load_desc(m.units + u0), db = u0 + 1 < u1 ? load_desc(m.units + u0 + 1) : da;
-    uint4 wa[8], wb[8];
+    unit_desc da = p.da, db = p.db;
     uint32_t sa[2], sb[2];
-    load_words(m.words, da, lane, wa);
     unit_scales(da, da.chunk0(), unit_last_chunk(da), m.csum, m.scales, lane, sa);
     for (int u = u0; u < u1; u += 2) {
-        const unit_desc da2 = unit_step(m, u, u1, da, wa, sa, db, wb, sb, lane, tile, acc_lo, acc_hi, sink);   // unit u + 2's descriptor
+        const unit_desc da2 = unit_step(m, u, u1, da, p.wa, sa, db, p.wb, sb, lane, tile, acc_lo, acc_hi, sink);   // unit u + 2's descriptor
         if (u + 1 >= u1) break;
-        const unit_desc db2 = unit_step(m, u + 1, u1, db, wb, sb, da2, wa, sa, lane, tile, acc_lo, acc_hi, sink);
+        const unit_desc db2 = unit_step(m, u + 1, u1, db, p.wb, sb, da2, p.wa, sa, lane, tile, acc_lo, acc_hi, sink);
         da = da2;
         db = db2;
     }

@@ -9,7 +9,8 @@
 //   nvcc -O3 -std=c++17 -arch=sm_90 -I. -Iinclude -Ibackends/cuda bench/probes/strip-time.cu \
 //        build-dev/libexl2.a -lcublas -o strip-time
 // Run: ./strip-time [BPW] [N_STRIPS (0: one per SM)] [FORM: ring, xpad, d2, pfN, joined with +;
-//      or tile: the tensor-core tile GEMV (backends/cuda/tile-gemv.h) on N_STRIPS blocks]
+//      or tile: the tensor-core tile GEMV (backends/cuda/tile-gemv.h) on N_STRIPS blocks; tile0:
+//      the same launches with no units dealt (the fixed part alone)]
 #include "backends/cuda/strip-step.h"
 #include "backends/cuda/tile-gemv.h"
 #include "exl2/quant/qlayer.h"
@@ -86,6 +87,9 @@ int main(int argc, char ** argv) {
             }
             ggx_tile_matrix m;
             CK(ggx_cuda_tile_upload(T, n_strips, &m));
+            // "tile0": every warp dealt no units, so a launch is its fixed part alone (launch, x
+            // staging and chunk sums): the full form less this one is the loop's time
+            if (form.find("tile0") != std::string::npos) CK(cudaMemset((void *)m.deal, 0, ((size_t)n_strips * GGX_TILE_WARPS + 1) * sizeof(int)));
             for (int c = 0; c < COPIES; c++) {   // copy 0 keeps the upload's words
                 M.t[c] = m;
                 if (c > 0) M.t[c].words = (const uint4 *)upload(T.words);
