@@ -63,7 +63,10 @@ bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * wh
         }
     }
     L.tile_unit0.push_back((int)L.units.size());
-    L.scales = exl2_scales_f16(q);
+    const std::vector<uint16_t> rows = exl2_scales_f16(q);   // [G][Np] in column order
+    L.scales.resize(rows.size());
+    for (size_t g = 0; g < rows.size() / q.Np; g++)
+        for (int n = 0; n < q.Np; n++) L.scales[tile_scale_index(q.Np, (int)g, n)] = rows[g * q.Np + n];
     return true;
 }
 

@@ -151,7 +151,7 @@ std::vector<double> tile_product(const TileLayout & L, const std::vector<float> 
             }
             for (int m = 0; m < 16; m++) {
                 const int n = 16 * u.tile + m;
-                y[n] += ggx_f16_to_f32(L.scales[(size_t)g * L.Np + n]) * (sum_vx[m] - (1 << (u.bits - 1)) * S);
+                y[n] += ggx_f16_to_f32(L.scales[ggx::tile_scale_index(L.Np, g, n)]) * (sum_vx[m] - (1 << (u.bits - 1)) * S);
             }
             i0 = i1;
         }

@@ -61,7 +61,7 @@ struct ggx_tile_matrix {
     const uint4 *             words;
     const ggx_tile_unit_dev * units;
     const int4 *              chunks;   // (first step, steps, group, 0)
-    const uint16_t *          scales;   // fp16 [G][Np]
+    const uint16_t *          scales;   // fp16 [G][Np] (ggx::TileLayout::scales' order)
     const int *               deal;     // [grid * GGX_TILE_WARPS + 1] (ggx::tile_layout_deal)
     int K, Np, n_chunks;
 };

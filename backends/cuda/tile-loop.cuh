@@ -55,15 +55,14 @@ static_assert(offsetof(ggx_tile_unit_dev, tile) == 4 && offsetof(ggx_tile_unit_d
 __device__ __forceinline__ int unit_last_chunk(const unit_desc & d) { return d.chunk0() + __popc(d.chunk_starts()) - 1; }
 
 // Lane (g, t)'s group scales for the chunks base + 2t + e (e = 0, 1; at most `last`: a lane past
-// the unit's chunks reads the last one, unused) of columns g and g + 8, as fp16 pairs.
+// the unit's chunks reads the last one, unused) of columns g and g + 8, as fp16 pairs: one 32-bit
+// load each (ggx::tile_scale_index's order), first used in the unit's epilogue.
 __device__ __forceinline__ void unit_scales(const unit_desc & d, int base, int last, const float4 * csum, const uint16_t * scales, int lane,
                                             uint32_t (&out)[2]) {
-    const uint16_t * col = scales + 16 * d.tile() + lane / 4;
+    const uint16_t * col = scales + 16 * d.tile() + 2 * (lane / 4);
 #pragma unroll
-    for (int e = 0; e < 2; e++) {
-        const uint16_t * s = col + __float_as_int(csum[min(base + 2 * (lane % 4) + e, last)].w);   // the chunk's group row
-        out[e] = (uint32_t)ggx_load_ro(s) | (uint32_t)ggx_load_ro(s + 8) << 16;
-    }
+    for (int e = 0; e < 2; e++)
+        out[e] = ggx_load_ro((const uint32_t *)(col + __float_as_int(csum[min(base + 2 * (lane % 4) + e, last)].w)));   // the chunk's group row
 }
 
 // ggx_tile_reg on the device: one LOP3 (and the recipe's shift, shared by two registers), or at 8
