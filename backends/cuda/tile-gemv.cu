@@ -4,6 +4,7 @@
 #include "exl2-unpack.cuh"
 #include "tile-loop.cuh"
 
+#include <algorithm>
 #include <cstddef>
 
 namespace {
@@ -11,16 +12,19 @@ namespace {
 namespace tl = ggx_tile_loop;
 
 // Shared memory: [x staged for V = 1, 4, 16 (tile-loop.cuh's x_halves)][per step (S, T4, T16)]
-// [per chunk (S, T4, T16, first scale of the group: group x Np, as int bits)].
+// [per chunk (S, T4, T16, first scale of the group: group x Np, as int bits)][the block's unit
+// descriptors: read from global memory inside the loop, the one two units ahead was still on its
+// way when needed (run 100's profile)].
 struct tile_smem {
-    size_t xs, step_sums, chunk_sums, total;
+    size_t xs, step_sums, chunk_sums, desc, total;
 };
-__host__ __device__ inline tile_smem tile_smem_of(int K, int n_chunks) {
+__host__ __device__ inline tile_smem tile_smem_of(int K, int n_chunks, int max_block_units) {
     tile_smem L;
     L.xs = 0;
     L.step_sums = (tl::x_halves(K) * 2 + 15) & ~(size_t)15;
     L.chunk_sums = L.step_sums + (size_t)(K / 16) * 16;
-    L.total = L.chunk_sums + (size_t)n_chunks * 16;
+    L.desc = L.chunk_sums + (size_t)n_chunks * 16;
+    L.total = L.desc + (size_t)max_block_units * sizeof(ggx_tile_unit_dev);
     return L;
 }
 
@@ -41,7 +45,7 @@ struct atomic_sink {
 __global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, const float * __restrict__ xq, float * y) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float red[GGX_CUDA_WARP];
-    const tile_smem L = tile_smem_of(m.K, m.n_chunks);
+    const tile_smem L = tile_smem_of(m.K, m.n_chunks, m.max_block_units);
     half * xs = (half *)(smem + L.xs);
     float4 * step_sums = (float4 *)(smem + L.step_sums);
     float4 * csum = (float4 *)(smem + L.chunk_sums);
@@ -51,9 +55,12 @@ __global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, co
     // the warp's first unit's words load first: they do not depend on x
     const int gw = blockIdx.x * GGX_TILE_WARPS + warp;
     const int u0 = ggx_load_ro(m.deal + gw), u1 = ggx_load_ro(m.deal + gw + 1);
-    tl::warp_src src = {m.words, m.units, m.scales, xs, csum, K};
     tl::warp_pipe pipe;
-    tl::warp_begin(src, u0, u1, lane, pipe);
+    tl::warp_begin(m.words, m.units, u0, u1, lane, pipe);
+    // the block's descriptors into shared memory (published by the staging's barriers)
+    const int b0 = ggx_load_ro(m.deal + blockIdx.x * GGX_TILE_WARPS), b1 = ggx_load_ro(m.deal + (blockIdx.x + 1) * GGX_TILE_WARPS);
+    ggx_tile_unit_dev * desc = (ggx_tile_unit_dev *)(smem + L.desc);
+    for (int j = tid; j < b1 - b0; j += NT) ((uint4 *)desc)[j] = ggx_load_ro((const uint4 *)(m.units + b0 + j));
 
     // x: the power of two that takes max |x| into [8, 16), then each step's fragment order per
     // variant with the step and chunk sums
@@ -67,6 +74,7 @@ __global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, co
     tl::chunk_sums(m.chunks, m.n_chunks, m.Np, step_sums, csum, tid, NT);
     __syncthreads();
 
+    const tl::warp_src src = {m.words, desc - b0, m.scales, xs, csum, K, m.prefetch};
     atomic_sink sink = {y, ldexpf(1.0f, -e)};
     tl::warp_run(src, u0, u1, lane, pipe, sink);
 }
@@ -146,6 +154,7 @@ cudaError_t ggx_cuda_tile_upload(const ggx::TileLayout & L, int grid, ggx_tile_m
     m->K = L.K;
     m->Np = L.Np;
     m->n_chunks = (int)chunks.size();
+    for (int b = 0; b < grid; b++) m->max_block_units = std::max(m->max_block_units, deal[(size_t)(b + 1) * GGX_TILE_WARPS] - deal[(size_t)b * GGX_TILE_WARPS]);
     if (err != cudaSuccess) {
         ggx_cuda_tile_free(*m);
         *m = {};
@@ -158,7 +167,7 @@ void ggx_cuda_tile_free(const ggx_tile_matrix & m) {
         if (p) (void)cudaFree((void *)p);
 }
 
-size_t ggx_tile_gemv_smem(int K, int n_chunks) { return tile_smem_of(K, n_chunks).total; }
+size_t ggx_tile_gemv_smem(const ggx_tile_matrix & m) { return tile_smem_of(m.K, m.n_chunks, m.max_block_units).total; }
 
 cudaError_t ggx_cuda_tile_gemv(const ggx_tile_matrix & m, const float * xq, float * y, int grid, cudaStream_t stream) {
 #if defined(GGX_USE_HIP)
@@ -169,7 +178,7 @@ cudaError_t ggx_cuda_tile_gemv(const ggx_tile_matrix & m, const float * xq, floa
     (void)stream;
     return cudaErrorNotSupported;   // mma.sync is NVIDIA's
 #else
-    const size_t smem = ggx_tile_gemv_smem(m.K, m.n_chunks);
+    const size_t smem = ggx_tile_gemv_smem(m);
     cudaError_t err = cudaFuncSetAttribute(k_tile_gemv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess) return err;
     k_tile_gemv<<<grid, NT, smem, stream>>>(m, xq, y);

@@ -64,6 +64,8 @@ struct ggx_tile_matrix {
     const uint16_t *          scales;   // fp16 [G][Np] (ggx::TileLayout::scales' order)
     const int *               deal;     // [grid * GGX_TILE_WARPS + 1] (ggx::tile_layout_deal)
     int K, Np, n_chunks;
+    int max_block_units;                // most units of one block's warps (their descriptors go to shared memory)
+    int prefetch;                       // units ahead whose words a warp asks L2 for (0: none; a measurement knob)
 };
 
 // A layout (with its words) copied to fresh device memory as a matrix for launches of `grid`
@@ -73,8 +75,8 @@ cudaError_t ggx_cuda_tile_upload(const ggx::TileLayout & L, int grid, ggx_tile_m
 // Frees what ggx_cuda_tile_upload allocated (null pointers are skipped).
 void        ggx_cuda_tile_free(const ggx_tile_matrix & m);
 
-// Dynamic shared memory of a launch for K rows and n_chunks chunks.
-size_t ggx_tile_gemv_smem(int K, int n_chunks);
+// Dynamic shared memory of a launch of m.
+size_t ggx_tile_gemv_smem(const ggx_tile_matrix & m);
 
 // y[0 .. Np) += W xq, xq in quantized row order (f32); y zeroed by the caller (the warps' sums
 // meet by atomicAdd, so the last bits may differ from run to run). grid: the blocks the deal was

@@ -5,6 +5,7 @@
 // (a Sink). CUDA only (mma.sync, sm_80+).
 #pragma once
 
+#include "async-copy.cuh"
 #include "common.cuh"
 #include "mma.cuh"
 #include "tile-gemv.h"
@@ -219,7 +220,8 @@ __device__ __forceinline__ void run_unit_any(const unit_desc & d, const uint4 (&
     else run_unit<BITS, 0>(d, w, s0, xs, K, csum, scales, lane, acc_lo, acc_hi);
 }
 
-__device__ __forceinline__ unit_desc load_desc(const ggx_tile_unit_dev * p) { return {ggx_load_ro((const uint4 *)p)}; }
+// A descriptor from the block's copy in shared memory (a plain load: the pointer is generic).
+__device__ __forceinline__ unit_desc load_desc(const ggx_tile_unit_dev * p) { return {*(const uint4 *)p}; }
 
 // A unit's words of this lane (uint4 j at offset + j, 512 bytes apart); past n_uint4 the
 // registers are left as they are (no recipe of the unit reads them). A switch into a chain of
@@ -297,8 +299,9 @@ __device__ __forceinline__ void chunk_sums(const int4 * chunks, int n_chunks, in
     }
 }
 
-// What a warp's units read: the matrix's words, units and scales, and the block's staged x and
-// chunk sums.
+// What a warp's units read: the matrix's words and scales, the descriptors (indexed by unit: in
+// the loop, the block's copy in shared memory), and the block's staged x and chunk sums.
+// prefetch: units ahead of the multiply whose words lane 0 asks L2 for (0: none).
 struct warp_src {
     const uint4 *             words;
     const ggx_tile_unit_dev * units;
@@ -306,6 +309,7 @@ struct warp_src {
     const half *              xs;
     const float4 *            csum;
     int                       K;
+    int                       prefetch;
 };
 
 // A warp's running sums of its current tile: reduced over the 4 lanes t (which hold the same
@@ -329,6 +333,10 @@ template <typename Sink>
 __device__ __forceinline__ unit_desc unit_step(const warp_src & m, int u, int u1, const unit_desc & d, const uint4 (&w)[8],
                                                const uint32_t (&sw)[2], const unit_desc & d_next, uint4 (&w_next)[8], uint32_t (&s_next)[2],
                                                int lane, int & tile, float & acc_lo, float & acc_hi, Sink & sink) {
+    if (m.prefetch > 0 && lane == 0 && u + 1 + m.prefetch < u1) {
+        const unit_desc dp = load_desc(m.units + u + 1 + m.prefetch);
+        ggx_prefetch_l2(m.words + (size_t)dp.offset() * 32, (uint32_t)dp.n_uint4() * 512u);
+    }
     if (u + 1 < u1) {
         load_words(m.words, d_next, lane, w_next);
         unit_scales(d_next, d_next.chunk0(), unit_last_chunk(d_next), m.csum, m.scales, lane, s_next);
@@ -357,11 +365,12 @@ struct warp_pipe {
     uint4     wa[8], wb[8];
 };
 
-__device__ __forceinline__ void warp_begin(const warp_src & m, int u0, int u1, int lane, warp_pipe & p) {
+// (units: the descriptors in global memory)
+__device__ __forceinline__ void warp_begin(const uint4 * words, const ggx_tile_unit_dev * units, int u0, int u1, int lane, warp_pipe & p) {
     if (u0 >= u1) return;
-    p.da = load_desc(m.units + u0);
-    p.db = u0 + 1 < u1 ? load_desc(m.units + u0 + 1) : p.da;
-    load_words(m.words, p.da, lane, p.wa);
+    p.da = {ggx_load_ro((const uint4 *)(units + u0))};
+    p.db = u0 + 1 < u1 ? unit_desc{ggx_load_ro((const uint4 *)(units + u0 + 1))} : p.da;
+    load_words(words, p.da, lane, p.wa);
 }
 
 // The warp's units u0 .. u1 - 1 (tile-major) after warp_begin: each tile's column sums (times 2^e

@@ -87,6 +87,7 @@ int main(int argc, char ** argv) {
             }
             ggx_tile_matrix m;
             CK(ggx_cuda_tile_upload(T, n_strips, &m));
+            m.prefetch = F.prefetch;   // "tile+pfN": words N units ahead asked of L2
             // "tile0": every warp dealt no units, so a launch is its fixed part alone (launch, x
             // staging and chunk sums): the full form less this one is the loop's time
             if (form.find("tile0") != std::string::npos) CK(cudaMemset((void *)m.deal, 0, ((size_t)n_strips * GGX_TILE_WARPS + 1) * sizeof(int)));

@@ -26,30 +26,33 @@ TEST_CASE("tile gemv: synthetic EXL2 layers through the tile layout against a do
     uint64_t seed = 500;
     for (const char * lay : layouts)
         for (const auto & shape : {std::make_pair(2048, 200), std::make_pair(4096, 512)})
-            for (int grid : {2, 40}) {
-                const int K = shape.first, N = shape.second;
-                CAPTURE(lay);
-                CAPTURE(K);
-                CAPTURE(grid);
-                const exl2::QLayerHost Q = synth_layer(lay, K, N, seed++);
-                const ggx_qmatrix q = exl2::qlayer_host_view(Q);
-                ggx::TileLayout L;
-                std::string why;
-                REQUIRE_MESSAGE(ggx::tile_layout_build(q, &L, &why), why);
-                const GemvReference R = gemv_reference(Q, seed);
+            for (int grid : {2, 40})
+                for (int prefetch : {0, 2}) {   // (L2 prefetch changes no result; its addresses must stay inside the words)
+                    const int K = shape.first, N = shape.second;
+                    CAPTURE(lay);
+                    CAPTURE(K);
+                    CAPTURE(grid);
+                    CAPTURE(prefetch);
+                    const exl2::QLayerHost Q = synth_layer(lay, K, N, seed++);
+                    const ggx_qmatrix q = exl2::qlayer_host_view(Q);
+                    ggx::TileLayout L;
+                    std::string why;
+                    REQUIRE_MESSAGE(ggx::tile_layout_build(q, &L, &why), why);
+                    const GemvReference R = gemv_reference(Q, seed);
 
-                ggx_tile_matrix m;
-                REQUIRE(ggx_cuda_tile_upload(L, grid, &m) == cudaSuccess);
-                REQUIRE(m.K == K);
-                float * xd = upload(R.xq);
-                float * yd = upload(std::vector<float>(L.Np, 0.0f));
-                REQUIRE(ggx_cuda_tile_gemv(m, xd, yd, grid, nullptr) == cudaSuccess);
-                const std::vector<float> y = download(yd, N);
-                check_bound(y, R.ref, R.bound, std::string("tile gemv ") + lay);
-                ggx_cuda_tile_free(m);
-                cudaFree(xd);
-                cudaFree(yd);
-            }
+                    ggx_tile_matrix m;
+                    REQUIRE(ggx_cuda_tile_upload(L, grid, &m) == cudaSuccess);
+                    m.prefetch = prefetch;
+                    REQUIRE(m.K == K);
+                    float * xd = upload(R.xq);
+                    float * yd = upload(std::vector<float>(L.Np, 0.0f));
+                    REQUIRE(ggx_cuda_tile_gemv(m, xd, yd, grid, nullptr) == cudaSuccess);
+                    const std::vector<float> y = download(yd, N);
+                    check_bound(y, R.ref, R.bound, std::string("tile gemv ") + lay);
+                    ggx_cuda_tile_free(m);
+                    cudaFree(xd);
+                    cudaFree(yd);
+                }
 }
 
 // The device gather writes the words the host builder writes, bit for bit (it runs the same
