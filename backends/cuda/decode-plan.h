@@ -48,6 +48,7 @@ struct ggx_cuda_qextra {
     int4 * groups = nullptr;        // per group {k0, qrow0, bits, rows} (EXL2 prefill)
     int    n_groups = 0;
     struct ggx_strip_matrix * strip = nullptr;   // strip-layout copy (strip-plan.cuh), GGX_CUDA_STEP=1 only
+    struct ggx_tile_step_matrix * tile = nullptr;   // tile-layout copy (strip-plan.cuh), GGX_CUDA_STEP=tile only
 };
 
 #define GGX_QGEMV_MAX_MATS 4

@@ -206,7 +206,7 @@ ggx_status compute_x16(ggx_cuda_ctx & ctx, ggx_tensor * node) {
     }
 }
 
-// With GGX_CUDA_STEP=1: the jobs from node i on that can run as one strip step (consecutive jobs,
+// With GGX_CUDA_STEP=1 or tile: the jobs from node i on that can run as one step (consecutive jobs,
 // only folded nodes between them, each ggx_cuda_strip_job_ok); *last gets the last one's node.
 std::vector<const ggx_qgemv_job *> strip_run_at(const ggx_cuda_ctx & ctx, ggx_graph * g, const ggx_cuda_plan & plan, int i,
                                                 int * last) {
@@ -252,7 +252,7 @@ ggx_status run_nodes(ggx_cuda_ctx & ctx, ggx_graph * g, const ggx_cuda_plan & pl
             (void)cudaEventSynchronize(ev[1]);
             float ms = 0;
             (void)cudaEventElapsedTime(&ms, ev[0], ev[1]);
-            prof_entry & e = (*(prof_table *)ctx.prof)[!run.empty() ? "strip step x" + std::to_string(run.size())
+            prof_entry & e = (*(prof_table *)ctx.prof)[!run.empty() ? std::string(ctx.step_tile ? "tile" : "strip") + " step x" + std::to_string(run.size())
                                                        : act >= 0    ? job_key(plan.jobs[act])
                                                                      : prof_key(n)];
             e.ms += ms;
@@ -512,10 +512,12 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->pdl = prop.major >= 9 && !env_flag("GGX_CUDA_NO_PDL");
     ctx->fuse = !env_flag("GGX_CUDA_NO_FUSE");
     ctx->strip_step = env_flag("GGX_CUDA_STEP");
+    ctx->step_tile = ctx->strip_step && strcmp(getenv("GGX_CUDA_STEP"), "tile") == 0;
 #if defined(GGX_USE_HIP)
     // its units are 32 lanes wide, one per slice: not written for 64-wide wavefronts, never run on AMD
     if (ctx->strip_step) fprintf(stderr, "ggx-cuda: GGX_CUDA_STEP is not available in the HIP build; ignored\n");
     ctx->strip_step = false;
+    ctx->step_tile = false;
 #endif
     ctx->strip_ring = env_flag("GGX_CUDA_STEP_RING");
     ctx->strip_xpad = env_flag("GGX_CUDA_STEP_XPAD");

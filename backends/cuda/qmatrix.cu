@@ -358,7 +358,7 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     GGX_CUDA_CHECK(cudaMemcpyAsync(e->groups, gtab.data(), gtab.size() * sizeof(int4), cudaMemcpyHostToDevice, ctx.stream));
     GGX_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));   // host vectors die here
     if (ctx.strip_step) {
-        const ggx_status st = ggx_cuda_strip_prepare(ctx, t, groups);
+        const ggx_status st = ctx.step_tile ? ggx_cuda_tile_prepare(ctx, t, groups) : ggx_cuda_strip_prepare(ctx, t, groups);
         if (st != GGX_STATUS_OK) return bail(st);
     }
     return GGX_STATUS_OK;
@@ -373,6 +373,7 @@ void ggx_cuda_qmatrix_release(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     (void)cudaFree(e->slice_first);
     (void)cudaFree(e->groups);
     ggx_cuda_strip_release(e);
+    ggx_cuda_tile_release(e);
     delete e;
     q->backend_extra = nullptr;
 }

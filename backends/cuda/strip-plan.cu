@@ -1,9 +1,11 @@
 #include "strip-plan.cuh"
 
 #include "strip-step.h"
+#include "tile-step.h"
 #include "trace.cuh"
 
 #include "ggx/ggx-strip-layout.h"
+#include "ggx/ggx-tile-layout.h"
 
 #include <algorithm>
 #include <string>
@@ -39,7 +41,38 @@ const ggx_strip_matrix * strip_of(const ggx_tensor * w) {
     return e ? e->strip : nullptr;
 }
 
+const ggx_tile_step_matrix * tile_of(const ggx_tensor * w) {
+    const ggx_qmatrix * q = (const ggx_qmatrix *)w->extra;
+    const ggx_cuda_qextra * e = q ? (const ggx_cuda_qextra *)q->backend_extra : nullptr;
+    return e ? e->tile : nullptr;
+}
+
 bool f32_or_null(const ggx_tensor * t) { return !t || t->type == GGX_TYPE_F32; }
+
+// A job as a stage of either step (ggx_strip_stage or ggx_tile_stage: the same field names);
+// matrix_of(w): the step's copy of weight w.
+template <typename Stage, typename MatrixOf> void fill_stage(const ggx_qgemv_job & job, Stage * out, MatrixOf matrix_of) {
+    Stage & S = *out;
+    const int gate = job.n_mat == 2 && !job.m[0].is_gate ? 1 : 0;   // GLU: the gate first
+    for (int j = 0; j < job.n_mat; j++) {
+        const ggx_qgemv_job_mat & jm = job.m[j == 0 ? gate : 1 - gate];
+        S.m[j] = matrix_of(jm.w);
+        S.bias[j] = jm.bias ? (const float *)jm.bias->data : nullptr;
+    }
+    const ggx_qgemv_job_mat & m0 = job.m[gate];
+    S.n_mat = job.n_mat;
+    S.x = (const float *)job.x->data;
+    S.K = S.m[0].K;
+    S.N = ((const ggx_qmatrix *)m0.w->extra)->N;
+    S.norm = job.norm;
+    S.norm_w = job.norm_w ? job.norm_w->data : nullptr;
+    S.norm_type = job.norm_w ? (int)job.norm_w->type : (int)GGX_TYPE_F32;
+    S.norm_eps = job.norm_eps;
+    S.epi = m0.epi == GGX_QGEMV_GLU ? GGX_STRIP_GLU : m0.epi == GGX_QGEMV_ADD ? GGX_STRIP_ADD : GGX_STRIP_STORE;
+    S.act = job.act;
+    S.y = (float *)m0.out->data;
+    S.resid = m0.resid ? (const float *)m0.resid->data : nullptr;
+}
 
 }  // namespace
 
@@ -118,6 +151,82 @@ void ggx_cuda_strip_release(ggx_cuda_qextra * e) {
     e->strip = nullptr;
 }
 
+ggx_status ggx_cuda_tile_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std::vector<uint16_t> & groups) {
+    const ggx_qmatrix * q = (const ggx_qmatrix *)t->extra;
+    ggx_cuda_qextra * e = (ggx_cuda_qextra *)q->backend_extra;
+    // the layout is built on the host from the groups and the column scales (downloaded), without
+    // the words, which the device gathers from q_weight itself (ggx_cuda_tile_gather)
+    ggx_qmatrix h = *q;
+    h.groups_host = groups.data();
+    h.q_weight = nullptr;
+    h.q_perm = nullptr;
+    if (!ggx::tile_layout_supported(h) || q->K > 65536) return GGX_STATUS_OK;   // (q_perm is staged as uint16)
+    std::vector<uint32_t> qs((size_t)q->n_groups * (q->Np / 8));
+    std::vector<uint16_t> qsmax(q->n_groups);
+    GGX_CUDA_CHECK(cudaMemcpyAsync(qs.data(), q->q_scale, qs.size() * 4, cudaMemcpyDeviceToHost, ctx.stream));
+    GGX_CUDA_CHECK(cudaMemcpyAsync(qsmax.data(), q->q_scale_max, qsmax.size() * 2, cudaMemcpyDeviceToHost, ctx.stream));
+    GGX_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    h.q_scale = qs.data();
+    h.q_scale_max = qsmax.data();
+    ggx::TileLayout L;
+    std::string why;
+    std::vector<ggx_tile_unit_dev> units;
+    std::vector<int4> chunks;
+    if (!ggx::tile_layout_build(h, &L, &why, false)) {
+        ggx_set_error("cuda: %s: tile layout: %s", t->name, why.c_str());
+        return GGX_STATUS_FAILED;
+    }
+    if (!ggx_tile_units(L, &units, &chunks)) return GGX_STATUS_OK;   // too many tiles, steps or chunks for the descriptors
+    const int grid = ctx.n_sm;
+    std::vector<int> tile0, deal;
+    ggx_tile_step_deal(L, grid, &tile0, &deal);
+
+    ggx_tile_step_matrix * m = new ggx_tile_step_matrix();
+    e->tile = m;
+    m->K = q->K;
+    m->Np = q->Np;
+    m->n_chunks = (int)chunks.size();
+    m->grid = grid;
+    for (int b = 0; b < grid; b++) {
+        m->max_tiles = std::max(m->max_tiles, tile0[b + 1] - tile0[b]);
+        m->max_units = std::max(m->max_units, deal[(size_t)b * (GGX_TILE_WARPS + 1) + GGX_TILE_WARPS] - deal[(size_t)b * (GGX_TILE_WARPS + 1)]);
+    }
+    m->perm = q->q_perm;   // (the matrix's own, not a copy)
+    ggx_tile_unit_dev * d_units = nullptr;
+    int4 * d_chunks = nullptr, * d_info = nullptr;
+    int * d_deal = nullptr, * d_tile0 = nullptr;
+    uint16_t * d_scales = nullptr;
+    GGX_RETURN_IF_ERR(upload(ctx, units, &d_units));
+    m->units = d_units;
+    GGX_RETURN_IF_ERR(upload(ctx, chunks, &d_chunks));
+    m->chunks = d_chunks;
+    GGX_RETURN_IF_ERR(upload(ctx, L.scales, &d_scales));
+    m->scales = d_scales;
+    GGX_RETURN_IF_ERR(upload(ctx, deal, &d_deal));
+    m->deal = d_deal;
+    GGX_RETURN_IF_ERR(upload(ctx, tile0, &d_tile0));
+    m->tile0 = d_tile0;
+    const size_t n_uint4 = ggx::tile_layout_n_uint4(L);
+    uint4 * words = nullptr;
+    GGX_CUDA_CHECK(cudaMalloc((void **)&words, std::max<size_t>(n_uint4, 1) * 32 * sizeof(uint4)));
+    m->words = words;
+    GGX_RETURN_IF_ERR(upload(ctx, ggx_tile_step_info(L), &d_info));
+    GGX_CUDA_CHECK(ggx_cuda_tile_gather(q->q_weight, q->Np, d_info, d_units, (int)units.size(), n_uint4, words, ctx.stream));
+    GGX_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));   // host vectors die here
+    (void)cudaFree(d_info);
+    return GGX_STATUS_OK;
+}
+
+void ggx_cuda_tile_release(ggx_cuda_qextra * e) {
+    ggx_tile_step_matrix * m = e->tile;
+    if (!m) return;
+    for (const void * p : {(const void *)m->words, (const void *)m->units, (const void *)m->chunks, (const void *)m->scales, (const void *)m->deal,
+                           (const void *)m->tile0})
+        (void)cudaFree((void *)p);
+    delete m;
+    e->tile = nullptr;
+}
+
 static ggx_strip_form form_of(const ggx_cuda_ctx & ctx) {
     ggx_strip_form f = {};
     f.ring = ctx.strip_ring;
@@ -135,13 +244,24 @@ bool ggx_cuda_strip_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) 
     const bool glu = job.n_mat == 2 && job.m[0].epi == GGX_QGEMV_GLU && job.m[1].epi == GGX_QGEMV_GLU &&
                      job.m[0].is_gate != job.m[1].is_gate;
     if (job.n_mat != 1 && !glu) return false;
+    int chunks = 0, units = 0;   // (tile step) the stage's largest
     for (int i = 0; i < job.n_mat; i++) {
         const ggx_qgemv_job_mat & jm = job.m[i];
+        if (jm.rope || jm.cache || !jm.out || !f32_or_null(jm.out) || !f32_or_null(jm.bias) || !f32_or_null(jm.resid)) return false;
+        if (ctx.step_tile) {
+            const ggx_tile_step_matrix * t = tile_of(jm.w);
+            if (!t || t->grid != ctx.n_sm || t->K != (int)job.x->ne[0]) return false;
+            chunks = std::max(chunks, t->n_chunks);
+            units = std::max(units, t->max_units);
+            if (ggx_tile_stage_smem(job.n_mat, t->K, chunks, units, t->max_tiles) > ctx.smem_optin) return false;
+            continue;
+        }
         const ggx_strip_matrix * s = strip_of(jm.w);
-        if (!s || jm.rope || jm.cache || !jm.out || !f32_or_null(jm.out) || !f32_or_null(jm.bias) || !f32_or_null(jm.resid)) return false;
-        if (s->n_strips > ctx.n_sm || s->K != (int)job.x->ne[0]) return false;
+        if (!s || s->n_strips > ctx.n_sm || s->K != (int)job.x->ne[0]) return false;
         if (ggx_strip_stage_smem(job.n_mat, s->K, s->max_quads, s->max_units, form_of(ctx)) > ctx.smem_optin) return false;
     }
+    // a GLU's two matrices must share their tiles per block (same N, same grid)
+    if (ctx.step_tile && glu && tile_of(job.m[0].w)->max_tiles != tile_of(job.m[1].w)->max_tiles) return false;
     return true;
 }
 
@@ -150,36 +270,22 @@ ggx_status ggx_cuda_strip_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job * const * 
         ggx_set_error("cuda: strip step of %d stages (1..%d)", n, GGX_STRIP_MAX_STAGES);
         return GGX_STATUS_FAILED;
     }
-    ggx_strip_step s = {};
-    s.n_stages = n;
-    s.form = form_of(ctx);
-    s.counter = ctx.step_counter;
-    for (int i = 0; i < n; i++) {
-        const ggx_qgemv_job & job = *jobs[i];
-        ggx_strip_stage & S = s.st[i];
-        const int gate = job.n_mat == 2 && !job.m[0].is_gate ? 1 : 0;   // GLU: the gate first
-        for (int j = 0; j < job.n_mat; j++) {
-            const ggx_qgemv_job_mat & jm = job.m[j == 0 ? gate : 1 - gate];
-            S.m[j] = *strip_of(jm.w);
-            S.bias[j] = jm.bias ? (const float *)jm.bias->data : nullptr;
-        }
-        const ggx_qgemv_job_mat & m0 = job.m[gate];
-        S.n_mat = job.n_mat;
-        S.x = (const float *)job.x->data;
-        S.K = S.m[0].K;
-        S.N = ((const ggx_qmatrix *)m0.w->extra)->N;
-        S.norm = job.norm;
-        S.norm_w = job.norm_w ? job.norm_w->data : nullptr;
-        S.norm_type = job.norm_w ? (int)job.norm_w->type : (int)GGX_TYPE_F32;
-        S.norm_eps = job.norm_eps;
-        S.epi = m0.epi == GGX_QGEMV_GLU ? GGX_STRIP_GLU : m0.epi == GGX_QGEMV_ADD ? GGX_STRIP_ADD : GGX_STRIP_STORE;
-        S.act = job.act;
-        S.y = (float *)m0.out->data;
-        S.resid = m0.resid ? (const float *)m0.resid->data : nullptr;
-    }
     ggx_trace_dev tr = {};
-    if (ctx.trace) tr = ggx_cuda_trace_launch(ctx, "strip step x" + std::to_string(n));
-    GGX_CUDA_CHECK(ggx_cuda_strip_step(s, ctx.n_sm, ctx.stream, ctx.pdl, &tr));
+    if (ctx.trace) tr = ggx_cuda_trace_launch(ctx, std::string(ctx.step_tile ? "tile" : "strip") + " step x" + std::to_string(n));
+    if (ctx.step_tile) {
+        ggx_tile_step s = {};
+        s.n_stages = n;
+        s.counter = ctx.step_counter;
+        for (int i = 0; i < n; i++) fill_stage(*jobs[i], &s.st[i], [](const ggx_tensor * w) { return *tile_of(w); });
+        GGX_CUDA_CHECK(ggx_cuda_tile_step(s, ctx.n_sm, ctx.stream, ctx.pdl, &tr));
+    } else {
+        ggx_strip_step s = {};
+        s.n_stages = n;
+        s.form = form_of(ctx);
+        s.counter = ctx.step_counter;
+        for (int i = 0; i < n; i++) fill_stage(*jobs[i], &s.st[i], [](const ggx_tensor * w) { return *strip_of(w); });
+        GGX_CUDA_CHECK(ggx_cuda_strip_step(s, ctx.n_sm, ctx.stream, ctx.pdl, &tr));
+    }
     ctx.strip_stages += n;
     return GGX_STATUS_OK;
 }

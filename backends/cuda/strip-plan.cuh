@@ -1,5 +1,6 @@
-// The backend's use of the strip step (strip-step.h), switched on by GGX_CUDA_STEP=1
-// (experimental): EXL2 matrices get a strip-layout copy of their words at load, and runs of
+// The backend's use of the strip step (strip-step.h), switched on by GGX_CUDA_STEP=1, and of the
+// tile step (tile-step.h: the same frame around the tensor-core tile loop) by GGX_CUDA_STEP=tile
+// (both experimental): EXL2 matrices get a strip-layout copy of their words at load, and runs of
 // consecutive one-row decode jobs without RoPE or cache stores (a layer's o, gate/up and down,
 // then the head) run as one persistent launch instead of one launch per job.
 //
@@ -17,7 +18,15 @@
 enum ggx_status ggx_cuda_strip_prepare(ggx_cuda_ctx & ctx, struct ggx_tensor * t, const std::vector<uint16_t> & groups);
 void            ggx_cuda_strip_release(ggx_cuda_qextra * e);
 
-// Whether a decode job can be a stage of the strip step.
+// The same for the tile step (GGX_CUDA_STEP=tile, tile-step.h): the tile layout of t, its words
+// gathered on the device from q_weight, dealt for one block per SM. A matrix the layout does not
+// take (groups not of whole 16-row steps, K over 65536) is left without one.
+enum ggx_status ggx_cuda_tile_prepare(ggx_cuda_ctx & ctx, struct ggx_tensor * t, const std::vector<uint16_t> & groups);
+void            ggx_cuda_tile_release(ggx_cuda_qextra * e);
+
+// Whether a decode job can be a stage of the step (the strip step, or the tile step when
+// ctx.step_tile).
 bool            ggx_cuda_strip_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job);
-// Runs jobs[0 .. n - 1] (each ggx_cuda_strip_job_ok, consecutive in the plan) as one launch.
+// Runs jobs[0 .. n - 1] (each ggx_cuda_strip_job_ok, consecutive in the plan) as one launch of
+// the strip step, or of the tile step when ctx.step_tile.
 enum ggx_status ggx_cuda_strip_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job * const * jobs, int n);

@@ -1,9 +1,9 @@
 #include "strip-step.h"
 
-#include "activation.cuh"
-#include "common.cuh"
 #include "async-copy.cuh"
+#include "common.cuh"
 #include "exl2-unpack.cuh"
+#include "step-common.cuh"
 #include "trace.cuh"
 
 using namespace ggx_exl2_unpack;
@@ -216,42 +216,6 @@ __device__ __forceinline__ void run_units(const ggx_strip_matrix & m, const stri
     qs.flush(lane);
 }
 
-// Norm weights 4 i .. 4 i + 3 (rows of 16-byte aligned f32, 8-byte aligned f16 / bf16).
-__device__ __forceinline__ float4 load_norm_w4(const void * p, int type, int i) {
-    switch (type) {
-        case GGX_TYPE_F16: {
-            const uint2 u = ggx_load_ro((const uint2 *)p + i);
-            const float2 a = __half22float2(u32_as_half2(u.x)), b = __half22float2(u32_as_half2(u.y));
-            return make_float4(a.x, a.y, b.x, b.y);
-        }
-        case GGX_TYPE_BF16: {
-            const uint2 u = ggx_load_ro((const uint2 *)p + i);
-            return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                               __uint_as_float(u.y & 0xffff0000u));
-        }
-        default: return ggx_load_ro((const float4 *)p + i);
-    }
-}
-
-// Grid-wide hand-off between stages, as cooperative groups' grid sync does it: the block's
-// writes, then one fenced arrival; a waiting block polls the count, fences, and its reads of the
-// other blocks' results go past L1 (ggx_load_cg).
-__device__ __forceinline__ void grid_arrive(int * counter) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(counter, 1);
-    }
-}
-__device__ __forceinline__ void grid_wait(int * counter, int target) {
-    if (threadIdx.x == 0) {
-        while (*(volatile int *)counter < target) {
-        }
-        __threadfence();
-    }
-    __syncthreads();
-}
-
 // A stage's shared memory: [region 0][x in fp16 per matrix][slice groups per matrix][strip plans]
 // [unit descriptors per matrix][column sums]. Region 0 holds x w (fp32) and each matrix's inverse
 // permutation during the staging and then, in the ring form, the warps' rings. x takes xs_ld
@@ -332,22 +296,7 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
         const ggx_strip_stage & S = s.st[si];
         const stage_smem sl = stage_smem_of(S, s.form);
         stage_static(S, sl, smem, b, t, pf);
-        if (si == 0) {
-            // Launched with PDL after the attention kernel: this block may start on an SM
-            // attention has left, before attention's results are complete. The grid counter is
-            // safe with that: no block waits for another before stage 0 ends, and attention never
-            // waits for this kernel.
-            ggx_pdl_wait();
-            ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_WAITED);
-            if (s.n_stages == 1) ggx_pdl_launch_next();
-        } else {
-            grid_wait(s.counter, si * (int)gridDim.x);
-            // every block of this grid is resident now: the next kernel may launch, its blocks
-            // taking the SMs this grid leaves (they wait for its completion before reading)
-            if (si == s.n_stages - 1) ggx_pdl_launch_next();
-            if (si == s.n_stages - 1 && t == 0 && atomicAdd(s.counter, 1) == s.n_stages * (int)gridDim.x - 1)
-                atomicExch(s.counter, 0);   // every block is past its last wait: ready for the next launch
-        }
+        ggx_step::stage_wait(si, s.n_stages, s.counter, tr, &trace_slot);
         const int xs_ld = sl.xs_ld;
         const size_t xs_n = sl.xs_n;
         float * xw = (float *)smem;                                      // [K] x times the norm weights
@@ -360,27 +309,11 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
         float * colsum = (float *)(smem + sl.colsum);                    // [n_mat][max_quads * 4]
         const int cs_ld = S.m[0].max_quads * 4;
 
-        // x: sum of squares (RMS norm) and max |x w| in one pass that keeps x w in shared memory,
-        // then x w / rms times the power of two of x_scale_exponent, in fp16 to each matrix's
-        // quantized row order. Four values per load and four
-        // loads in flight per thread: a load per element in a loop put ~2 x K / 512 L2 round
-        // trips in a row in front of every stage (~13 us for K = 14336, run 84).
-        float ss = 0.0f, am = 0.0f;
+        // x w and its scaling (step-common.cuh), then x w / rms times 2^e in fp16 to each matrix's
+        // quantized row order
+        const ggx_step::x_scaling xsc = ggx_step::norm_pass(S, xw, t, NT, red);
+        const float xscale = xsc.scale, xunscale = xsc.unscale;
         const int K4 = S.K / 4;
-#pragma unroll 4
-        for (int i = t; i < K4; i += NT) {
-            const float4 v = ggx_load_cg((const float4 *)S.x + i);
-            const float4 w = S.norm_w ? load_norm_w4(S.norm_w, S.norm_type, i) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-            const float4 p = make_float4(v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w);
-            am = fmaxf(am, fmaxf(fmaxf(fabsf(p.x), fabsf(p.y)), fmaxf(fabsf(p.z), fabsf(p.w))));
-            ((float4 *)xw)[i] = p;
-        }
-        ss = ggx_block_sum(ss, red[0]);
-        am = ggx_block_max(am, red[1]);   // (its barriers also publish xw)
-        const float rms = S.norm ? rsqrtf(ss / (float)S.K + S.norm_eps) : 1.0f;
-        const int e = x_scale_exponent(am * rms);
-        const float xscale = rms * ldexpf(1.0f, e), xunscale = ldexpf(1.0f, -e);
         for (int mi = 0; mi < S.n_mat; mi++) {
             half * xm = xs + mi * xs_n;
             auto at = [&](int k) { return (k >> 5) * xs_ld + (k & 31); };   // quantized row k's place
@@ -405,23 +338,13 @@ __global__ void __launch_bounds__(NT, 1) k_strip_step(const __grid_constant__ gg
             if (si == 0) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_LOOP_END);
             // the owners' epilogue (m[1] of a GLU has the same strips)
             const int q0 = plans[0].q0, q1 = plans[0].q1;
-            {
-                for (int i = t; i < (q1 - q0 + 1) * 4; i += NT) {
-                    const int n = q0 * 4 + i;
-                    if (n >= S.N) continue;
-                    float v = colsum[i] * xunscale + (S.bias[0] ? S.bias[0][n] : 0.0f);
-                    if (S.epi == GGX_STRIP_GLU) {
-                        const float up = colsum[cs_ld + i] * xunscale + (S.bias[1] ? S.bias[1][n] : 0.0f);
-                        v = (S.act == GGX_ACT_SILU ? silu_f(v) : gelu_f(v)) * up;
-                    } else if (S.epi == GGX_STRIP_ADD) {
-                        v += ggx_load_cg(S.resid + n);
-                    }
-                    S.y[n] = v;
-                }
+            for (int i = t; i < (q1 - q0 + 1) * 4; i += NT) {
+                const int n = q0 * 4 + i;
+                if (n < S.N) ggx_step::put_output(S, n, colsum[i], S.epi == GGX_STRIP_GLU ? colsum[cs_ld + i] : 0.0f, xunscale);
             }
         }
         if (si < 3) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_A + si);   // stage ends (first three)
-        if (si + 1 < s.n_stages) grid_arrive(s.counter);
+        if (si + 1 < s.n_stages) ggx_step::grid_arrive(s.counter);
         else __syncthreads();   // (shared memory is reused by nothing after the last stage)
     }
     ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_EXIT);

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
 using namespace exl2;
@@ -104,7 +105,7 @@ void compare_model(const std::string & dir) {
 struct three_models {
     std::unique_ptr<Model> cpu, gpu, gpu_env;
 };
-three_models load_synthetic(const char * name, double bpw, int layers, const char * env) {
+three_models load_synthetic(const char * name, double bpw, int layers, const char * env, const char * value = "1") {
     ModelParams cpu_p, gpu_p;
     cpu_p.device = "cpu";
     gpu_p.device = "cuda:0";
@@ -114,7 +115,7 @@ three_models load_synthetic(const char * name, double bpw, int layers, const cha
     three_models m;
     m.cpu = Model::load_tensors(std::move(a.st), a.config, cpu_p, "", false);
     m.gpu = Model::load_tensors(std::move(b.st), b.config, gpu_p, "", false);
-    setenv(env, "1", 1);
+    setenv(env, value, 1);
     m.gpu_env = Model::load_tensors(std::move(c.st), c.config, gpu_p, "", false);
     unsetenv(env);
     return m;
@@ -135,11 +136,17 @@ void compare_synthetic(const char * name, double bpw, int layers) {
 // slices, the group scale in fp32) added in another order across slices, so against the fused
 // path the bound is compare_models' fused-vs-unfused one (5e-3); against the CPU, 5e-2 as for
 // the fused path on random weights. The backend's stage count proves that the step ran.
-void compare_synthetic_step(const char * name, double bpw, int layers) {
-    const three_models m = load_synthetic(name, bpw, layers, "GGX_CUDA_STEP");
-    compare_models(*m.cpu, *m.gpu_env, std::string(name) + " (strip step)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu.get());
+// With step = "tile", the tile step (tile-step.h): the same frame around the tensor-core tile loop,
+// whose sums are exact products of the same fp16 x summed in fp32 over chunks (tile-loop.cuh),
+// so the same bounds hold.
+// stages_per_layer: the layer's jobs the step takes (3: o, gate/up, down; a down whose staged x
+// does not fit in shared memory stays with the fused GEMV).
+void compare_synthetic_step(const char * name, double bpw, int layers, const char * step = "1", int stages_per_layer = 3) {
+    const three_models m = load_synthetic(name, bpw, layers, "GGX_CUDA_STEP", step);
+    compare_models(*m.cpu, *m.gpu_env, std::string(name) + (strcmp(step, "tile") == 0 ? " (tile step)" : " (strip step)"), {1, 1, 3, 1, 8, 2, 1},
+                   5e-2, m.gpu.get());
     // per captured one-token graph: o, gate/up and down of every layer, and the head
-    CHECK(ggx_backend_cuda_strip_stages(m.gpu_env->backend) >= 3 * layers + 1);
+    CHECK(ggx_backend_cuda_strip_stages(m.gpu_env->backend) >= stages_per_layer * layers + 1);
 }
 
 }  // namespace
@@ -170,4 +177,15 @@ TEST_CASE("cuda: the strip step (GGX_CUDA_STEP=1) matches the CPU backend and th
     compare_synthetic_step("llama3.2-1b", 4.0, 2);
     compare_synthetic_step("llama3.2-1b", 2.5, 1);   // mixed widths
     compare_synthetic_step("qwen2.5-7b", 6.0, 1);
+}
+
+TEST_CASE("cuda: the tile step (GGX_CUDA_STEP=tile) matches the CPU backend and the fused decode path") {
+    REQUIRE_CUDA();
+#if defined(GGX_USE_HIP)
+    MESSAGE("the tile step is CUDA-only (mma.sync)");
+    return;
+#endif
+    compare_synthetic_step("llama3.2-1b", 4.0, 2, "tile");
+    compare_synthetic_step("llama3.2-1b", 2.5, 1, "tile");   // mixed widths
+    compare_synthetic_step("qwen2.5-7b", 6.0, 1, "tile", 2);   // down (K = 18944): x in three fp16 variants does not fit
 }

@@ -1,4 +1,4 @@
-// The tensor-core tile GEMV (backends/cuda/tile-gemv.h) against a double-precision product with
+// The tensor-core tile GEMV (backends/cuda/tile-gemv.h) and the tile step (tile-step.h) against a double-precision product with
 // the reference dequantizer's fp16 weights, on synthetic EXL2 layers of every width mix (act-order
 // permutations, 16-row 2-bit groups, groups longer than a chunk), with few warps (many units
 // each, tiles split between warps) and many.
@@ -9,6 +9,7 @@
 #include "cuda-harness.h"
 
 #include "backends/cuda/tile-gemv.h"
+#include "backends/cuda/tile-step.h"
 #include "ggx/ggx-tile-layout.h"
 #include "upload.h"
 #include "../synth-layer.h"
@@ -86,4 +87,66 @@ TEST_CASE("tile gather: the device writes the tile layout's words as the host bu
         CHECK_MESSAGE(wrong == 0, wrong << " of " << words.size() << " words differ from the host builder's");
         for (const void * p : {(const void *)qw, (const void *)si, (const void *)ud, (const void *)wd}) cudaFree((void *)p);
     }
+}
+
+// The tile step (backends/cuda/tile-step.h) as one stage, one matrix: blocks owning whole tiles,
+// the warps' sums meeting in shared memory; against the same double reference and bound as the
+// tile GEMV (the same loop). Grids of 2 blocks (many tiles and units per warp) and 40.
+TEST_CASE("tile step: one stage over synthetic EXL2 layers against a double reference") {
+    REQUIRE_CUDA();
+#if defined(GGX_USE_HIP)
+    MESSAGE("the tile step is CUDA-only (mma.sync)");
+    return;
+#endif
+    const char * layouts[] = {"4 g128", "8/6/5 g32,128,128 .05/.1/.85", "6/3/2 g32,64,64 .05/.2/.75", "5/4 g32 .25/.75", "2 g16",
+                              "5/2 g512,16 .5/.5"};
+    uint64_t seed = 700;
+    int * counter = upload(std::vector<int>(1, 0));
+    for (const char * lay : layouts)
+        for (const auto & shape : {std::make_pair(2048, 200), std::make_pair(4096, 512)})
+            for (int grid : {2, 40}) {
+                const int K = shape.first, N = shape.second;
+                CAPTURE(lay);
+                CAPTURE(K);
+                CAPTURE(grid);
+                const exl2::QLayerHost Q = synth_layer(lay, K, N, seed++);
+                const ggx_qmatrix q = exl2::qlayer_host_view(Q);
+                ggx::TileLayout L;
+                std::string why;
+                REQUIRE_MESSAGE(ggx::tile_layout_build(q, &L, &why), why);
+                std::vector<ggx_tile_unit_dev> units;
+                std::vector<int4> chunks;
+                REQUIRE(ggx_tile_units(L, &units, &chunks));
+                std::vector<int> tile0, deal;
+                ggx_tile_step_deal(L, grid, &tile0, &deal);
+                REQUIRE(tile0.front() == 0);
+                REQUIRE(tile0.back() == L.n_tiles);
+                ggx_tile_step_matrix m = {};
+                m.words = (const uint4 *)upload(L.words);
+                m.units = upload(units);
+                m.chunks = upload(chunks);
+                m.scales = upload(L.scales);
+                m.deal = upload(deal);
+                m.tile0 = upload(tile0);
+                m.K = K;
+                m.Np = L.Np;
+                m.n_chunks = (int)chunks.size();
+                m.grid = grid;
+                for (int b = 0; b < grid; b++) {
+                    CHECK(deal[(size_t)b * (GGX_TILE_WARPS + 1)] == L.tile_unit0[tile0[b]]);   // a block's units are its tiles'
+                    m.max_tiles = std::max(m.max_tiles, tile0[b + 1] - tile0[b]);
+                    m.max_units = std::max(m.max_units, deal[(size_t)b * (GGX_TILE_WARPS + 1) + GGX_TILE_WARPS] - deal[(size_t)b * (GGX_TILE_WARPS + 1)]);
+                }
+                const GemvReference R = gemv_reference(Q, seed);
+                float * xd = upload(R.xq);
+                float * yd = upload(std::vector<float>(L.Np, 0.0f));
+                REQUIRE(ggx_cuda_tile_step_gemv(m, xd, yd, counter, nullptr) == cudaSuccess);
+                const std::vector<float> y = download(yd, N);
+                check_bound(y, R.ref, R.bound, std::string("tile step ") + lay);
+                for (const void * p : {(const void *)m.words, (const void *)m.units, (const void *)m.chunks, (const void *)m.scales,
+                                       (const void *)m.deal, (const void *)m.tile0, (const void *)xd, (const void *)yd})
+                    cudaFree((void *)p);
+            }
+    CHECK(download(counter, 1)[0] == 0);   // the kernel leaves its counter as it found it
+    cudaFree(counter);
 }

@@ -1,0 +1,218 @@
+#include "tile-step.h"
+
+#include "common.cuh"
+#include "ggx/ggx-deal.h"
+#include "step-common.cuh"
+#include "tile-loop.cuh"
+#include "trace.cuh"
+
+#include <algorithm>
+
+namespace tl = ggx_tile_loop;
+
+namespace {
+
+__host__ __device__ inline size_t align16(size_t v) { return (v + 15) & ~(size_t)15; }
+
+// A stage's shared memory: [x w, f32 K][per matrix: q_perm as uint16 K][per matrix: x staged
+// (tile-loop.cuh's x_halves)][per matrix: step sums][per matrix: chunk sums][per matrix: the
+// block's unit descriptors][per matrix: the block's column sums, 16 per tile].
+struct stage_smem {
+    size_t perm, xs, step_sums, csum, desc, colsum, total;
+    size_t xs_n, cs_n, desc_n, col_n;   // per matrix: halves, chunks, units, columns
+};
+__host__ __device__ inline stage_smem stage_smem_of(int n_mat, int K, int n_chunks, int max_units, int max_tiles) {
+    stage_smem L;
+    L.xs_n = tl::x_halves(K);
+    L.cs_n = (size_t)n_chunks;
+    L.desc_n = (size_t)max_units;
+    L.col_n = (size_t)max_tiles * 16;
+    L.perm = align16((size_t)K * 4);
+    L.xs = align16(L.perm + (size_t)n_mat * K * 2);
+    L.step_sums = align16(L.xs + (size_t)n_mat * L.xs_n * 2);
+    L.csum = L.step_sums + (size_t)n_mat * (K / 16) * 16;
+    L.desc = L.csum + (size_t)n_mat * L.cs_n * 16;
+    L.colsum = L.desc + (size_t)n_mat * L.desc_n * 16;
+    L.total = L.colsum + (size_t)n_mat * L.col_n * 4;
+    return L;
+}
+__host__ __device__ inline stage_smem stage_smem_of(const ggx_tile_stage & S) {
+    const bool two = S.n_mat > 1;
+    return stage_smem_of(S.n_mat, S.K, two ? max(S.m[0].n_chunks, S.m[1].n_chunks) : S.m[0].n_chunks,
+                         two ? max(S.m[0].max_units, S.m[1].max_units) : S.m[0].max_units, S.m[0].max_tiles);
+}
+
+#if !defined(GGX_USE_HIP)
+
+constexpr int NT = GGX_TILE_WARPS * GGX_CUDA_WARP;
+
+// A warp's tile sums into the block's column sums (shared memory; the owners unscale them).
+struct smem_sink {
+    float * colsum;
+    int     tile0;   // the block's first tile
+    __device__ __forceinline__ void operator()(int tile, int g, float lo, float hi) {
+        atomicAdd(colsum + (tile - tile0) * 16 + g, lo);
+        atomicAdd(colsum + (tile - tile0) * 16 + g + 8, hi);
+    }
+};
+
+// What a stage needs that no stage's results change, into shared memory before its wait: each
+// matrix's q_perm (as uint16) and the block's unit descriptors; zeroed column sums. The previous
+// stage has left shared memory (its end has a block barrier).
+__device__ __forceinline__ void stage_static(const ggx_tile_stage & S, const stage_smem & L, unsigned char * smem, int b, int t) {
+    const int K = S.K;
+    for (int mi = 0; mi < S.n_mat; mi++) {
+        const ggx_tile_step_matrix & m = S.m[mi];
+        uint16_t * perm = (uint16_t *)(smem + L.perm) + (size_t)mi * K;
+#pragma unroll 4
+        for (int i = t; i < K / 4; i += NT) {
+            const int4 p = m.perm ? ggx_load_ro((const int4 *)m.perm + i) : make_int4(4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3);
+            *(uint2 *)(perm + 4 * i) = make_uint2((uint32_t)p.x | (uint32_t)p.y << 16, (uint32_t)p.z | (uint32_t)p.w << 16);
+        }
+        const int * deal = m.deal + (size_t)b * (GGX_TILE_WARPS + 1);
+        const int b0 = ggx_load_ro(deal), b1 = ggx_load_ro(deal + GGX_TILE_WARPS);
+        uint4 * desc = (uint4 *)(smem + L.desc) + (size_t)mi * L.desc_n;
+        for (int j = t; j < b1 - b0; j += NT) desc[j] = ggx_load_ro((const uint4 *)(m.units + b0 + j));
+    }
+    float * colsum = (float *)(smem + L.colsum);
+    for (int i = t; i < (int)(S.n_mat * L.col_n); i += NT) colsum[i] = 0.0f;
+}
+
+__global__ void __launch_bounds__(NT, 1) k_tile_step(const __grid_constant__ ggx_tile_step s, const ggx_trace_dev tr) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ float red[2][GGX_CUDA_WARP];
+    __shared__ int trace_slot;
+    ggx_trace_begin(tr, &trace_slot);
+    const int b = blockIdx.x, t = threadIdx.x, lane = t % GGX_CUDA_WARP, warp = t / GGX_CUDA_WARP;
+    for (int si = 0; si < s.n_stages; si++) {
+        const ggx_tile_stage & S = s.st[si];
+        // (the shared-memory layout is recomputed where used rather than kept: its offsets and
+        // pointers held across the loop pushed it into spills)
+        tl::warp_pipe pipe;
+        float unscale;
+        {
+            const stage_smem L = stage_smem_of(S);
+            const int K = S.K;
+            float * xw = (float *)smem;
+            const uint16_t * perm = (const uint16_t *)(smem + L.perm);
+            half * xs = (half *)(smem + L.xs);
+            float4 * step_sums = (float4 *)(smem + L.step_sums);
+            float4 * csum = (float4 *)(smem + L.csum);
+
+            // before the wait: the static tables, and the first matrix's first words of each warp
+            stage_static(S, L, smem, b, t);
+            const int * deal = S.m[0].deal + (size_t)b * (GGX_TILE_WARPS + 1);
+            tl::warp_begin(S.m[0].words, S.m[0].units, ggx_load_ro(deal + warp), ggx_load_ro(deal + warp + 1), lane, pipe);
+            ggx_step::stage_wait(si, s.n_stages, s.counter, tr, &trace_slot);
+
+            // x w and its scaling, then each matrix's x gathered through q_perm into fragment
+            // order with its step sums, then its chunk sums
+            const ggx_step::x_scaling xsc = ggx_step::norm_pass(S, xw, t, NT, red);
+            unscale = xsc.unscale;
+            for (int mi = 0; mi < S.n_mat; mi++) {
+                const uint16_t * pm = perm + (size_t)mi * K;
+                tl::stage_x(K, [&](int k) { return xw[pm[k]] * xsc.scale; }, xs + mi * L.xs_n, step_sums + (size_t)mi * (K / 16), t, NT);
+            }
+            __syncthreads();
+            for (int mi = 0; mi < S.n_mat; mi++)
+                tl::chunk_sums(S.m[mi].chunks, S.m[mi].n_chunks, S.m[mi].Np, step_sums + (size_t)mi * (K / 16), csum + mi * L.cs_n, t, NT);
+            __syncthreads();
+        }
+        if (si == 0) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_LOOP);
+
+#pragma unroll 1
+        for (int mi = 0; mi < S.n_mat; mi++) {   // (one copy of the loop: two spill)
+            const stage_smem L = stage_smem_of(S);
+            const ggx_tile_step_matrix & m = S.m[mi];
+            const int * deal = m.deal + (size_t)b * (GGX_TILE_WARPS + 1);
+            const int b0 = ggx_load_ro(deal), u0 = ggx_load_ro(deal + warp), u1 = ggx_load_ro(deal + warp + 1);
+            if (mi > 0) tl::warp_begin(m.words, m.units, u0, u1, lane, pipe);
+            const tl::warp_src src = {m.words, (const ggx_tile_unit_dev *)(smem + L.desc) + mi * L.desc_n - b0, m.scales,
+                                      (const half *)(smem + L.xs) + mi * L.xs_n, (const float4 *)(smem + L.csum) + mi * L.cs_n, S.K, 0};
+            smem_sink sink = {(float *)(smem + L.colsum) + mi * L.col_n, ggx_load_ro(m.tile0 + b)};
+            tl::warp_run(src, u0, u1, lane, pipe, sink);
+        }
+        __syncthreads();
+        if (si == 0) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_LOOP_END);
+        {
+            // the owners' epilogue (m[1] of a GLU has the same tiles)
+            const stage_smem L = stage_smem_of(S);
+            const float * colsum = (const float *)(smem + L.colsum);
+            const int tb0 = ggx_load_ro(S.m[0].tile0 + b), tb1 = ggx_load_ro(S.m[0].tile0 + b + 1);
+            for (int i = t; i < (tb1 - tb0) * 16; i += NT) {
+                const int n = 16 * tb0 + i;
+                if (n < S.N) ggx_step::put_output(S, n, colsum[i], S.epi == GGX_STRIP_GLU ? colsum[L.col_n + i] : 0.0f, unscale);
+            }
+        }
+        if (si < 3) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_A + si);   // stage ends (first three)
+        if (si + 1 < s.n_stages) ggx_step::grid_arrive(s.counter);
+        else __syncthreads();
+    }
+    ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_EXIT);
+}
+
+#endif  // !GGX_USE_HIP
+
+}  // namespace
+
+void ggx_tile_step_deal(const ggx::TileLayout & L, int grid, std::vector<int> * tile0, std::vector<int> * deal) {
+    tile0->assign((size_t)grid + 1, 0);
+    deal->assign((size_t)grid * (GGX_TILE_WARPS + 1), 0);
+    for (int b = 0; b <= grid; b++) (*tile0)[b] = (int)((int64_t)L.n_tiles * b / grid);
+    for (int b = 0; b < grid; b++)
+        ggx::deal_by_weight(L.tile_unit0[(*tile0)[b]], L.tile_unit0[(*tile0)[b + 1]], GGX_TILE_WARPS,
+                            [&](int u) { return (uint64_t)L.units[u].n_uint4; }, deal->data() + (size_t)b * (GGX_TILE_WARPS + 1));
+}
+
+size_t ggx_tile_stage_smem(int n_mat, int K, int n_chunks, int max_units, int max_tiles) {
+    return stage_smem_of(n_mat, K, n_chunks, max_units, max_tiles).total;
+}
+
+size_t ggx_tile_step_smem(const ggx_tile_step & s) {
+    size_t need = 0;
+    for (int i = 0; i < s.n_stages; i++) need = std::max(need, stage_smem_of(s.st[i]).total);
+    return need;
+}
+
+cudaError_t ggx_cuda_tile_step(const ggx_tile_step & s, int grid, cudaStream_t stream, bool pdl, const ggx_trace_dev * trace) {
+#if defined(GGX_USE_HIP)
+    (void)s;
+    (void)grid;
+    (void)stream;
+    (void)pdl;
+    (void)trace;
+    return cudaErrorNotSupported;   // mma.sync is NVIDIA's
+#else
+    const size_t smem = ggx_tile_step_smem(s);
+    cudaError_t err = cudaFuncSetAttribute(k_tile_step, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (err != cudaSuccess) return err;
+    const ggx_trace_dev tr = trace ? *trace : ggx_trace_dev{};
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(NT);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, k_tile_step, s, tr);
+#endif
+}
+
+cudaError_t ggx_cuda_tile_step_gemv(const ggx_tile_step_matrix & m, const float * xq, float * y, int * counter, cudaStream_t stream) {
+    ggx_tile_step s = {};
+    s.n_stages = 1;
+    s.counter = counter;
+    ggx_tile_stage & S = s.st[0];
+    S.m[0] = m;
+    S.m[0].perm = nullptr;
+    S.n_mat = 1;
+    S.x = xq;
+    S.K = m.K;
+    S.N = m.Np;
+    S.epi = GGX_STRIP_STORE;
+    S.y = y;
+    return ggx_cuda_tile_step(s, m.grid, stream);
+}

@@ -1,0 +1,76 @@
+// The tile step: the strip step's persistent frame (strip-step.h: one block per SM, several
+// one-row GEMV stages with a grid-wide counter between them, each block owning whole output
+// columns over the full K and applying the epilogue itself) around the tensor-core tile loop
+// (tile-loop.cuh) instead of the fp16-pair strip loop, over the tile layout
+// (ggx/ggx-tile-layout.h). Block b owns tiles tile0[b] .. tile0[b + 1] - 1 of every matrix
+// (16 columns each; every tile of a matrix holds the same units, so equal counts are equal bytes),
+// their units dealt to its warps by bytes; a warp's tile sums meet in shared memory.
+//
+// A stage: before its wait, each matrix's q_perm and the block's unit descriptors go to shared
+// memory and every warp loads its first unit's words; after the wait, x (RMS-normalised when
+// asked, scaled by a power of two into fp16) is gathered through q_perm into each matrix's fragment
+// order with its step and chunk sums, the warps walk their units, and the owners apply the
+// epilogue. The warps' sums meet through shared-memory float atomics, so the last bits of an
+// output may differ from run to run.
+//
+// Experimental (GGX_CUDA_STEP=tile): first written in session 16 (bench/NOTES-cuda-decode.md).
+// CUDA only (mma.sync).
+#pragma once
+
+#include "strip-step.h"
+#include "tile-gemv.h"
+
+#include <vector>
+
+// A matrix as a stage of the tile step reads it (device memory).
+struct ggx_tile_step_matrix {
+    const uint4 *             words;
+    const ggx_tile_unit_dev * units;
+    const int4 *              chunks;      // (first step, steps, group, 0)
+    const uint16_t *          scales;      // ggx::TileLayout::scales' order
+    const int *               deal;        // [grid][GGX_TILE_WARPS + 1]: block b's warp w takes units deal[b][w] .. deal[b][w + 1] - 1
+    const int *               tile0;       // [grid + 1]: block b owns tiles tile0[b] .. tile0[b + 1] - 1
+    const int32_t *           perm;        // [K]: quantized row k is x's row perm[k]; null: identity
+    int K, Np, n_chunks, grid;
+    int max_tiles;                         // most tiles of one block
+    int max_units;                         // most units of one block
+};
+
+// Block b's tiles and its warps' units for a grid of `grid` blocks (host side, before the
+// upload): tile0 [grid + 1], deal [grid][GGX_TILE_WARPS + 1] (global unit indices).
+void ggx_tile_step_deal(const ggx::TileLayout & L, int grid, std::vector<int> * tile0, std::vector<int> * deal);
+
+// One GEMV stage: one matrix, or the two of a GLU (same N, so the same tiles per block).
+struct ggx_tile_stage {
+    ggx_tile_step_matrix m[2];
+    const float *        bias[2];
+    int                  n_mat;
+    const float *        x;          // f32 [K]
+    int                  K, N;
+    const void *         norm_w;     // RMS norm weights {K} or null
+    int                  norm, norm_type;
+    float                norm_eps;
+    int                  epi, act;   // ggx_strip_epi; act: enum ggx_act for GLU
+    float *              y;
+    const float *        resid;
+};
+
+struct ggx_tile_step {
+    ggx_tile_stage st[GGX_STRIP_MAX_STAGES];
+    int            n_stages;
+    int *          counter;          // zero before the launch; the kernel leaves it zero
+};
+
+// Dynamic shared memory of a stage, and of a whole step (the largest stage).
+size_t ggx_tile_stage_smem(int n_mat, int K, int n_chunks, int max_units, int max_tiles);
+size_t ggx_tile_step_smem(const ggx_tile_step & s);
+
+// Runs the stages on `grid` blocks (every matrix's deal made for that grid; at most one block per
+// SM). The caller checks the shared memory against the device's limit. pdl and trace as
+// ggx_cuda_strip_step's. HIP: cudaErrorNotSupported.
+cudaError_t ggx_cuda_tile_step(const ggx_tile_step & s, int grid, cudaStream_t stream, bool pdl = false,
+                               const struct ggx_trace_dev * trace = nullptr);
+
+// One stage, one matrix, no norm, the stored x order (perm ignored): y = W xq for the Np columns
+// (tests). counter: one int of device memory, zero.
+cudaError_t ggx_cuda_tile_step_gemv(const ggx_tile_step_matrix & m, const float * xq, float * y, int * counter, cudaStream_t stream);
