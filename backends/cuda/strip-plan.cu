@@ -177,9 +177,9 @@ ggx_status ggx_cuda_tile_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std::
         return GGX_STATUS_FAILED;
     }
     if (!ggx_tile_units(L, &units, &chunks)) return GGX_STATUS_OK;   // too many tiles, steps or chunks for the descriptors
-    const int grid = ctx.n_sm;
+    const int grid = ctx.n_sm, W = ctx.tile_warps;
     std::vector<int> tile0, deal;
-    ggx_tile_step_deal(L, grid, &tile0, &deal);
+    ggx_tile_step_deal(L, grid, W, &tile0, &deal);
 
     ggx_tile_step_matrix * m = new ggx_tile_step_matrix();
     e->tile = m;
@@ -187,9 +187,10 @@ ggx_status ggx_cuda_tile_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std::
     m->Np = q->Np;
     m->n_chunks = (int)chunks.size();
     m->grid = grid;
+    m->warps = W;
     for (int b = 0; b < grid; b++) {
         m->max_tiles = std::max(m->max_tiles, tile0[b + 1] - tile0[b]);
-        m->max_units = std::max(m->max_units, deal[(size_t)b * (GGX_TILE_WARPS + 1) + GGX_TILE_WARPS] - deal[(size_t)b * (GGX_TILE_WARPS + 1)]);
+        m->max_units = std::max(m->max_units, deal[(size_t)b * (W + 1) + W] - deal[(size_t)b * (W + 1)]);
     }
     m->perm = q->q_perm;   // (the matrix's own, not a copy)
     ggx_tile_unit_dev * d_units = nullptr;
@@ -250,7 +251,7 @@ bool ggx_cuda_strip_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) 
         if (jm.rope || jm.cache || !jm.out || !f32_or_null(jm.out) || !f32_or_null(jm.bias) || !f32_or_null(jm.resid)) return false;
         if (ctx.step_tile) {
             const ggx_tile_step_matrix * t = tile_of(jm.w);
-            if (!t || t->grid != ctx.n_sm || t->K != (int)job.x->ne[0]) return false;
+            if (!t || t->grid != ctx.n_sm || t->warps != ctx.tile_warps || t->K != (int)job.x->ne[0]) return false;
             chunks = std::max(chunks, t->n_chunks);
             units = std::max(units, t->max_units);
             if (ggx_tile_stage_smem(job.n_mat, t->K, chunks, units, t->max_tiles) > ctx.smem_optin) return false;

@@ -44,8 +44,6 @@ __host__ __device__ inline stage_smem stage_smem_of(const ggx_tile_stage & S) {
 
 #if !defined(GGX_USE_HIP)
 
-constexpr int NT = GGX_TILE_WARPS * GGX_CUDA_WARP;
-
 // A warp's tile sums into the block's column sums (shared memory; the owners unscale them).
 struct smem_sink {
     float * colsum;
@@ -59,7 +57,9 @@ struct smem_sink {
 // What a stage needs that no stage's results change, into shared memory before its wait: each
 // matrix's q_perm (as uint16) and the block's unit descriptors; zeroed column sums. The previous
 // stage has left shared memory (its end has a block barrier).
+template <int NT>
 __device__ __forceinline__ void stage_static(const ggx_tile_stage & S, const stage_smem & L, unsigned char * smem, int b, int t) {
+    constexpr int W = NT / GGX_CUDA_WARP;
     const int K = S.K;
     for (int mi = 0; mi < S.n_mat; mi++) {
         const ggx_tile_step_matrix & m = S.m[mi];
@@ -69,8 +69,8 @@ __device__ __forceinline__ void stage_static(const ggx_tile_stage & S, const sta
             const int4 p = m.perm ? ggx_load_ro((const int4 *)m.perm + i) : make_int4(4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3);
             *(uint2 *)(perm + 4 * i) = make_uint2((uint32_t)p.x | (uint32_t)p.y << 16, (uint32_t)p.z | (uint32_t)p.w << 16);
         }
-        const int * deal = m.deal + (size_t)b * (GGX_TILE_WARPS + 1);
-        const int b0 = ggx_load_ro(deal), b1 = ggx_load_ro(deal + GGX_TILE_WARPS);
+        const int * deal = m.deal + (size_t)b * (W + 1);
+        const int b0 = ggx_load_ro(deal), b1 = ggx_load_ro(deal + W);
         uint4 * desc = (uint4 *)(smem + L.desc) + (size_t)mi * L.desc_n;
         for (int j = t; j < b1 - b0; j += NT) desc[j] = ggx_load_ro((const uint4 *)(m.units + b0 + j));
     }
@@ -78,7 +78,9 @@ __device__ __forceinline__ void stage_static(const ggx_tile_stage & S, const sta
     for (int i = t; i < (int)(S.n_mat * L.col_n); i += NT) colsum[i] = 0.0f;
 }
 
-__global__ void __launch_bounds__(NT, 1) k_tile_step(const __grid_constant__ ggx_tile_step s, const ggx_trace_dev tr) {
+template <int W>
+__global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid_constant__ ggx_tile_step s, const ggx_trace_dev tr) {
+    constexpr int NT = W * GGX_CUDA_WARP;
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float red[2][GGX_CUDA_WARP];
     __shared__ int trace_slot;
@@ -100,8 +102,8 @@ __global__ void __launch_bounds__(NT, 1) k_tile_step(const __grid_constant__ ggx
             float4 * csum = (float4 *)(smem + L.csum);
 
             // before the wait: the static tables, and the first matrix's first words of each warp
-            stage_static(S, L, smem, b, t);
-            const int * deal = S.m[0].deal + (size_t)b * (GGX_TILE_WARPS + 1);
+            stage_static<NT>(S, L, smem, b, t);
+            const int * deal = S.m[0].deal + (size_t)b * (W + 1);
             tl::warp_begin(S.m[0].words, S.m[0].units, ggx_load_ro(deal + warp), ggx_load_ro(deal + warp + 1), lane, pipe);
             ggx_step::stage_wait(si, s.n_stages, s.counter, tr, &trace_slot);
 
@@ -124,7 +126,7 @@ __global__ void __launch_bounds__(NT, 1) k_tile_step(const __grid_constant__ ggx
         for (int mi = 0; mi < S.n_mat; mi++) {   // (one copy of the loop: two spill)
             const stage_smem L = stage_smem_of(S);
             const ggx_tile_step_matrix & m = S.m[mi];
-            const int * deal = m.deal + (size_t)b * (GGX_TILE_WARPS + 1);
+            const int * deal = m.deal + (size_t)b * (W + 1);
             const int b0 = ggx_load_ro(deal), u0 = ggx_load_ro(deal + warp), u1 = ggx_load_ro(deal + warp + 1);
             if (mi > 0) tl::warp_begin(m.words, m.units, u0, u1, lane, pipe);
             const tl::warp_src src = {m.words, (const ggx_tile_unit_dev *)(smem + L.desc) + mi * L.desc_n - b0, m.scales,
@@ -155,13 +157,13 @@ __global__ void __launch_bounds__(NT, 1) k_tile_step(const __grid_constant__ ggx
 
 }  // namespace
 
-void ggx_tile_step_deal(const ggx::TileLayout & L, int grid, std::vector<int> * tile0, std::vector<int> * deal) {
+void ggx_tile_step_deal(const ggx::TileLayout & L, int grid, int warps, std::vector<int> * tile0, std::vector<int> * deal) {
     tile0->assign((size_t)grid + 1, 0);
-    deal->assign((size_t)grid * (GGX_TILE_WARPS + 1), 0);
+    deal->assign((size_t)grid * (warps + 1), 0);
     for (int b = 0; b <= grid; b++) (*tile0)[b] = (int)((int64_t)L.n_tiles * b / grid);
     for (int b = 0; b < grid; b++)
-        ggx::deal_by_weight(L.tile_unit0[(*tile0)[b]], L.tile_unit0[(*tile0)[b + 1]], GGX_TILE_WARPS,
-                            [&](int u) { return (uint64_t)L.units[u].n_uint4; }, deal->data() + (size_t)b * (GGX_TILE_WARPS + 1));
+        ggx::deal_by_weight(L.tile_unit0[(*tile0)[b]], L.tile_unit0[(*tile0)[b + 1]], warps,
+                            [&](int u) { return (uint64_t)L.units[u].n_uint4; }, deal->data() + (size_t)b * (warps + 1));
 }
 
 size_t ggx_tile_stage_smem(int n_mat, int K, int n_chunks, int max_units, int max_tiles) {
@@ -184,12 +186,14 @@ cudaError_t ggx_cuda_tile_step(const ggx_tile_step & s, int grid, cudaStream_t s
     return cudaErrorNotSupported;   // mma.sync is NVIDIA's
 #else
     const size_t smem = ggx_tile_step_smem(s);
-    cudaError_t err = cudaFuncSetAttribute(k_tile_step, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    const int W = ggx_tile_step_warps(s.st[0].m[0].warps);
+    void (*kernel)(ggx_tile_step, ggx_trace_dev) = W == 12 ? k_tile_step<12> : k_tile_step<16>;
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess) return err;
     const ggx_trace_dev tr = trace ? *trace : ggx_trace_dev{};
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(NT);
+    cfg.blockDim = dim3(W * GGX_CUDA_WARP);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
     cudaLaunchAttribute attr[1];
@@ -197,7 +201,7 @@ cudaError_t ggx_cuda_tile_step(const ggx_tile_step & s, int grid, cudaStream_t s
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, k_tile_step, s, tr);
+    return cudaLaunchKernelEx(&cfg, kernel, s, tr);
 #endif
 }
 

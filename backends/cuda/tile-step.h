@@ -28,17 +28,22 @@ struct ggx_tile_step_matrix {
     const ggx_tile_unit_dev * units;
     const int4 *              chunks;      // (first step, steps, group, 0)
     const uint16_t *          scales;      // ggx::TileLayout::scales' order
-    const int *               deal;        // [grid][GGX_TILE_WARPS + 1]: block b's warp w takes units deal[b][w] .. deal[b][w + 1] - 1
+    const int *               deal;        // [grid][warps + 1]: block b's warp w takes units deal[b][w] .. deal[b][w + 1] - 1
     const int *               tile0;       // [grid + 1]: block b owns tiles tile0[b] .. tile0[b + 1] - 1
     const int32_t *           perm;        // [K]: quantized row k is x's row perm[k]; null: identity
     int K, Np, n_chunks, grid;
+    int warps;                             // per block: 12 or 16 (ggx_tile_step_warps)
     int max_tiles;                         // most tiles of one block
     int max_units;                         // most units of one block
 };
 
-// Block b's tiles and its warps' units for a grid of `grid` blocks (host side, before the
-// upload): tile0 [grid + 1], deal [grid][GGX_TILE_WARPS + 1] (global unit indices).
-void ggx_tile_step_deal(const ggx::TileLayout & L, int grid, std::vector<int> * tile0, std::vector<int> * deal);
+// Warps per block the kernel is built for: 16 (128 registers, where its frame spills ~200 bytes)
+// or 12 (up to 168 registers, no spills); other values are 16.
+inline int ggx_tile_step_warps(int w) { return w == 12 ? 12 : 16; }
+
+// Block b's tiles and its warps' units for a grid of `grid` blocks of `warps` warps (host side,
+// before the upload): tile0 [grid + 1], deal [grid][warps + 1] (global unit indices).
+void ggx_tile_step_deal(const ggx::TileLayout & L, int grid, int warps, std::vector<int> * tile0, std::vector<int> * deal);
 
 // One GEMV stage: one matrix, or the two of a GLU (same N, so the same tiles per block).
 struct ggx_tile_stage {
@@ -65,8 +70,8 @@ struct ggx_tile_step {
 size_t ggx_tile_stage_smem(int n_mat, int K, int n_chunks, int max_units, int max_tiles);
 size_t ggx_tile_step_smem(const ggx_tile_step & s);
 
-// Runs the stages on `grid` blocks (every matrix's deal made for that grid; at most one block per
-// SM). The caller checks the shared memory against the device's limit. pdl and trace as
+// Runs the stages on `grid` blocks of m[0].warps warps (every matrix's deal made for that grid and
+// warp count; at most one block per SM). The caller checks the shared memory against the device's limit. pdl and trace as
 // ggx_cuda_strip_step's. HIP: cudaErrorNotSupported.
 cudaError_t ggx_cuda_tile_step(const ggx_tile_step & s, int grid, cudaStream_t stream, bool pdl = false,
                                const struct ggx_trace_dev * trace = nullptr);

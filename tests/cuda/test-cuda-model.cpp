@@ -186,6 +186,8 @@ TEST_CASE("cuda: the tile step (GGX_CUDA_STEP=tile) matches the CPU backend and 
     return;
 #endif
     compare_synthetic_step("llama3.2-1b", 4.0, 2, "tile");
+    setenv("GGX_CUDA_STEP_TILE_WARPS", "12", 1);   // the 12-warp form of the kernel
     compare_synthetic_step("llama3.2-1b", 2.5, 1, "tile");   // mixed widths
+    unsetenv("GGX_CUDA_STEP_TILE_WARPS");
     compare_synthetic_step("qwen2.5-7b", 6.0, 1, "tile", 2);   // down (K = 18944): x in three fp16 variants does not fit
 }

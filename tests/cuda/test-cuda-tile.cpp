@@ -91,7 +91,8 @@ TEST_CASE("tile gather: the device writes the tile layout's words as the host bu
 
 // The tile step (backends/cuda/tile-step.h) as one stage, one matrix: blocks owning whole tiles,
 // the warps' sums meeting in shared memory; against the same double reference and bound as the
-// tile GEMV (the same loop). Grids of 2 blocks (many tiles and units per warp) and 40.
+// tile GEMV (the same loop). Grids of 2 blocks of 16 warps (many tiles and units per warp) and 40
+// of 12.
 TEST_CASE("tile step: one stage over synthetic EXL2 layers against a double reference") {
     REQUIRE_CUDA();
 #if defined(GGX_USE_HIP)
@@ -105,10 +106,11 @@ TEST_CASE("tile step: one stage over synthetic EXL2 layers against a double refe
     for (const char * lay : layouts)
         for (const auto & shape : {std::make_pair(2048, 200), std::make_pair(4096, 512)})
             for (int grid : {2, 40}) {
-                const int K = shape.first, N = shape.second;
+                const int K = shape.first, N = shape.second, W = grid == 2 ? 16 : 12;   // both kernel forms
                 CAPTURE(lay);
                 CAPTURE(K);
                 CAPTURE(grid);
+                CAPTURE(W);
                 const exl2::QLayerHost Q = synth_layer(lay, K, N, seed++);
                 const ggx_qmatrix q = exl2::qlayer_host_view(Q);
                 ggx::TileLayout L;
@@ -118,7 +120,7 @@ TEST_CASE("tile step: one stage over synthetic EXL2 layers against a double refe
                 std::vector<int4> chunks;
                 REQUIRE(ggx_tile_units(L, &units, &chunks));
                 std::vector<int> tile0, deal;
-                ggx_tile_step_deal(L, grid, &tile0, &deal);
+                ggx_tile_step_deal(L, grid, W, &tile0, &deal);
                 REQUIRE(tile0.front() == 0);
                 REQUIRE(tile0.back() == L.n_tiles);
                 ggx_tile_step_matrix m = {};
@@ -132,10 +134,11 @@ TEST_CASE("tile step: one stage over synthetic EXL2 layers against a double refe
                 m.Np = L.Np;
                 m.n_chunks = (int)chunks.size();
                 m.grid = grid;
+                m.warps = W;
                 for (int b = 0; b < grid; b++) {
-                    CHECK(deal[(size_t)b * (GGX_TILE_WARPS + 1)] == L.tile_unit0[tile0[b]]);   // a block's units are its tiles'
+                    CHECK(deal[(size_t)b * (W + 1)] == L.tile_unit0[tile0[b]]);   // a block's units are its tiles'
                     m.max_tiles = std::max(m.max_tiles, tile0[b + 1] - tile0[b]);
-                    m.max_units = std::max(m.max_units, deal[(size_t)b * (GGX_TILE_WARPS + 1) + GGX_TILE_WARPS] - deal[(size_t)b * (GGX_TILE_WARPS + 1)]);
+                    m.max_units = std::max(m.max_units, deal[(size_t)b * (W + 1) + W] - deal[(size_t)b * (W + 1)]);
                 }
                 const GemvReference R = gemv_reference(Q, seed);
                 float * xd = upload(R.xq);
