@@ -29,8 +29,8 @@ bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * wh
     struct UnitSpan { int bits, step0, n_steps, chunk0; uint32_t starts; };
     std::vector<UnitSpan> spans;
     for (int g = 0; g < (int)groups.size(); g++)
-        for (int s = groups[g].row0 / 16; s < (groups[g].row0 + groups[g].n_rows) / 16; s += 16) {
-            const int n = std::min(16, (groups[g].row0 + groups[g].n_rows) / 16 - s);
+        for (int s = groups[g].row0 / 16, cmax = ggx_tile_chunk_steps(groups[g].bits); s < (groups[g].row0 + groups[g].n_rows) / 16; s += cmax) {
+            const int n = std::min(cmax, (groups[g].row0 + groups[g].n_rows) / 16 - s);
             const int c = (int)L.chunks.size();
             L.chunks.push_back({s, n, g});
             if (!spans.empty() && spans.back().bits == groups[g].bits && spans.back().n_steps + n <= ggx_tile_max_steps(groups[g].bits)) {

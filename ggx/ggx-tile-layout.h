@@ -29,7 +29,8 @@
 // T = sum of x as staged (second halves / V): rows g give sum v x = c - 1024 T, rows g + 8
 // (c - 1024 T) / H; the code's sum is the planes' sums times 2^shift, less 2^(b-1) S.
 //
-// Chunks and units: each group is cut into chunks of at most 16 steps (the same for every tile);
+// Chunks and units: each group is cut into chunks of at most ggx_tile_chunk_steps (the same for
+// every tile);
 // a chunk is what one set of tensor-core sums covers before its bias, zero point and scale are
 // applied (with the chunk's sums of x, computed once per x). A unit packs consecutive chunks of
 // one width into at most ggx_tile_max_steps steps (so a unit of small groups still loads whole
@@ -59,15 +60,22 @@ GGX_HD constexpr int ggx_tile_plane_shift(int bits, int p) { return p == 0 ? 0 :
 // Words of one lane for n_steps steps of a plane (whole words).
 GGX_HD constexpr int ggx_tile_plane_words(int plane_bits, int n_steps) { return (n_steps * plane_bits + 3) / 4; }
 
-// Most steps of a unit of a width: as many as keep its words within 8 uint4 per lane (one unit's
-// registers in the kernels): 32 at 4 bits and below, 16 above (6 bits would allow 21, 5 bits 25:
-// not worth a third unroll). At 4 bits a 16-step unit held 2 KB per warp, too few bytes in flight
-// per warp: 8-bit units (4 KB) streamed 1.4x faster in run 96. GGX_TILE_MS (16 or 32, at compile
-// time, the same for the layout builder and the kernels) exists to time the two against each other.
-#ifndef GGX_TILE_MS
-#define GGX_TILE_MS 16
+// uint4 a lane holds of one unit (the kernels' word buffers: two of them per warp, double
+// buffered), and the most steps of a unit of each width within them. 4 (the default): 8 bits 8
+// steps, 6 bits 10, 5 bits 12, 4 bits 16, 3 bits 20, 2 bits 32, i.e. 2 KB per warp at every
+// width; the tile step's frame around two buffers of 8 did not fit in 128 registers (session 16).
+// 8: 16 steps at every width (4 KB per warp at 8 bits, 1 KB at 2), the layout measured in runs
+// 96-101. Units of 32 steps at 4 bits and 8 uint4 measured slower (run 98: spills). At compile
+// time, the same for the layout builder and the kernels.
+#ifndef GGX_TILE_UNIT_UINT4
+#define GGX_TILE_UNIT_UINT4 4
 #endif
-GGX_HD constexpr int ggx_tile_max_steps(int bits) { return bits <= 4 ? GGX_TILE_MS : 16; }
+GGX_HD constexpr int ggx_tile_max_steps(int bits) {
+    return GGX_TILE_UNIT_UINT4 == 8 ? 16 : bits == 8 ? 8 : bits == 6 ? 10 : bits == 5 ? 12 : bits == 4 ? 16 : bits == 3 ? 20 : 32;
+}
+// Most steps of a chunk of a width: 16 (a tensor-core sum over 256 rows stays exact enough, and
+// one group's scale), at most a unit's.
+GGX_HD constexpr int ggx_tile_chunk_steps(int bits) { return ggx_tile_max_steps(bits) < 16 ? ggx_tile_max_steps(bits) : 16; }
 
 // First word of plane p among a lane's words of a unit (fixed per width: plane 0 at 0, plane 1
 // after a full unit's plane 0), and the words a unit of n_steps steps takes (plane 1's end).

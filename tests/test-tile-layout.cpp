@@ -53,11 +53,11 @@ void check_codes(const QLayerHost & Q, const TileLayout & L) {
     const int n_steps = Q.K / 16;
     REQUIRE(L.n_tiles == Q.Np / 16);
     REQUIRE(L.tile_unit0.size() == (size_t)L.n_tiles + 1);
-    // chunks: the steps in order, at most 16 each, each inside one group
+    // chunks: the steps in order, at most ggx_tile_chunk_steps each, each inside one group
     int step = 0;
     for (const ggx::TileChunk & c : L.chunks) {
         CHECK(c.step0 == step);
-        CHECK((c.n_steps >= 1 && c.n_steps <= 16));
+        CHECK((c.n_steps >= 1 && c.n_steps <= ggx_tile_chunk_steps(L.group_bits[c.group])));
         for (int i = 0; i < c.n_steps; i++) CHECK(L.step_group[c.step0 + i] == c.group);
         step += c.n_steps;
     }
@@ -73,7 +73,7 @@ void check_codes(const QLayerHost & Q, const TileLayout & L) {
             CHECK(u.offset == next);   // units follow each other without gaps
             next = u.offset + u.n_uint4;
             CHECK((u.n_steps >= 1 && u.n_steps <= ggx_tile_max_steps(u.bits)));
-            CHECK((u.n_uint4 >= 1 && u.n_uint4 <= 8));   // one unit's registers in the kernels
+            CHECK((u.n_uint4 >= 1 && u.n_uint4 <= GGX_TILE_UNIT_UINT4));   // one unit's registers in the kernels
             // units as long as they may be: a unit shorter than its width's most steps is followed
             // in its tile by one of another width, or by a chunk that would not fit
             if (ui + 1 < L.tile_unit0[t + 1] && u.n_steps < ggx_tile_max_steps(u.bits) && L.units[ui + 1].bits == u.bits)

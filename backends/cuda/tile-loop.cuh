@@ -17,6 +17,8 @@ namespace ggx_tile_loop {
 // x as staged per variant: K halves in fragment order, then the zero halves that the lanes
 // outside a chunk's column read (32 steps of them: a unit's most).
 constexpr int k_zero_halves = 512;
+// uint4 per lane of one unit's words (ggx-tile-layout.h): one word buffer.
+constexpr int UQ = GGX_TILE_UNIT_UINT4;
 __host__ __device__ inline int x_stride(int K) { return K + k_zero_halves; }
 // Halves of the three variants of one x (V = 1, 4, 16).
 __host__ __device__ inline size_t x_halves(int K) { return (size_t)3 * x_stride(K); }
@@ -84,14 +86,15 @@ __device__ __forceinline__ uint32_t tile_reg(const uint32_t * pw, int i, int r) 
 // epilogue per chunk, with lanes t == 0 alone useful, cost more than the steps at the 32-row
 // groups of most EXL2 layers: run 93.)
 //
-// L > 0: a full unit (ggx_tile_max_steps(BITS) steps) in chunks of L steps (the common case:
+// L > 0: a full unit (regular_steps: the most whole chunks of L steps within
+// ggx_tile_max_steps(BITS)) in chunks of L steps (the common case:
 // groups of 16 L rows), whose chunk changes are known at compile time; L == 0: any unit,
 // chunk_starts read at run time. A lane's B for step i is 8 bytes at base + 16 i halves, base its
 // x (real) or the zero halves (which hold 32 steps), chosen once per chunk. A unit of more than 8
 // chunks runs its epilogue after every 8 (a batch); the first batch's scales came with the unit's
 // words (s0; the second batch's kept with them too pushed the kernel into spills).
 template <int BITS, int L>
-__device__ __forceinline__ void run_unit(const unit_desc & d, const uint4 (&w)[8], const uint32_t (&s0)[2], const half * xs, int K,
+__device__ __forceinline__ void run_unit(const unit_desc & d, const uint4 (&w)[UQ], const uint32_t (&s0)[2], const half * xs, int K,
                                          const float4 * csum, const uint16_t * scales, int lane, float & acc_lo, float & acc_hi) {
     // the width's planes (a one-plane width has PB1 = PB0 and never reads plane 1)
     constexpr int NPL = ggx_tile_n_planes(BITS);
@@ -102,10 +105,11 @@ __device__ __forceinline__ void run_unit(const unit_desc & d, const uint4 (&w)[8
     constexpr int MS = ggx_tile_max_steps(BITS);
     constexpr int LS = L > 0 ? L : 1;                    // (L == 0 never uses it)
     constexpr int NC = L > 0 ? MS / LS : 0;              // chunks of a full unit of form L
+    constexpr int NS = L > 0 ? NC * LS : MS;             // its steps (the most whole chunks that fit)
     const int g = lane / 4, t = lane % 4;
-    uint32_t wv[32];
+    uint32_t wv[4 * UQ];
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
+    for (int j = 0; j < UQ; j++) {
         wv[4 * j] = w[j].x;
         wv[4 * j + 1] = w[j].y;
         wv[4 * j + 2] = w[j].z;
@@ -160,12 +164,13 @@ __device__ __forceinline__ void run_unit(const unit_desc & d, const uint4 (&w)[8
             for (int q = 0; q < 4; q++) c[p][q] = 0.0f;
     };
 #pragma unroll
-    for (int i = 0; i < MS; i++) {
+    for (int i = 0; i < NS; i++) {
         if (L > 0) {
             if (i > 0 && i % LS == 0) {   // chunk i / L starts
-                if (i / LS % 8 == 0) {    // D's columns are full (units of more than 8 chunks: L == 2 at 32 steps)
+                if (i / LS % 8 == 0) {    // D's columns are full (units of more than 8 chunks)
                     epilogue();
                     next_batch();
+                    n_batch = NC - i / LS < 8 ? NC - i / LS : 8;   // (the last batch may be short)
                 }
                 b0 = g == i / LS % 8 ? real0 : zero0;
                 b1 = g == i / LS % 8 ? real1 : zero1;
@@ -202,38 +207,40 @@ __device__ __forceinline__ void run_unit(const unit_desc & d, const uint4 (&w)[8
     epilogue();
 }
 
-// chunk_starts of a full unit of width BITS in chunks of L steps.
+// Steps and chunk_starts of a full unit of width BITS in chunks of L steps: as many whole chunks
+// as fit (ggx_tile_max_steps).
+template <int BITS> __host__ __device__ constexpr int regular_steps(int L) { return ggx_tile_max_steps(BITS) / L * L; }
 template <int BITS> __host__ __device__ constexpr uint32_t regular_starts(int L) {
     uint32_t m = 0;
-    for (int i = 0; i < ggx_tile_max_steps(BITS); i += L) m |= 1u << i;
+    for (int i = 0; i < regular_steps<BITS>(L); i += L) m |= 1u << i;
     return m;
 }
 
 // The unit's width and, for a full unit of regular chunks, their length: one instantiation each.
 template <int BITS>
-__device__ __forceinline__ void run_unit_any(const unit_desc & d, const uint4 (&w)[8], const uint32_t (&s0)[2], const half * xs, int K,
+__device__ __forceinline__ void run_unit_any(const unit_desc & d, const uint4 (&w)[UQ], const uint32_t (&s0)[2], const half * xs, int K,
                                              const float4 * csum, const uint16_t * scales, int lane, float & acc_lo, float & acc_hi) {
-    const uint32_t cs = d.n_steps() == ggx_tile_max_steps(BITS) ? d.chunk_starts() : 0u;
-    if (cs == regular_starts<BITS>(2)) run_unit<BITS, 2>(d, w, s0, xs, K, csum, scales, lane, acc_lo, acc_hi);
-    else if (cs == regular_starts<BITS>(4)) run_unit<BITS, 4>(d, w, s0, xs, K, csum, scales, lane, acc_lo, acc_hi);
-    else if (cs == regular_starts<BITS>(8)) run_unit<BITS, 8>(d, w, s0, xs, K, csum, scales, lane, acc_lo, acc_hi);
+    const uint32_t cs = d.chunk_starts();
+    const int n = d.n_steps();
+    if (n == regular_steps<BITS>(2) && cs == regular_starts<BITS>(2)) run_unit<BITS, 2>(d, w, s0, xs, K, csum, scales, lane, acc_lo, acc_hi);
+    else if (n == regular_steps<BITS>(4) && cs == regular_starts<BITS>(4)) run_unit<BITS, 4>(d, w, s0, xs, K, csum, scales, lane, acc_lo, acc_hi);
+    else if (n == regular_steps<BITS>(8) && cs == regular_starts<BITS>(8)) run_unit<BITS, 8>(d, w, s0, xs, K, csum, scales, lane, acc_lo, acc_hi);
     else run_unit<BITS, 0>(d, w, s0, xs, K, csum, scales, lane, acc_lo, acc_hi);
 }
 
-// A descriptor from the block's copy in shared memory (a plain load: the pointer is generic).
 __device__ __forceinline__ unit_desc load_desc(const ggx_tile_unit_dev * p) { return {*(const uint4 *)p}; }
 
 // A unit's words of this lane (uint4 j at offset + j, 512 bytes apart); past n_uint4 the
 // registers are left as they are (no recipe of the unit reads them). A switch into a chain of
 // plain loads from one base: eight predicated loads took ~40 instructions (run 96's profile).
-__device__ __forceinline__ void load_words(const uint4 * words, const unit_desc & d, int lane, uint4 (&w)[8]) {
+__device__ __forceinline__ void load_words(const uint4 * words, const unit_desc & d, int lane, uint4 (&w)[UQ]) {
     const uint4 * p = words + (size_t)d.offset() * 32 + lane;
     switch (d.n_uint4()) {
-        default: w[7] = ggx_load_ro(p + 32 * 7); [[fallthrough]];
-        case 7: w[6] = ggx_load_ro(p + 32 * 6); [[fallthrough]];
-        case 6: w[5] = ggx_load_ro(p + 32 * 5); [[fallthrough]];
-        case 5: w[4] = ggx_load_ro(p + 32 * 4); [[fallthrough]];
-        case 4: w[3] = ggx_load_ro(p + 32 * 3); [[fallthrough]];
+        default: if constexpr (UQ > 7) w[7] = ggx_load_ro(p + 32 * 7); [[fallthrough]];
+        case 7: if constexpr (UQ > 6) w[6] = ggx_load_ro(p + 32 * 6); [[fallthrough]];
+        case 6: if constexpr (UQ > 5) w[5] = ggx_load_ro(p + 32 * 5); [[fallthrough]];
+        case 5: if constexpr (UQ > 4) w[4] = ggx_load_ro(p + 32 * 4); [[fallthrough]];
+        case 4: if constexpr (UQ > 3) w[3] = ggx_load_ro(p + 32 * 3); [[fallthrough]];
         case 3: w[2] = ggx_load_ro(p + 32 * 2); [[fallthrough]];
         case 2: w[1] = ggx_load_ro(p + 32 * 1); [[fallthrough]];
         case 1: w[0] = ggx_load_ro(p);
@@ -330,8 +337,8 @@ __device__ __forceinline__ void flush_tile(int tile, float & acc_lo, float & acc
 // lambda: nvcc declined to inline the lambda once the 32-step bodies made it large, and passing
 // the word arrays by reference to a call put them on the stack (576 bytes).
 template <typename Sink>
-__device__ __forceinline__ unit_desc unit_step(const warp_src & m, int u, int u1, const unit_desc & d, const uint4 (&w)[8],
-                                               const uint32_t (&sw)[2], const unit_desc & d_next, uint4 (&w_next)[8], uint32_t (&s_next)[2],
+__device__ __forceinline__ unit_desc unit_step(const warp_src & m, int u, int u1, const unit_desc & d, const uint4 (&w)[UQ],
+                                               const uint32_t (&sw)[2], const unit_desc & d_next, uint4 (&w_next)[UQ], uint32_t (&s_next)[2],
                                                int lane, int & tile, float & acc_lo, float & acc_hi, Sink & sink) {
     if (m.prefetch > 0 && lane == 0 && u + 1 + m.prefetch < u1) {
         const unit_desc dp = load_desc(m.units + u + 1 + m.prefetch);
@@ -362,7 +369,7 @@ __device__ __forceinline__ unit_desc unit_step(const warp_src & m, int u, int u1
 // on their way while the block stages; then warp_run walks the units.
 struct warp_pipe {
     unit_desc da, db;
-    uint4     wa[8], wb[8];
+    uint4     wa[UQ], wb[UQ];
 };
 
 // (units: the descriptors in global memory)
