@@ -22,8 +22,9 @@ TEST_CASE("tile gemv: synthetic EXL2 layers through the tile layout against a do
     MESSAGE("the tile GEMV is CUDA-only (mma.sync)");
     return;
 #endif
+    // ("8/4/3 g32": 3-bit units of 10 chunks, a batch of 8 and a short one)
     const char * layouts[] = {"4 g128", "8/6/5 g32,128,128 .05/.1/.85", "6/3/2 g32,64,64 .05/.2/.75", "3/2 g64 .1/.9",
-                              "5/4 g32 .25/.75", "2 g16", "5/2 g512,16 .5/.5"};
+                              "5/4 g32 .25/.75", "8/4/3 g32 .05/.1/.85", "2 g16", "5/2 g512,16 .5/.5"};
     uint64_t seed = 500;
     for (const char * lay : layouts)
         for (const auto & shape : {std::make_pair(2048, 200), std::make_pair(4096, 512)})
