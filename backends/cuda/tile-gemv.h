@@ -1,7 +1,7 @@
 // A one-row EXL2 GEMV whose dot products run on tensor cores (mma.sync m16n8k16, fp16 inputs,
 // fp32 sums), over the tile layout (ggx/ggx-tile-layout.h): the candidate for the decode loop
 // after session 14 found the fp16-pair loops issue-bound (bench/NOTES-cuda-decode.md). A
-// stand-alone launch for one matrix, for its test and for timing; no decode path uses it yet.
+// stand-alone launch for one matrix, for its test and for timing.
 //
 // A launch stages x once per block: scaled by a power of two (x_scale_exponent) into fp16, in
 // each 16-row step's fragment order (lane t of a B column reads x[2t], x[2t + 1] and x[2t + 8],
@@ -13,10 +13,10 @@
 // chunks take turns at B's 8 columns, so one epilogue per unit turns D into the columns' sums;
 // when the warp's tile changes, they go into y by atomicAdd.
 //
-// First run in session 15 (runs 93-97): correct at every width; 78 us per llama3-8b layer at
-// 4.0 bpw as seven launches, against 88 for the strip GEMV (bench/NOTES-cuda-decode.md,
-// "Session 15's findings"). The CUDA build only (sm_80+); the HIP build returns
-// cudaErrorNotSupported.
+// First run in session 15 (runs 93-97): correct at every width; 75 us per llama3-8b layer at
+// 4.0 bpw as seven launches since session 16 (run 104), against 88 for the strip GEMV
+// (bench/NOTES-cuda-decode.md). Its warp loop (tile-loop.cuh) is also the tile step's
+// (tile-step.h). The CUDA build only (sm_80+); the HIP build returns cudaErrorNotSupported.
 #pragma once
 
 #if defined(GGX_USE_HIP)
