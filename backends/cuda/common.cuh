@@ -108,25 +108,34 @@ static __device__ __forceinline__ void ggx_pdl_launch_next() {
 #endif
 }
 
+// A launch on `stream`, as a programmatic dependent of the previous kernel when pdl (sm_90;
+// the HIP build launches plainly).
 template <typename... Args, typename... Actual>
-static enum ggx_status ggx_cuda_launch(const ggx_cuda_ctx & ctx, void (*kernel)(Args...), dim3 grid, dim3 block, size_t smem,
-                                       Actual &&... args) {
+static cudaError_t ggx_cuda_launch_ex(cudaStream_t stream, bool pdl, void (*kernel)(Args...), dim3 grid, dim3 block, size_t smem,
+                                      Actual &&... args) {
 #if !defined(GGX_USE_HIP)
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
-    cfg.stream = ctx.stream;
+    cfg.stream = stream;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = ctx.pdl ? 1 : 0;
-    GGX_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Actual &&>(args)...));
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, static_cast<Actual &&>(args)...);
 #else
-    kernel<<<grid, block, smem, ctx.stream>>>(static_cast<Actual &&>(args)...);
-    GGX_CUDA_LAUNCH_CHECK();
+    (void)pdl;
+    kernel<<<grid, block, smem, stream>>>(static_cast<Actual &&>(args)...);
+    return cudaGetLastError();
 #endif  // GGX_USE_HIP
+}
+
+template <typename... Args, typename... Actual>
+static enum ggx_status ggx_cuda_launch(const ggx_cuda_ctx & ctx, void (*kernel)(Args...), dim3 grid, dim3 block, size_t smem,
+                                       Actual &&... args) {
+    GGX_CUDA_CHECK(ggx_cuda_launch_ex(ctx.stream, ctx.pdl, kernel, grid, block, smem, static_cast<Actual &&>(args)...));
     return GGX_STATUS_OK;
 }
 

@@ -110,4 +110,21 @@ template <typename Stage> __device__ __forceinline__ void put_output(const Stage
     S.y[n] = v;
 }
 
+// A one-stage step of one matrix with x already in quantized order (the tests' GEMV form of
+// either step): y = W xq for the Np columns. The caller clears the matrix's permutation.
+template <typename Step, typename Matrix> Step one_matrix_step(const Matrix & m, const float * xq, float * y, int * counter) {
+    Step s = {};
+    s.n_stages = 1;
+    s.counter = counter;
+    auto & S = s.st[0];
+    S.m[0] = m;
+    S.n_mat = 1;
+    S.x = xq;
+    S.K = m.K;
+    S.N = m.Np;
+    S.epi = GGX_STRIP_STORE;
+    S.y = y;
+    return s;
+}
+
 }  // namespace ggx_step

@@ -49,6 +49,32 @@ const ggx_tile_step_matrix * tile_of(const ggx_tensor * w) {
 
 bool f32_or_null(const ggx_tensor * t) { return !t || t->type == GGX_TYPE_F32; }
 
+// q as a host layout builder takes it: the groups' host copy, no words and no permutation (the
+// device has those); the column scales come with download_scales.
+ggx_qmatrix layout_view(const ggx_qmatrix & q, const std::vector<uint16_t> & groups) {
+    ggx_qmatrix h = q;
+    h.groups_host = groups.data();
+    h.q_weight = nullptr;
+    h.q_perm = nullptr;
+    return h;
+}
+
+// q's column scale codes and maxima copied to the host (they must outlive h, which points at them).
+struct host_scales {
+    std::vector<uint32_t> qs;
+    std::vector<uint16_t> qsmax;
+};
+ggx_status download_scales(ggx_cuda_ctx & ctx, const ggx_qmatrix & q, host_scales * hs, ggx_qmatrix * h) {
+    hs->qs.resize((size_t)q.n_groups * (q.Np / 8));
+    hs->qsmax.resize(q.n_groups);
+    GGX_CUDA_CHECK(cudaMemcpyAsync(hs->qs.data(), q.q_scale, hs->qs.size() * 4, cudaMemcpyDeviceToHost, ctx.stream));
+    GGX_CUDA_CHECK(cudaMemcpyAsync(hs->qsmax.data(), q.q_scale_max, hs->qsmax.size() * 2, cudaMemcpyDeviceToHost, ctx.stream));
+    GGX_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    h->q_scale = hs->qs.data();
+    h->q_scale_max = hs->qsmax.data();
+    return GGX_STATUS_OK;
+}
+
 // A job as a stage of either step (ggx_strip_stage or ggx_tile_stage: the same field names);
 // matrix_of(w): the step's copy of weight w.
 template <typename Stage, typename MatrixOf> void fill_stage(const ggx_qgemv_job & job, Stage * out, MatrixOf matrix_of) {
@@ -81,18 +107,10 @@ ggx_status ggx_cuda_strip_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std:
     ggx_cuda_qextra * e = (ggx_cuda_qextra *)q->backend_extra;
     // the layout is built on the host from the groups and the column scales (downloaded), without
     // the words, which the device gathers from q_weight itself
-    ggx_qmatrix h = *q;
-    h.groups_host = groups.data();
-    h.q_weight = nullptr;
-    h.q_perm = nullptr;
+    ggx_qmatrix h = layout_view(*q, groups);
     if (!ggx::strip_layout_supported(h)) return GGX_STATUS_OK;
-    std::vector<uint32_t> qs((size_t)q->n_groups * (q->Np / 8));
-    std::vector<uint16_t> qsmax(q->n_groups);
-    GGX_CUDA_CHECK(cudaMemcpyAsync(qs.data(), q->q_scale, qs.size() * 4, cudaMemcpyDeviceToHost, ctx.stream));
-    GGX_CUDA_CHECK(cudaMemcpyAsync(qsmax.data(), q->q_scale_max, qsmax.size() * 2, cudaMemcpyDeviceToHost, ctx.stream));
-    GGX_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
-    h.q_scale = qs.data();
-    h.q_scale_max = qsmax.data();
+    host_scales hs;
+    GGX_RETURN_IF_ERR(download_scales(ctx, *q, &hs, &h));
     ggx::StripLayout L;
     std::string why;
     if (!ggx::strip_layout_build(h, std::min(ctx.n_sm, q->Np / 4), false, &L, &why)) {
@@ -154,20 +172,11 @@ void ggx_cuda_strip_release(ggx_cuda_qextra * e) {
 ggx_status ggx_cuda_tile_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std::vector<uint16_t> & groups) {
     const ggx_qmatrix * q = (const ggx_qmatrix *)t->extra;
     ggx_cuda_qextra * e = (ggx_cuda_qextra *)q->backend_extra;
-    // the layout is built on the host from the groups and the column scales (downloaded), without
-    // the words, which the device gathers from q_weight itself (ggx_cuda_tile_gather)
-    ggx_qmatrix h = *q;
-    h.groups_host = groups.data();
-    h.q_weight = nullptr;
-    h.q_perm = nullptr;
+    // as for the strip layout; the device gathers the words with ggx_cuda_tile_gather
+    ggx_qmatrix h = layout_view(*q, groups);
     if (!ggx::tile_layout_supported(h) || q->K > 65536) return GGX_STATUS_OK;   // (q_perm is staged as uint16)
-    std::vector<uint32_t> qs((size_t)q->n_groups * (q->Np / 8));
-    std::vector<uint16_t> qsmax(q->n_groups);
-    GGX_CUDA_CHECK(cudaMemcpyAsync(qs.data(), q->q_scale, qs.size() * 4, cudaMemcpyDeviceToHost, ctx.stream));
-    GGX_CUDA_CHECK(cudaMemcpyAsync(qsmax.data(), q->q_scale_max, qsmax.size() * 2, cudaMemcpyDeviceToHost, ctx.stream));
-    GGX_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
-    h.q_scale = qs.data();
-    h.q_scale_max = qsmax.data();
+    host_scales hs;
+    GGX_RETURN_IF_ERR(download_scales(ctx, *q, &hs, &h));
     ggx::TileLayout L;
     std::string why;
     std::vector<ggx_tile_unit_dev> units;

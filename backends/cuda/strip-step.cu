@@ -371,39 +371,13 @@ cudaError_t ggx_cuda_strip_step(const ggx_strip_step & s, int grid, cudaStream_t
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess) return err;
     const ggx_trace_dev tr = trace ? *trace : ggx_trace_dev{};
-#if !defined(GGX_USE_HIP)
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(NT);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, kernel, s, tr);
-#else
-    (void)pdl;
-    kernel<<<grid, NT, smem, stream>>>(s, tr);
-    return cudaGetLastError();
-#endif
+    return ggx_cuda_launch_ex(stream, pdl, kernel, dim3(grid), dim3(NT), smem, s, tr);
 }
 
 cudaError_t ggx_cuda_strip_gemv(const ggx_strip_matrix & m, const float * xq, float * y, int * counter, cudaStream_t stream,
                                 const ggx_strip_form & form) {
-    ggx_strip_step s = {};
-    s.n_stages = 1;
+    ggx_strip_step s = ggx_step::one_matrix_step<ggx_strip_step>(m, xq, y, counter);
     s.form = form;
-    s.counter = counter;
-    ggx_strip_stage & S = s.st[0];
-    S.m[0] = m;
-    S.m[0].inv_perm = nullptr;
-    S.n_mat = 1;
-    S.x = xq;
-    S.K = m.K;
-    S.N = m.Np;
-    S.epi = GGX_STRIP_STORE;
-    S.y = y;
+    s.st[0].m[0].inv_perm = nullptr;
     return ggx_cuda_strip_step(s, m.n_strips, stream);
 }

@@ -191,32 +191,12 @@ cudaError_t ggx_cuda_tile_step(const ggx_tile_step & s, int grid, cudaStream_t s
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess) return err;
     const ggx_trace_dev tr = trace ? *trace : ggx_trace_dev{};
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(W * GGX_CUDA_WARP);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, kernel, s, tr);
+    return ggx_cuda_launch_ex(stream, pdl, kernel, dim3(grid), dim3(W * GGX_CUDA_WARP), smem, s, tr);
 #endif
 }
 
 cudaError_t ggx_cuda_tile_step_gemv(const ggx_tile_step_matrix & m, const float * xq, float * y, int * counter, cudaStream_t stream) {
-    ggx_tile_step s = {};
-    s.n_stages = 1;
-    s.counter = counter;
-    ggx_tile_stage & S = s.st[0];
-    S.m[0] = m;
-    S.m[0].perm = nullptr;
-    S.n_mat = 1;
-    S.x = xq;
-    S.K = m.K;
-    S.N = m.Np;
-    S.epi = GGX_STRIP_STORE;
-    S.y = y;
+    ggx_tile_step s = ggx_step::one_matrix_step<ggx_tile_step>(m, xq, y, counter);
+    s.st[0].m[0].perm = nullptr;
     return ggx_cuda_tile_step(s, m.grid, stream);
 }

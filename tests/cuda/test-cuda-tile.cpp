@@ -16,6 +16,25 @@
 
 using namespace cudatest;
 
+namespace {
+
+// A synthetic layer of layout `lay`, its tile layout (with the words) and its double reference.
+struct tile_case {
+    exl2::QLayerHost Q;
+    ggx::TileLayout  L;
+    GemvReference    R;
+};
+tile_case make_case(const char * lay, int K, int N, uint64_t seed) {
+    tile_case c;
+    c.Q = synth_layer(lay, K, N, seed);
+    std::string why;
+    REQUIRE_MESSAGE(ggx::tile_layout_build(exl2::qlayer_host_view(c.Q), &c.L, &why), why);
+    c.R = gemv_reference(c.Q, seed + 1);
+    return c;
+}
+
+}  // namespace
+
 TEST_CASE("tile gemv: synthetic EXL2 layers through the tile layout against a double reference") {
     REQUIRE_CUDA();
 #if defined(GGX_USE_HIP)
@@ -35,12 +54,9 @@ TEST_CASE("tile gemv: synthetic EXL2 layers through the tile layout against a do
                     CAPTURE(K);
                     CAPTURE(grid);
                     CAPTURE(prefetch);
-                    const exl2::QLayerHost Q = synth_layer(lay, K, N, seed++);
-                    const ggx_qmatrix q = exl2::qlayer_host_view(Q);
-                    ggx::TileLayout L;
-                    std::string why;
-                    REQUIRE_MESSAGE(ggx::tile_layout_build(q, &L, &why), why);
-                    const GemvReference R = gemv_reference(Q, seed);
+                    const tile_case c = make_case(lay, K, N, seed++);
+                    const ggx::TileLayout & L = c.L;
+                    const GemvReference & R = c.R;
 
                     ggx_tile_matrix m;
                     REQUIRE(ggx_cuda_tile_upload(L, grid, &m) == cudaSuccess);
@@ -112,11 +128,9 @@ TEST_CASE("tile step: one stage over synthetic EXL2 layers against a double refe
                 CAPTURE(K);
                 CAPTURE(grid);
                 CAPTURE(W);
-                const exl2::QLayerHost Q = synth_layer(lay, K, N, seed++);
-                const ggx_qmatrix q = exl2::qlayer_host_view(Q);
-                ggx::TileLayout L;
-                std::string why;
-                REQUIRE_MESSAGE(ggx::tile_layout_build(q, &L, &why), why);
+                const tile_case c = make_case(lay, K, N, seed++);
+                const ggx::TileLayout & L = c.L;
+                const GemvReference & R = c.R;
                 std::vector<ggx_tile_unit_dev> units;
                 std::vector<int4> chunks;
                 REQUIRE(ggx_tile_units(L, &units, &chunks));
@@ -141,7 +155,6 @@ TEST_CASE("tile step: one stage over synthetic EXL2 layers against a double refe
                     m.max_tiles = std::max(m.max_tiles, tile0[b + 1] - tile0[b]);
                     m.max_units = std::max(m.max_units, deal[(size_t)b * (W + 1) + W] - deal[(size_t)b * (W + 1)]);
                 }
-                const GemvReference R = gemv_reference(Q, seed);
                 float * xd = upload(R.xq);
                 float * yd = upload(std::vector<float>(L.Np, 0.0f));
                 REQUIRE(ggx_cuda_tile_step_gemv(m, xd, yd, counter, nullptr) == cudaSuccess);
