@@ -187,8 +187,7 @@ ggx_status ggx_cuda_tile_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std::
     }
     if (!ggx_tile_units(L, &units, &chunks)) return GGX_STATUS_OK;   // too many tiles, steps or chunks for the descriptors
     const int grid = ctx.n_sm, W = ctx.tile_warps;
-    std::vector<int> tile0, deal;
-    ggx_tile_step_deal(L, grid, W, &tile0, &deal);
+    const ggx_tile_step_plan P = ggx_tile_step_deal(L, grid, W);
 
     ggx_tile_step_matrix * m = new ggx_tile_step_matrix();
     e->tile = m;
@@ -197,10 +196,8 @@ ggx_status ggx_cuda_tile_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std::
     m->n_chunks = (int)chunks.size();
     m->grid = grid;
     m->warps = W;
-    for (int b = 0; b < grid; b++) {
-        m->max_tiles = std::max(m->max_tiles, tile0[b + 1] - tile0[b]);
-        m->max_units = std::max(m->max_units, deal[(size_t)b * (W + 1) + W] - deal[(size_t)b * (W + 1)]);
-    }
+    m->max_tiles = P.max_tiles;
+    m->max_units = P.max_units;
     m->perm = q->q_perm;   // (the matrix's own, not a copy)
     ggx_tile_unit_dev * d_units = nullptr;
     int4 * d_chunks = nullptr, * d_info = nullptr;
@@ -212,9 +209,9 @@ ggx_status ggx_cuda_tile_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std::
     m->chunks = d_chunks;
     GGX_RETURN_IF_ERR(upload(ctx, L.scales, &d_scales));
     m->scales = d_scales;
-    GGX_RETURN_IF_ERR(upload(ctx, deal, &d_deal));
+    GGX_RETURN_IF_ERR(upload(ctx, P.deal, &d_deal));
     m->deal = d_deal;
-    GGX_RETURN_IF_ERR(upload(ctx, tile0, &d_tile0));
+    GGX_RETURN_IF_ERR(upload(ctx, P.tile0, &d_tile0));
     m->tile0 = d_tile0;
     const size_t n_uint4 = ggx::tile_layout_n_uint4(L);
     uint4 * words = nullptr;
@@ -270,8 +267,8 @@ bool ggx_cuda_strip_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) 
         if (!s || s->n_strips > ctx.n_sm || s->K != (int)job.x->ne[0]) return false;
         if (ggx_strip_stage_smem(job.n_mat, s->K, s->max_quads, s->max_units, form_of(ctx)) > ctx.smem_optin) return false;
     }
-    // a GLU's two matrices must share their tiles per block (same N, same grid)
-    if (ctx.step_tile && glu && tile_of(job.m[0].w)->max_tiles != tile_of(job.m[1].w)->max_tiles) return false;
+    // a GLU's two matrices must share their tiles per block: the same columns (and grid, above)
+    if (ctx.step_tile && glu && tile_of(job.m[0].w)->Np != tile_of(job.m[1].w)->Np) return false;
     return true;
 }
 

@@ -157,13 +157,18 @@ __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid
 
 }  // namespace
 
-void ggx_tile_step_deal(const ggx::TileLayout & L, int grid, int warps, std::vector<int> * tile0, std::vector<int> * deal) {
-    tile0->assign((size_t)grid + 1, 0);
-    deal->assign((size_t)grid * (warps + 1), 0);
-    for (int b = 0; b <= grid; b++) (*tile0)[b] = (int)((int64_t)L.n_tiles * b / grid);
-    for (int b = 0; b < grid; b++)
-        ggx::deal_by_weight(L.tile_unit0[(*tile0)[b]], L.tile_unit0[(*tile0)[b + 1]], warps,
-                            [&](int u) { return (uint64_t)L.units[u].n_uint4; }, deal->data() + (size_t)b * (warps + 1));
+ggx_tile_step_plan ggx_tile_step_deal(const ggx::TileLayout & L, int grid, int warps) {
+    ggx_tile_step_plan P;
+    P.tile0.assign((size_t)grid + 1, 0);
+    P.deal.assign((size_t)grid * (warps + 1), 0);
+    for (int b = 0; b <= grid; b++) P.tile0[b] = (int)((int64_t)L.n_tiles * b / grid);
+    for (int b = 0; b < grid; b++) {
+        int * d = P.deal.data() + (size_t)b * (warps + 1);
+        ggx::deal_by_weight(L.tile_unit0[P.tile0[b]], L.tile_unit0[P.tile0[b + 1]], warps, [&](int u) { return (uint64_t)L.units[u].n_uint4; }, d);
+        P.max_tiles = std::max(P.max_tiles, P.tile0[b + 1] - P.tile0[b]);
+        P.max_units = std::max(P.max_units, d[warps] - d[0]);
+    }
+    return P;
 }
 
 size_t ggx_tile_stage_smem(int n_mat, int K, int n_chunks, int max_units, int max_tiles) {

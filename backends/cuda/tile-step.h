@@ -44,8 +44,13 @@ struct ggx_tile_step_matrix {
 inline int ggx_tile_step_warps(int w) { return w == 12 ? 12 : 16; }
 
 // Block b's tiles and its warps' units for a grid of `grid` blocks of `warps` warps (host side,
-// before the upload): tile0 [grid + 1], deal [grid][warps + 1] (global unit indices).
-void ggx_tile_step_deal(const ggx::TileLayout & L, int grid, int warps, std::vector<int> * tile0, std::vector<int> * deal);
+// before the upload), and the most of each a block holds (what a stage's shared memory is sized by).
+struct ggx_tile_step_plan {
+    std::vector<int> tile0;   // [grid + 1]
+    std::vector<int> deal;    // [grid][warps + 1] (global unit indices)
+    int max_tiles = 0, max_units = 0;
+};
+ggx_tile_step_plan ggx_tile_step_deal(const ggx::TileLayout & L, int grid, int warps);
 
 // One GEMV stage: one matrix, or the two of a GLU (same N, so the same tiles per block).
 struct ggx_tile_stage {

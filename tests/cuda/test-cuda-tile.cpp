@@ -134,8 +134,8 @@ TEST_CASE("tile step: one stage over synthetic EXL2 layers against a double refe
                 std::vector<ggx_tile_unit_dev> units;
                 std::vector<int4> chunks;
                 REQUIRE(ggx_tile_units(L, &units, &chunks));
-                std::vector<int> tile0, deal;
-                ggx_tile_step_deal(L, grid, W, &tile0, &deal);
+                const ggx_tile_step_plan P = ggx_tile_step_deal(L, grid, W);
+                const std::vector<int> & tile0 = P.tile0, & deal = P.deal;
                 REQUIRE(tile0.front() == 0);
                 REQUIRE(tile0.back() == L.n_tiles);
                 ggx_tile_step_matrix m = {};
@@ -150,11 +150,9 @@ TEST_CASE("tile step: one stage over synthetic EXL2 layers against a double refe
                 m.n_chunks = (int)chunks.size();
                 m.grid = grid;
                 m.warps = W;
-                for (int b = 0; b < grid; b++) {
-                    CHECK(deal[(size_t)b * (W + 1)] == L.tile_unit0[tile0[b]]);   // a block's units are its tiles'
-                    m.max_tiles = std::max(m.max_tiles, tile0[b + 1] - tile0[b]);
-                    m.max_units = std::max(m.max_units, deal[(size_t)b * (W + 1) + W] - deal[(size_t)b * (W + 1)]);
-                }
+                m.max_tiles = P.max_tiles;
+                m.max_units = P.max_units;
+                for (int b = 0; b < grid; b++) CHECK(deal[(size_t)b * (W + 1)] == L.tile_unit0[tile0[b]]);   // a block's units are its tiles'
                 float * xd = upload(R.xq);
                 float * yd = upload(std::vector<float>(L.Np, 0.0f));
                 REQUIRE(ggx_cuda_tile_step_gemv(m, xd, yd, counter, nullptr) == cudaSuccess);
