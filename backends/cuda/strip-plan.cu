@@ -188,6 +188,7 @@ ggx_status ggx_cuda_tile_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std::
     if (!ggx_tile_units(L, &units, &chunks)) return GGX_STATUS_OK;   // too many tiles, steps or chunks for the descriptors
     const int grid = ctx.n_sm, W = ctx.tile_warps;
     const ggx_tile_step_plan P = ggx_tile_step_deal(L, grid, W);
+    const ggx_tile_step_plan Ph = ggx_tile_step_deal(L, grid, W / 2);   // (the same tiles)
 
     ggx_tile_step_matrix * m = new ggx_tile_step_matrix();
     e->tile = m;
@@ -211,6 +212,9 @@ ggx_status ggx_cuda_tile_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std::
     m->scales = d_scales;
     GGX_RETURN_IF_ERR(upload(ctx, P.deal, &d_deal));
     m->deal = d_deal;
+    int * d_deal_half = nullptr;
+    GGX_RETURN_IF_ERR(upload(ctx, Ph.deal, &d_deal_half));
+    m->deal_half = d_deal_half;
     GGX_RETURN_IF_ERR(upload(ctx, P.tile0, &d_tile0));
     m->tile0 = d_tile0;
     const size_t n_uint4 = ggx::tile_layout_n_uint4(L);
@@ -228,7 +232,7 @@ void ggx_cuda_tile_release(ggx_cuda_qextra * e) {
     ggx_tile_step_matrix * m = e->tile;
     if (!m) return;
     for (const void * p : {(const void *)m->words, (const void *)m->units, (const void *)m->chunks, (const void *)m->scales, (const void *)m->deal,
-                           (const void *)m->tile0})
+                           (const void *)m->deal_half, (const void *)m->tile0})
         (void)cudaFree((void *)p);
     delete m;
     e->tile = nullptr;

@@ -78,6 +78,16 @@ __device__ __forceinline__ void stage_static(const ggx_tile_stage & S, const sta
     for (int i = t; i < (int)(S.n_mat * L.col_n); i += NT) colsum[i] = 0.0f;
 }
 
+// The matrix a warp works on: in a GLU stage (two matrices) the first half of the block's warps
+// take the gate, the second half the up, each half with its own deal (deal_half), so that no warp
+// restarts its pipeline cold on a second matrix halfway through the stage (session 16: gate/up
+// was the one stage slower than the strip step's); otherwise the one matrix.
+__device__ __forceinline__ int glu_half(const ggx_tile_stage & S, int warp, int W) { return S.n_mat == 2 && warp >= W / 2 ? 1 : 0; }
+// Where the warp's unit range starts in its matrix's deal (two ints: first unit, end).
+__device__ __forceinline__ const int * warp_deal(const ggx_tile_step_matrix & m, int n_mat, int b, int warp, int W) {
+    return n_mat == 2 ? m.deal_half + (size_t)b * (W / 2 + 1) + warp % (W / 2) : m.deal + (size_t)b * (W + 1) + warp;
+}
+
 template <int W>
 __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid_constant__ ggx_tile_step s, const ggx_trace_dev tr) {
     constexpr int NT = W * GGX_CUDA_WARP;
@@ -101,10 +111,11 @@ __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid
             float4 * step_sums = (float4 *)(smem + L.step_sums);
             float4 * csum = (float4 *)(smem + L.csum);
 
-            // before the wait: the static tables, and the first matrix's first words of each warp
+            // before the wait: the static tables, and each warp's first words
             stage_static<NT>(S, L, smem, b, t);
-            const int * deal = S.m[0].deal + (size_t)b * (W + 1);
-            tl::warp_begin(S.m[0].words, S.m[0].units, ggx_load_ro(deal + warp), ggx_load_ro(deal + warp + 1), lane, pipe);
+            const int mi = glu_half(S, warp, W);
+            const int * deal = warp_deal(S.m[mi], S.n_mat, b, warp, W);
+            tl::warp_begin(S.m[mi].words, S.m[mi].units, ggx_load_ro(deal), ggx_load_ro(deal + 1), lane, pipe);
             ggx_step::stage_wait(si, s.n_stages, s.counter, tr, &trace_slot);
 
             // x w and its scaling, then each matrix's x gathered through q_perm into fragment
@@ -122,13 +133,12 @@ __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid
         }
         if (si == 0) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_LOOP);
 
-#pragma unroll 1
-        for (int mi = 0; mi < S.n_mat; mi++) {   // (one copy of the loop: two spill)
+        {
             const stage_smem L = stage_smem_of(S);
+            const int mi = glu_half(S, warp, W);
             const ggx_tile_step_matrix & m = S.m[mi];
-            const int * deal = m.deal + (size_t)b * (W + 1);
-            const int b0 = ggx_load_ro(deal), u0 = ggx_load_ro(deal + warp), u1 = ggx_load_ro(deal + warp + 1);
-            if (mi > 0) tl::warp_begin(m.words, m.units, u0, u1, lane, pipe);
+            const int * deal = warp_deal(m, S.n_mat, b, warp, W);
+            const int b0 = ggx_load_ro(m.deal + (size_t)b * (W + 1)), u0 = ggx_load_ro(deal), u1 = ggx_load_ro(deal + 1);
             const tl::warp_src src = {m.words, (const ggx_tile_unit_dev *)(smem + L.desc) + mi * L.desc_n - b0, m.scales,
                                       (const half *)(smem + L.xs) + mi * L.xs_n, (const float4 *)(smem + L.csum) + mi * L.cs_n, S.K, 0};
             smem_sink sink = {(float *)(smem + L.colsum) + mi * L.col_n, ggx_load_ro(m.tile0 + b)};

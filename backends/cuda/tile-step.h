@@ -31,6 +31,8 @@ struct ggx_tile_step_matrix {
     const int4 *              chunks;      // (first step, steps, group, 0)
     const uint16_t *          scales;      // ggx::TileLayout::scales' order
     const int *               deal;        // [grid][warps + 1]: block b's warp w takes units deal[b][w] .. deal[b][w + 1] - 1
+    const int *               deal_half;   // [grid][warps / 2 + 1]: the same units dealt to half the warps (a GLU stage gives
+                                           // each half of a block one of its two matrices)
     const int *               tile0;       // [grid + 1]: block b owns tiles tile0[b] .. tile0[b + 1] - 1
     const int32_t *           perm;        // [K]: quantized row k is x's row perm[k]; null: identity
     int K, Np, n_chunks, grid;
