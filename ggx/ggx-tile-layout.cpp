@@ -70,6 +70,13 @@ bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * wh
     return true;
 }
 
+int tile_layout_variants(const TileLayout & L) {
+    int mask = 0;
+    for (uint8_t b : L.group_bits)
+        for (int p = 0; p < ggx_tile_n_planes(b); p++) mask |= 1 << ggx_tile_variant(ggx_tile_plane_bits(b, p));
+    return mask;
+}
+
 std::vector<int> tile_layout_deal(const TileLayout & L, int n_warps) {
     if (n_warps < 1) return {};
     std::vector<int> r((size_t)n_warps + 1);

@@ -97,6 +97,14 @@ GGX_HD constexpr int ggx_tile_factor(int plane_bits, int r) {
     }
 }
 
+// The x variant a plane reads: V = f(r2) / f(r0) divides each step's second k-half of x as staged
+// (variant 0, 1, 2 for V = 1, 4, 16: planes of 8 and 4 bits, 1 bit, 2 bits).
+GGX_HD constexpr int ggx_tile_variant(int plane_bits) {
+    return ggx_tile_factor(plane_bits, 2) / ggx_tile_factor(plane_bits, 0) == 16 ? 2
+         : ggx_tile_factor(plane_bits, 2) / ggx_tile_factor(plane_bits, 0) == 4  ? 1
+                                                                                 : 0;
+}
+
 // Where register r of step i (0-based within the unit) of a plane comes from among that plane's
 // words of the lane: the word, a right shift and the mask of the fields (8 bits: the low two bytes
 // after the shift, one to each half).
@@ -203,6 +211,10 @@ bool tile_layout_supported(const ggx_qmatrix & q, std::string * why = nullptr);
 // decodes code by code: 0.47 s for a 4096 x 14336 matrix on one core here, ~8 ns a code, about a
 // minute for an 8B model; without the words, 7 ms).
 bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * why = nullptr, bool copy_words = true);
+
+// The x variants the layout's planes read (bit v: ggx_tile_variant v), so that a kernel stages
+// only those (at 4.0 bpw, one of three: the synthetic mix is uniform 4-bit).
+int tile_layout_variants(const TileLayout & L);
 
 // All units dealt to n_warps warps in contiguous runs of near-equal bytes (ggx-deal.h):
 // [n_warps + 1], warp w takes units r[w] .. r[w + 1] - 1. Empty when n_warps < 1.

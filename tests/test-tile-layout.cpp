@@ -231,3 +231,13 @@ TEST_CASE("tile layout: units dealt to warps in contiguous runs of near-equal by
     }
     CHECK(ggx::tile_layout_deal(L, 0).empty());
 }
+
+TEST_CASE("tile layout: the x variants a layout's planes read") {
+    // 8 and 4 bits read V = 1 (bit 0); 1-bit planes V = 4 (bit 1); 2-bit planes V = 16 (bit 2)
+    const std::pair<const char *, int> cases[] = {{"4 g128", 1}, {"8 g32", 1}, {"5/4 g32 .25/.75", 3}, {"6 g32", 5}, {"3/2 g64 .1/.9", 6},
+                                                  {"6/3/2 g32,64,64 .05/.2/.75", 7}};
+    for (const auto & c : cases) {
+        CAPTURE(c.first);
+        CHECK(ggx::tile_layout_variants(build(qlayer_host_view(synth_layer(c.first, 512, 32, 9)))) == c.second);
+    }
+}

@@ -199,6 +199,7 @@ ggx_status ggx_cuda_tile_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std::
     m->warps = W;
     m->max_tiles = P.max_tiles;
     m->max_units = P.max_units;
+    m->variants = ggx::tile_layout_variants(L);
     m->perm = q->q_perm;   // (the matrix's own, not a copy)
     ggx_tile_unit_dev * d_units = nullptr;
     int4 * d_chunks = nullptr, * d_info = nullptr;

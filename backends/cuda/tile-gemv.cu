@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, co
     am = ggx_block_max(am, red);
     const int e = ggx_exl2_unpack::x_scale_exponent(am);
     const float xscale = ldexpf(1.0f, e);
-    tl::stage_x(K, [&](int k) { return xq[k] * xscale; }, xs, step_sums, tid, NT);
+    tl::stage_x(K, [&](int k) { return xq[k] * xscale; }, xs, step_sums, tid, NT, m.variants);
     __syncthreads();
     tl::chunk_sums(m.chunks, m.n_chunks, m.Np, step_sums, csum, tid, NT);
     __syncthreads();
@@ -154,6 +154,7 @@ cudaError_t ggx_cuda_tile_upload(const ggx::TileLayout & L, int grid, ggx_tile_m
     m->K = L.K;
     m->Np = L.Np;
     m->n_chunks = (int)chunks.size();
+    m->variants = ggx::tile_layout_variants(L);
     for (int b = 0; b < grid; b++) m->max_block_units = std::max(m->max_block_units, deal[(size_t)(b + 1) * GGX_TILE_WARPS] - deal[(size_t)b * GGX_TILE_WARPS]);
     if (err != cudaSuccess) {
         ggx_cuda_tile_free(*m);

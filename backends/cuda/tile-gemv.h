@@ -65,6 +65,7 @@ struct ggx_tile_matrix {
     const int *               deal;     // [grid * GGX_TILE_WARPS + 1] (ggx::tile_layout_deal)
     int K, Np, n_chunks;
     int max_block_units;                // most units of one block's warps (their descriptors go to shared memory)
+    int variants;                       // x variants to stage (ggx::tile_layout_variants; 0: all)
     int prefetch;                       // units ahead whose words a warp asks L2 for (0: none; a measurement knob)
 };
 

@@ -25,14 +25,9 @@ __host__ __device__ inline size_t x_halves(int K) { return (size_t)3 * x_stride(
 
 #if !defined(GGX_USE_HIP)
 
-// A plane's factors as the layout defines them (ggx_tile_factor): V = f(r2) / f(r0) divides each
-// step's second k-half of x (variant 0, 1, 2 for V = 1, 4, 16), H = f(r1) / f(r0) the tile's
-// rows 8-15.
-__host__ __device__ constexpr int variant_of(int plane_bits) {
-    return ggx_tile_factor(plane_bits, 2) / ggx_tile_factor(plane_bits, 0) == 16 ? 2
-         : ggx_tile_factor(plane_bits, 2) / ggx_tile_factor(plane_bits, 0) == 4  ? 1
-                                                                                 : 0;
-}
+// A plane's factors as the layout defines them (ggx_tile_factor): its x variant
+// (ggx_tile_variant), and H = f(r1) / f(r0), the factor of the tile's rows 8-15.
+__host__ __device__ constexpr int variant_of(int plane_bits) { return ggx_tile_variant(plane_bits); }
 __host__ __device__ constexpr float h_of(int plane_bits) { return (float)(ggx_tile_factor(plane_bits, 1) / ggx_tile_factor(plane_bits, 0)); }
 __device__ __forceinline__ float variant_sum(const float4 & cs, int v) { return v == 0 ? cs.x : v == 1 ? cs.y : cs.z; }
 
@@ -253,8 +248,11 @@ __device__ __forceinline__ void load_words(const uint4 * words, const unit_desc 
 // 4 i .. 4 i + 3 of each variant, the last two divided by V; per step the sums (S, T4, T16) of
 // those fp16 values (reduced over the step's 4 lanes); the zero halves. By n_threads threads
 // (whole warps) of which this is thread `tid`. The caller's barrier publishes it.
+// variants: the ones to write (bit v, tile_layout_variants; 0: all), the others' halves are left
+// as they are (no unit reads them); the sums are computed for all three.
 template <typename XQ>
-__device__ __forceinline__ void stage_x(int K, XQ xq, half * xs, float4 * step_sums, int tid, int n_threads) {
+__device__ __forceinline__ void stage_x(int K, XQ xq, half * xs, float4 * step_sums, int tid, int n_threads, int variants = 7) {
+    if (variants == 0) variants = 7;
     const int XV = x_stride(K);
     // the bound is rounded up to whole warps so that every lane of a warp takes part in the shuffles
     for (int i = tid; i < ((K / 4 + 31) & ~31); i += n_threads) {
@@ -267,9 +265,11 @@ __device__ __forceinline__ void stage_x(int K, XQ xq, half * xs, float4 * step_s
                 const float inv = vi == 0 ? 1.0f : vi == 1 ? 0.25f : 0.0625f;
                 const half h0 = __float2half_rn(v[0]), h1 = __float2half_rn(v[1]), h2 = __float2half_rn(v[2] * inv),
                            h3 = __float2half_rn(v[3] * inv);
-                half2 * dst = (half2 *)(xs + (size_t)vi * XV + (size_t)i * 4);
-                dst[0] = __halves2half2(h0, h1);
-                dst[1] = __halves2half2(h2, h3);
+                if (variants >> vi & 1) {
+                    half2 * dst = (half2 *)(xs + (size_t)vi * XV + (size_t)i * 4);
+                    dst[0] = __halves2half2(h0, h1);
+                    dst[1] = __halves2half2(h2, h3);
+                }
                 const float sum = __half2float(h0) + __half2float(h1) + __half2float(h2) + __half2float(h3);
                 if (vi == 0) s1 = sum;
                 else if (vi == 1) s4 = sum;

@@ -124,7 +124,8 @@ __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid
             unscale = xsc.unscale;
             for (int mi = 0; mi < S.n_mat; mi++) {
                 const uint16_t * pm = perm + (size_t)mi * K;
-                tl::stage_x(K, [&](int k) { return xw[pm[k]] * xsc.scale; }, xs + mi * L.xs_n, step_sums + (size_t)mi * (K / 16), t, NT);
+                tl::stage_x(K, [&](int k) { return xw[pm[k]] * xsc.scale; }, xs + mi * L.xs_n, step_sums + (size_t)mi * (K / 16), t, NT,
+                            S.m[mi].variants);
             }
             __syncthreads();
             for (int mi = 0; mi < S.n_mat; mi++)

@@ -37,6 +37,7 @@ struct ggx_tile_step_matrix {
     const int32_t *           perm;        // [K]: quantized row k is x's row perm[k]; null: identity
     int K, Np, n_chunks, grid;
     int warps;                             // per block: 12 or 16 (ggx_tile_step_warps)
+    int variants;                          // x variants to stage (ggx::tile_layout_variants; 0: all)
     int max_tiles;                         // most tiles of one block
     int max_units;                         // most units of one block
 };

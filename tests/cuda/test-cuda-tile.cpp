@@ -152,6 +152,7 @@ TEST_CASE("tile step: one stage over synthetic EXL2 layers against a double refe
                 m.warps = W;
                 m.max_tiles = P.max_tiles;
                 m.max_units = P.max_units;
+                m.variants = ggx::tile_layout_variants(L);
                 for (int b = 0; b < grid; b++) CHECK(deal[(size_t)b * (W + 1)] == L.tile_unit0[tile0[b]]);   // a block's units are its tiles'
                 float * xd = upload(R.xq);
                 float * yd = upload(std::vector<float>(L.Np, 0.0f));
