@@ -8,6 +8,7 @@
 #include "ggx/ggx-tile-layout.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 namespace {
@@ -288,6 +289,8 @@ ggx_status ggx_cuda_strip_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job * const * 
         ggx_tile_step s = {};
         s.n_stages = n;
         s.counter = ctx.step_counter;
+        static const int trace_stage = getenv("GGX_CUDA_TRACE_STAGE") ? atoi(getenv("GGX_CUDA_TRACE_STAGE")) : -1;   // measurements only
+        s.trace_stage = trace_stage;
         for (int i = 0; i < n; i++) fill_stage(*jobs[i], &s.st[i], [](const ggx_tensor * w) { return *tile_of(w); });
         GGX_CUDA_CHECK(ggx_cuda_tile_step(s, ctx.n_sm, ctx.stream, ctx.pdl, &tr));
     } else {

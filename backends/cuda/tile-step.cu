@@ -117,6 +117,7 @@ __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid
             const int * deal = warp_deal(S.m[mi], S.n_mat, b, warp, W);
             tl::warp_begin(S.m[mi].words, S.m[mi].units, ggx_load_ro(deal), ggx_load_ro(deal + 1), lane, pipe);
             ggx_step::stage_wait(si, s.n_stages, s.counter, tr, &trace_slot);
+            if (si == s.trace_stage) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_A);
 
             // x w and its scaling, then each matrix's x gathered through q_perm into fragment
             // order with its step sums, then its chunk sums
@@ -133,6 +134,7 @@ __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid
             __syncthreads();
         }
         if (si == 0) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_LOOP);
+        if (si == s.trace_stage) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_B);
 
         {
             const stage_smem L = stage_smem_of(S);
@@ -147,6 +149,7 @@ __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid
         }
         __syncthreads();
         if (si == 0) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_LOOP_END);
+        if (si == s.trace_stage) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_C);
         {
             // the owners' epilogue (m[1] of a GLU has the same tiles)
             const stage_smem L = stage_smem_of(S);
@@ -157,7 +160,7 @@ __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid
                 if (n < S.N) ggx_step::put_output(S, n, colsum[i], S.epi == GGX_STRIP_GLU ? colsum[L.col_n + i] : 0.0f, unscale);
             }
         }
-        if (si < 3) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_A + si);   // stage ends (first three)
+        if (s.trace_stage < 0 && si < 3) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_A + si);   // stage ends (first three)
         if (si + 1 < s.n_stages) ggx_step::grid_arrive(s.counter);
         else __syncthreads();
     }

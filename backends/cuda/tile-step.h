@@ -74,6 +74,8 @@ struct ggx_tile_step {
     ggx_tile_stage st[GGX_STRIP_MAX_STAGES];
     int            n_stages;
     int *          counter;          // zero before the launch; the kernel leaves it zero
+    int            trace_stage;      // traced launches: -1 stamps A, B, C at the first three stages' ends; s >= 0 stamps
+                                     // stage s's phases instead (A past its wait, B staged, C loop done; GGX_CUDA_TRACE_STAGE)
 };
 
 // Dynamic shared memory of a stage, and of a whole step (the largest stage).
