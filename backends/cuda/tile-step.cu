@@ -88,6 +88,10 @@ __device__ __forceinline__ const int * warp_deal(const ggx_tile_step_matrix & m,
     return n_mat == 2 ? m.deal_half + (size_t)b * (W / 2 + 1) + warp % (W / 2) : m.deal + (size_t)b * (W + 1) + warp;
 }
 
+// Whether stage si of a traced launch stamps its phases of form `mode` (tile-step.h's trace_stage);
+// read from the parameters where used (kept in registers, it cost the loop a spill).
+__device__ __forceinline__ bool traced(const ggx_tile_step & s, int si, int mode) { return s.trace_stage >= 0 && s.trace_stage == si + 100 * mode; }
+
 template <int W>
 __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid_constant__ ggx_tile_step s, const ggx_trace_dev tr) {
     constexpr int NT = W * GGX_CUDA_WARP;
@@ -116,12 +120,14 @@ __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid
             const int mi = glu_half(S, warp, W);
             const int * deal = warp_deal(S.m[mi], S.n_mat, b, warp, W);
             tl::warp_begin(S.m[mi].words, S.m[mi].units, ggx_load_ro(deal), ggx_load_ro(deal + 1), lane, pipe);
+            if (traced(s, si - 1, 2)) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_C);
             ggx_step::stage_wait(si, s.n_stages, s.counter, tr, &trace_slot);
-            if (si == s.trace_stage) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_A);
+            if (traced(s, si, 0) || traced(s, si, 1)) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_A);
 
             // x w and its scaling, then each matrix's x gathered through q_perm into fragment
             // order with its step sums, then its chunk sums
             const ggx_step::x_scaling xsc = ggx_step::norm_pass(S, xw, t, NT, red);
+            if (traced(s, si, 1)) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_B);
             unscale = xsc.unscale;
             for (int mi = 0; mi < S.n_mat; mi++) {
                 const uint16_t * pm = perm + (size_t)mi * K;
@@ -129,12 +135,13 @@ __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid
                             S.m[mi].variants);
             }
             __syncthreads();
+            if (traced(s, si, 1)) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_C);
             for (int mi = 0; mi < S.n_mat; mi++)
                 tl::chunk_sums(S.m[mi].chunks, S.m[mi].n_chunks, S.m[mi].Np, step_sums + (size_t)mi * (K / 16), csum + mi * L.cs_n, t, NT);
             __syncthreads();
         }
         if (si == 0) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_LOOP);
-        if (si == s.trace_stage) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_B);
+        if (traced(s, si, 0)) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_B);
 
         {
             const stage_smem L = stage_smem_of(S);
@@ -149,7 +156,8 @@ __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid
         }
         __syncthreads();
         if (si == 0) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_LOOP_END);
-        if (si == s.trace_stage) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_C);
+        if (traced(s, si, 0)) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_C);
+        if (traced(s, si, 2)) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_A);
         {
             // the owners' epilogue (m[1] of a GLU has the same tiles)
             const stage_smem L = stage_smem_of(S);
@@ -160,6 +168,7 @@ __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid
                 if (n < S.N) ggx_step::put_output(S, n, colsum[i], S.epi == GGX_STRIP_GLU ? colsum[L.col_n + i] : 0.0f, unscale);
             }
         }
+        if (traced(s, si, 2)) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_B);
         if (s.trace_stage < 0 && si < 3) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_A + si);   // stage ends (first three)
         if (si + 1 < s.n_stages) ggx_step::grid_arrive(s.counter);
         else __syncthreads();

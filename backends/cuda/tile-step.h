@@ -74,8 +74,10 @@ struct ggx_tile_step {
     ggx_tile_stage st[GGX_STRIP_MAX_STAGES];
     int            n_stages;
     int *          counter;          // zero before the launch; the kernel leaves it zero
-    int            trace_stage;      // traced launches: -1 stamps A, B, C at the first three stages' ends; s >= 0 stamps
-                                     // stage s's phases instead (A past its wait, B staged, C loop done; GGX_CUDA_TRACE_STAGE)
+    int            trace_stage;      // traced launches (GGX_CUDA_TRACE_STAGE): -1 stamps A, B, C at the first three stages'
+                                     // ends; s + 100 m stamps stage s's phases instead: m = 0: past its wait, staged, loop
+                                     // done; 1: past its wait, norm pass done, x staged (before the chunk sums); 2: loop
+                                     // done, epilogue done, the next stage's static part done (before its wait)
 };
 
 // Dynamic shared memory of a stage, and of a whole step (the largest stage).
