@@ -81,7 +81,7 @@ template <typename Stage>
 __device__ __forceinline__ x_scaling norm_pass(const Stage & S, float * xw, int t, int n_threads, float (*red)[GGX_CUDA_WARP]) {
     float ss = 0.0f, am = 0.0f;
     const int K4 = S.K / 4;
-#pragma unroll 4
+#pragma unroll 8
     for (int i = t; i < K4; i += n_threads) {
         const float4 v = ggx_load_cg((const float4 *)S.x + i);
         const float4 w = S.norm_w ? load_norm_w4(S.norm_w, S.norm_type, i) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);

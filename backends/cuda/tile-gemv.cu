@@ -61,6 +61,7 @@ __global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, co
     const int b0 = ggx_load_ro(m.deal + blockIdx.x * GGX_TILE_WARPS), b1 = ggx_load_ro(m.deal + (blockIdx.x + 1) * GGX_TILE_WARPS);
     ggx_tile_unit_dev * desc = (ggx_tile_unit_dev *)(smem + L.desc);
     for (int j = tid; j < b1 - b0; j += NT) ((uint4 *)desc)[j] = ggx_load_ro((const uint4 *)(m.units + b0 + j));
+    tl::stage_chunks(m.chunks, m.n_chunks, csum, tid, NT);
 
     // x: the power of two that takes max |x| into [8, 16), then each step's fragment order per
     // variant with the step and chunk sums
@@ -69,9 +70,19 @@ __global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, co
     am = ggx_block_max(am, red);
     const int e = ggx_exl2_unpack::x_scale_exponent(am);
     const float xscale = ldexpf(1.0f, e);
-    tl::stage_x(K, [&](int k) { return xq[k] * xscale; }, xs, step_sums, tid, NT, m.variants);
+    auto rows = [&](int s, float(&v)[16]) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float4 q = ((const float4 *)xq)[4 * s + j];
+            v[4 * j] = q.x * xscale;
+            v[4 * j + 1] = q.y * xscale;
+            v[4 * j + 2] = q.z * xscale;
+            v[4 * j + 3] = q.w * xscale;
+        }
+    };
+    tl::stage_x(K, rows, xs, step_sums, tid, NT, m.variants);
     __syncthreads();
-    tl::chunk_sums(m.chunks, m.n_chunks, m.Np, step_sums, csum, tid, NT);
+    tl::chunk_sums(m.n_chunks, m.Np, step_sums, csum, tid, NT);
     __syncthreads();
 
     const tl::warp_src src = {m.words, desc - b0, m.scales, xs, csum, K, m.prefetch};

@@ -243,57 +243,62 @@ __device__ __forceinline__ void load_words(const uint4 * words, const unit_desc 
 }
 
 
-// x into shared memory for the warps: for each (step s, lane t) pair i = 4 s + t, the fp16 values
-// of quantized rows 16 s + 2t, + 1, + 8, + 9 (xq(k): row k's value, already scaled) at halves
-// 4 i .. 4 i + 3 of each variant, the last two divided by V; per step the sums (S, T4, T16) of
-// those fp16 values (reduced over the step's 4 lanes); the zero halves. By n_threads threads
-// (whole warps) of which this is thread `tid`. The caller's barrier publishes it.
+// x into shared memory for the warps: for each (step s, lane t) pair, the fp16 values of quantized
+// rows 16 s + 2t, + 1, + 8, + 9 (already scaled) at halves 16 s + 4t .. + 3 of each variant, the
+// last two divided by V; per step the sums (S, T4, T16) of those fp16 values; the zero halves.
+// rows(s, v) puts rows 16 s .. 16 s + 15 into v[0..15]. One thread per step (no shuffles, its 16
+// reads in flight together; session 17: a thread per (step, lane) with shuffles for the step sums
+// took 1-2.7 us per stage), by n_threads threads of which this is thread `tid`. The caller's
+// barrier publishes it.
 // variants: the ones to write (bit v, tile_layout_variants; 0: all), the others' halves are left
 // as they are (no unit reads them); the sums are computed for all three.
-template <typename XQ>
-__device__ __forceinline__ void stage_x(int K, XQ xq, half * xs, float4 * step_sums, int tid, int n_threads, int variants = 7) {
+template <typename Rows>
+__device__ __forceinline__ void stage_x(int K, Rows rows, half * xs, float4 * step_sums, int tid, int n_threads, int variants = 7) {
     if (variants == 0) variants = 7;
     const int XV = x_stride(K);
-    // the bound is rounded up to whole warps so that every lane of a warp takes part in the shuffles
-    for (int i = tid; i < ((K / 4 + 31) & ~31); i += n_threads) {
-        float s1 = 0.0f, s4 = 0.0f, s16 = 0.0f;
-        if (i < K / 4) {
-            const int s = i / 4, t = i % 4, k0 = 16 * s + 2 * t;
-            const float v[4] = {xq(k0), xq(k0 + 1), xq(k0 + 8), xq(k0 + 9)};
+    for (int s = tid; s < K / 16; s += n_threads) {
+        float v[16];
+        rows(s, v);
+        float sums[3];
 #pragma unroll
-            for (int vi = 0; vi < 3; vi++) {
-                const float inv = vi == 0 ? 1.0f : vi == 1 ? 0.25f : 0.0625f;
-                const half h0 = __float2half_rn(v[0]), h1 = __float2half_rn(v[1]), h2 = __float2half_rn(v[2] * inv),
-                           h3 = __float2half_rn(v[3] * inv);
-                if (variants >> vi & 1) {
-                    half2 * dst = (half2 *)(xs + (size_t)vi * XV + (size_t)i * 4);
-                    dst[0] = __halves2half2(h0, h1);
-                    dst[1] = __halves2half2(h2, h3);
-                }
-                const float sum = __half2float(h0) + __half2float(h1) + __half2float(h2) + __half2float(h3);
-                if (vi == 0) s1 = sum;
-                else if (vi == 1) s4 = sum;
-                else s16 = sum;
+        for (int vi = 0; vi < 3; vi++) {
+            const float inv = vi == 0 ? 1.0f : vi == 1 ? 0.25f : 0.0625f;
+            uint32_t hw[8];
+            float lane_sum[4];
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+                const half h0 = __float2half_rn(v[2 * t]), h1 = __float2half_rn(v[2 * t + 1]), h2 = __float2half_rn(v[2 * t + 8] * inv),
+                           h3 = __float2half_rn(v[2 * t + 9] * inv);
+                const half2 p0 = __halves2half2(h0, h1), p1 = __halves2half2(h2, h3);
+                hw[2 * t] = *(const uint32_t *)&p0;
+                hw[2 * t + 1] = *(const uint32_t *)&p1;
+                lane_sum[t] = __half2float(h0) + __half2float(h1) + __half2float(h2) + __half2float(h3);
             }
+            if (variants >> vi & 1) {
+                uint4 * dst = (uint4 *)(xs + (size_t)vi * XV + (size_t)s * 16);
+                dst[0] = make_uint4(hw[0], hw[1], hw[2], hw[3]);
+                dst[1] = make_uint4(hw[4], hw[5], hw[6], hw[7]);
+            }
+            sums[vi] = (lane_sum[0] + lane_sum[1]) + (lane_sum[2] + lane_sum[3]);   // the lanes' order of the old shuffles
         }
-        // the 4 lanes of a step are 4 consecutive threads of one warp
-        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
-        s4 += __shfl_xor_sync(0xffffffffu, s4, 1);
-        s16 += __shfl_xor_sync(0xffffffffu, s16, 1);
-        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
-        s4 += __shfl_xor_sync(0xffffffffu, s4, 2);
-        s16 += __shfl_xor_sync(0xffffffffu, s16, 2);
-        if (i < K / 4 && i % 4 == 0) step_sums[i / 4] = make_float4(s1, s4, s16, 0.0f);
+        step_sums[s] = make_float4(sums[0], sums[1], sums[2], 0.0f);
     }
     for (int i = tid; i < 3 * k_zero_halves; i += n_threads) xs[(size_t)(i / k_zero_halves) * XV + K + i % k_zero_halves] = __float2half_rn(0.0f);
 }
 
-// Per chunk (first step, steps, group) the sums of its steps' (S, T4, T16) and, as int bits in .w,
-// its group's first scale (group x Np). After stage_x's barrier; the caller's barrier publishes it.
-__device__ __forceinline__ void chunk_sums(const int4 * chunks, int n_chunks, int Np, const float4 * step_sums, float4 * csum, int tid,
-                                           int n_threads) {
+// The chunks' descriptors (first step, steps, group, 0) into csum, where chunk_sums finds them: a
+// static table, so the caller copies it before its wait (read after it, the global load was a
+// memory latency in every stage: ~1 us per matrix, session 17).
+__device__ __forceinline__ void stage_chunks(const int4 * chunks, int n_chunks, float4 * csum, int tid, int n_threads) {
+    for (int c = tid; c < n_chunks; c += n_threads) ((int4 *)csum)[c] = ggx_load_ro(chunks + c);
+}
+
+// Per chunk (its descriptor in csum, stage_chunks) the sums of its steps' (S, T4, T16) and, as
+// int bits in .w, its group's first scale (group x Np), in place. After stage_x's barrier (which
+// also publishes stage_chunks' copy); the caller's barrier publishes it.
+__device__ __forceinline__ void chunk_sums(int n_chunks, int Np, const float4 * step_sums, float4 * csum, int tid, int n_threads) {
     for (int c = tid; c < n_chunks; c += n_threads) {
-        const int4 ch = ggx_load_ro(chunks + c);
+        const int4 ch = ((const int4 *)csum)[c];
         float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         for (int s = ch.x; s < ch.x + ch.y; s++) {
             const float4 v = step_sums[s];

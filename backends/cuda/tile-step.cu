@@ -57,10 +57,21 @@ struct smem_sink {
 // What a stage needs that no stage's results change, into shared memory before its wait: each
 // matrix's q_perm (as uint16) and the block's unit descriptors; zeroed column sums. The previous
 // stage has left shared memory (its end has a block barrier).
+// The loads are ordered so that only two memory latencies are in a row (the deal, then the
+// descriptors it points to): run 106's trace put this part at ~3.7 us, most of it exposed before
+// the next stage's wait.
 template <int NT>
 __device__ __forceinline__ void stage_static(const ggx_tile_stage & S, const stage_smem & L, unsigned char * smem, int b, int t) {
     constexpr int W = NT / GGX_CUDA_WARP;
     const int K = S.K;
+    int b0[2] = {0, 0}, b1[2] = {0, 0};   // (loops over both matrices unrolled: indexed at run time, they went to the stack)
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++) {
+        if (mi >= S.n_mat) break;
+        const int * deal = S.m[mi].deal + (size_t)b * (W + 1);
+        b0[mi] = ggx_load_ro(deal);
+        b1[mi] = ggx_load_ro(deal + W);
+    }
     for (int mi = 0; mi < S.n_mat; mi++) {
         const ggx_tile_step_matrix & m = S.m[mi];
         uint16_t * perm = (uint16_t *)(smem + L.perm) + (size_t)mi * K;
@@ -69,10 +80,13 @@ __device__ __forceinline__ void stage_static(const ggx_tile_stage & S, const sta
             const int4 p = m.perm ? ggx_load_ro((const int4 *)m.perm + i) : make_int4(4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3);
             *(uint2 *)(perm + 4 * i) = make_uint2((uint32_t)p.x | (uint32_t)p.y << 16, (uint32_t)p.z | (uint32_t)p.w << 16);
         }
-        const int * deal = m.deal + (size_t)b * (W + 1);
-        const int b0 = ggx_load_ro(deal), b1 = ggx_load_ro(deal + W);
+        tl::stage_chunks(m.chunks, m.n_chunks, (float4 *)(smem + L.csum) + mi * L.cs_n, t, NT);
+    }
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++) {
+        if (mi >= S.n_mat) break;
         uint4 * desc = (uint4 *)(smem + L.desc) + (size_t)mi * L.desc_n;
-        for (int j = t; j < b1 - b0; j += NT) desc[j] = ggx_load_ro((const uint4 *)(m.units + b0 + j));
+        for (int j = t; j < b1[mi] - b0[mi]; j += NT) desc[j] = ggx_load_ro((const uint4 *)(S.m[mi].units + b0[mi] + j));
     }
     float * colsum = (float *)(smem + L.colsum);
     for (int i = t; i < (int)(S.n_mat * L.col_n); i += NT) colsum[i] = 0.0f;
@@ -115,11 +129,13 @@ __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid
             float4 * step_sums = (float4 *)(smem + L.step_sums);
             float4 * csum = (float4 *)(smem + L.csum);
 
-            // before the wait: the static tables, and each warp's first words
-            stage_static<NT>(S, L, smem, b, t);
+            // before the wait: the static tables, and each warp's first words (its deal read first,
+            // with the block's)
             const int mi = glu_half(S, warp, W);
             const int * deal = warp_deal(S.m[mi], S.n_mat, b, warp, W);
-            tl::warp_begin(S.m[mi].words, S.m[mi].units, ggx_load_ro(deal), ggx_load_ro(deal + 1), lane, pipe);
+            const int u0 = ggx_load_ro(deal), u1 = ggx_load_ro(deal + 1);
+            stage_static<NT>(S, L, smem, b, t);
+            tl::warp_begin(S.m[mi].words, S.m[mi].units, u0, u1, lane, pipe);
             if (traced(s, si - 1, 2)) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_C);
             ggx_step::stage_wait(si, s.n_stages, s.counter, tr, &trace_slot);
             if (traced(s, si, 0) || traced(s, si, 1)) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_A);
@@ -131,13 +147,22 @@ __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid
             unscale = xsc.unscale;
             for (int mi = 0; mi < S.n_mat; mi++) {
                 const uint16_t * pm = perm + (size_t)mi * K;
-                tl::stage_x(K, [&](int k) { return xw[pm[k]] * xsc.scale; }, xs + mi * L.xs_n, step_sums + (size_t)mi * (K / 16), t, NT,
+                auto rows = [&](int step, float(&v)[16]) {   // perm as uint16 pairs, low half first
+                    const uint4 p0 = *(const uint4 *)(pm + 16 * step), p1 = *(const uint4 *)(pm + 16 * step + 8);
+                    const uint32_t pw[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        v[2 * j] = xw[pw[j] & 0xffffu] * xsc.scale;
+                        v[2 * j + 1] = xw[pw[j] >> 16] * xsc.scale;
+                    }
+                };
+                tl::stage_x(K, rows, xs + mi * L.xs_n, step_sums + (size_t)mi * (K / 16), t, NT,
                             S.m[mi].variants);
             }
             __syncthreads();
             if (traced(s, si, 1)) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_C);
             for (int mi = 0; mi < S.n_mat; mi++)
-                tl::chunk_sums(S.m[mi].chunks, S.m[mi].n_chunks, S.m[mi].Np, step_sums + (size_t)mi * (K / 16), csum + mi * L.cs_n, t, NT);
+                tl::chunk_sums(S.m[mi].n_chunks, S.m[mi].Np, step_sums + (size_t)mi * (K / 16), csum + mi * L.cs_n, t, NT);
             __syncthreads();
         }
         if (si == 0) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_LOOP);
