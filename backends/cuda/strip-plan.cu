@@ -25,6 +25,11 @@ __global__ void k_strip_gather(const uint4 * __restrict__ qw, int quads, const g
     }
 }
 
+__global__ void k_perm16(const int32_t * __restrict__ perm, int K, uint16_t * __restrict__ out) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < K) out[j] = (uint16_t)perm[j];
+}
+
 __global__ void k_invert_perm(const int32_t * __restrict__ perm, int K, int * __restrict__ inv) {
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j < K) inv[perm[j]] = j;
@@ -201,7 +206,13 @@ ggx_status ggx_cuda_tile_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std::
     m->max_tiles = P.max_tiles;
     m->max_units = P.max_units;
     m->variants = ggx::tile_layout_variants(L);
-    m->perm = q->q_perm;   // (the matrix's own, not a copy)
+    if (q->q_perm) {   // as uint16 (K <= 65536, above), copied as it is into shared memory
+        uint16_t * perm16 = nullptr;
+        GGX_CUDA_CHECK(cudaMalloc((void **)&perm16, (size_t)q->K * sizeof(uint16_t)));
+        m->perm = perm16;
+        k_perm16<<<ggx_cuda_blocks(q->K, 256), 256, 0, ctx.stream>>>(q->q_perm, q->K, perm16);
+        GGX_CUDA_CHECK(cudaGetLastError());
+    }
     ggx_tile_unit_dev * d_units = nullptr;
     int4 * d_chunks = nullptr, * d_info = nullptr;
     int * d_deal = nullptr, * d_tile0 = nullptr;
@@ -234,7 +245,7 @@ void ggx_cuda_tile_release(ggx_cuda_qextra * e) {
     ggx_tile_step_matrix * m = e->tile;
     if (!m) return;
     for (const void * p : {(const void *)m->words, (const void *)m->units, (const void *)m->chunks, (const void *)m->scales, (const void *)m->deal,
-                           (const void *)m->deal_half, (const void *)m->tile0})
+                           (const void *)m->deal_half, (const void *)m->tile0, (const void *)m->perm})
         (void)cudaFree((void *)p);
     delete m;
     e->tile = nullptr;

@@ -1,5 +1,6 @@
 #include "tile-step.h"
 
+#include "async-copy.cuh"
 #include "common.cuh"
 #include "ggx/ggx-deal.h"
 #include "step-common.cuh"
@@ -54,12 +55,13 @@ struct smem_sink {
     }
 };
 
-// What a stage needs that no stage's results change, into shared memory before its wait: each
-// matrix's q_perm (as uint16) and the block's unit descriptors; zeroed column sums. The previous
-// stage has left shared memory (its end has a block barrier).
-// The loads are ordered so that only two memory latencies are in a row (the deal, then the
-// descriptors it points to): run 106's trace put this part at ~3.7 us, most of it exposed before
-// the next stage's wait.
+// What a stage needs that no stage's results change, on its way into shared memory before its
+// wait: each matrix's q_perm (uint16), chunk descriptors (into the chunk-sum slots, chunk_sums)
+// and the block's unit descriptors, as cp.async copies that do not hold the threads (collected by
+// collect_static after the wait); zeroed column sums. Only the block's deal is read first (the
+// descriptors' range): run 106's trace put this part at ~3.7 us when each table was a load and
+// a store, most of it exposed before the next stage's wait. The previous stage has left shared
+// memory (its end has a block barrier).
 template <int NT>
 __device__ __forceinline__ void stage_static(const ggx_tile_stage & S, const stage_smem & L, unsigned char * smem, int b, int t) {
     constexpr int W = NT / GGX_CUDA_WARP;
@@ -72,25 +74,28 @@ __device__ __forceinline__ void stage_static(const ggx_tile_stage & S, const sta
         b0[mi] = ggx_load_ro(deal);
         b1[mi] = ggx_load_ro(deal + W);
     }
-    for (int mi = 0; mi < S.n_mat; mi++) {
-        const ggx_tile_step_matrix & m = S.m[mi];
-        uint16_t * perm = (uint16_t *)(smem + L.perm) + (size_t)mi * K;
-#pragma unroll 4
-        for (int i = t; i < K / 4; i += NT) {
-            const int4 p = m.perm ? ggx_load_ro((const int4 *)m.perm + i) : make_int4(4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3);
-            *(uint2 *)(perm + 4 * i) = make_uint2((uint32_t)p.x | (uint32_t)p.y << 16, (uint32_t)p.z | (uint32_t)p.w << 16);
-        }
-        tl::stage_chunks(m.chunks, m.n_chunks, (float4 *)(smem + L.csum) + mi * L.cs_n, t, NT);
-    }
 #pragma unroll
     for (int mi = 0; mi < 2; mi++) {
         if (mi >= S.n_mat) break;
+        const ggx_tile_step_matrix & m = S.m[mi];
+        uint16_t * perm = (uint16_t *)(smem + L.perm) + (size_t)mi * K;
+        if (m.perm) {
+            for (int i = t; i < K / 8; i += NT) ggx_cp_async16(perm + 8 * i, m.perm + 8 * i, true);
+        } else {
+            for (int i = t; i < K / 2; i += NT) ((uint32_t *)perm)[i] = (uint32_t)(2 * i) | (uint32_t)(2 * i + 1) << 16;
+        }
+        float4 * csum = (float4 *)(smem + L.csum) + mi * L.cs_n;
+        for (int c = t; c < m.n_chunks; c += NT) ggx_cp_async16(csum + c, m.chunks + c, true);
         uint4 * desc = (uint4 *)(smem + L.desc) + (size_t)mi * L.desc_n;
-        for (int j = t; j < b1[mi] - b0[mi]; j += NT) desc[j] = ggx_load_ro((const uint4 *)(S.m[mi].units + b0[mi] + j));
+        for (int j = t; j < b1[mi] - b0[mi]; j += NT) ggx_cp_async16(desc + j, m.units + b0[mi] + j, true);
     }
+    ggx_cp_async_commit();
     float * colsum = (float *)(smem + L.colsum);
     for (int i = t; i < (int)(S.n_mat * L.col_n); i += NT) colsum[i] = 0.0f;
 }
+
+// After the wait: this thread's static copies are in (the norm pass's barriers publish them).
+__device__ __forceinline__ void collect_static() { ggx_cp_async_wait<0>(); }
 
 // The matrix a warp works on: in a GLU stage (two matrices) the first half of the block's warps
 // take the gate, the second half the up, each half with its own deal (deal_half), so that no warp
@@ -139,6 +144,7 @@ __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid
             if (traced(s, si - 1, 2)) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_C);
             ggx_step::stage_wait(si, s.n_stages, s.counter, tr, &trace_slot);
             if (traced(s, si, 0) || traced(s, si, 1)) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_A);
+            collect_static();
 
             // x w and its scaling, then each matrix's x gathered through q_perm into fragment
             // order with its step sums, then its chunk sums

@@ -6,8 +6,9 @@
 // (16 columns each; every tile of a matrix holds the same units, so equal counts are equal bytes),
 // their units dealt to its warps by bytes; a warp's tile sums meet in shared memory.
 //
-// A stage: before its wait, each matrix's q_perm and the block's unit descriptors go to shared
-// memory and every warp loads its first unit's words; after the wait, x (RMS-normalised when
+// A stage: before its wait, each matrix's q_perm, chunk and unit descriptors start their copies
+// into shared memory (cp.async: the copies do not hold the threads) and every warp loads its
+// first unit's words; after the wait, x (RMS-normalised when
 // asked, scaled by a power of two into fp16) is gathered through q_perm into each matrix's fragment
 // order with its step and chunk sums, the warps walk their units, and the owners apply the
 // epilogue. The warps' sums meet through shared-memory float atomics, so the last bits of an
@@ -34,7 +35,8 @@ struct ggx_tile_step_matrix {
     const int *               deal_half;   // [grid][warps / 2 + 1]: the same units dealt to half the warps (a GLU stage gives
                                            // each half of a block one of its two matrices)
     const int *               tile0;       // [grid + 1]: block b owns tiles tile0[b] .. tile0[b + 1] - 1
-    const int32_t *           perm;        // [K]: quantized row k is x's row perm[k]; null: identity
+    const uint16_t *          perm;        // [K]: quantized row k is x's row perm[k] (q_perm as uint16, a copy: it goes
+                                           // to shared memory by cp.async); null: identity
     int K, Np, n_chunks, grid;
     int warps;                             // per block: 12 or 16 (ggx_tile_step_warps)
     int variants;                          // x variants to stage (ggx::tile_layout_variants; 0: all)
