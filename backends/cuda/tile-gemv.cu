@@ -67,8 +67,7 @@ __global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, co
     // variant with the step and chunk sums
     float am = 0.0f;
     for (int i = tid; i < K; i += NT) am = fmaxf(am, fabsf(xq[i]));
-    am = ggx_block_max(am, red);   // (its barriers publish the chunk descriptors)
-    tl::warp_first_scales(u0, u1, csum, m.Np, m.scales, lane, pipe);
+    am = ggx_block_max(am, red);
     const int e = ggx_exl2_unpack::x_scale_exponent(am);
     const float xscale = ldexpf(1.0f, e);
     auto rows = [&](int s, float(&v)[16]) {

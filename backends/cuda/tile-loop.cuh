@@ -375,7 +375,6 @@ __device__ __forceinline__ unit_desc unit_step(const warp_src & m, int u, int u1
 struct warp_pipe {
     unit_desc da, db;
     uint4     wa[UQ], wb[UQ];
-    uint32_t  sa[2];   // the first unit's scales (warp_first_scales)
 };
 
 // (units: the descriptors in global memory)
@@ -386,21 +385,7 @@ __device__ __forceinline__ void warp_begin(const uint4 * words, const ggx_tile_u
     load_words(words, p.da, lane, p.wa);
 }
 
-// The first unit's scales, on their way while the block stages x: after warp_begin, once the
-// chunk descriptors (stage_chunks) are visible and before chunk_sums replaces them by the sums
-// (whose .w holds the same group row). Loaded after the staging, they were a memory latency at
-// the start of every warp's loop (session 17).
-__device__ __forceinline__ void warp_first_scales(int u0, int u1, const float4 * csum, int Np, const uint16_t * scales, int lane, warp_pipe & p) {
-    if (u0 >= u1) return;
-    const unit_desc & d = p.da;
-    const uint16_t * col = scales + 16 * d.tile() + 2 * (lane / 4);
-    const int last = unit_last_chunk(d);
-#pragma unroll
-    for (int e = 0; e < 2; e++)
-        p.sa[e] = ggx_load_ro((const uint32_t *)(col + ((const int4 *)csum)[min(d.chunk0() + 2 * (lane % 4) + e, last)].z * Np));
-}
-
-// The warp's units u0 .. u1 - 1 (tile-major) after warp_begin and warp_first_scales: each tile's column sums (times 2^e
+// The warp's units u0 .. u1 - 1 (tile-major) after warp_begin: each tile's column sums (times 2^e
 // of x's staging: the caller unscales) go to sink. Two word buffers trade places unit by unit (the
 // body twice), so that no unit's words are copied between registers.
 template <typename Sink>
@@ -409,7 +394,8 @@ __device__ __forceinline__ void warp_run(const warp_src & m, int u0, int u1, int
     float acc_lo = 0.0f, acc_hi = 0.0f;
     int tile = -1;
     unit_desc da = p.da, db = p.db;
-    uint32_t sa[2] = {p.sa[0], p.sa[1]}, sb[2];
+    uint32_t sa[2], sb[2];
+    unit_scales(da, da.chunk0(), unit_last_chunk(da), m.csum, m.scales, lane, sa);
     for (int u = u0; u < u1; u += 2) {
         const unit_desc da2 = unit_step(m, u, u1, da, p.wa, sa, db, p.wb, sb, lane, tile, acc_lo, acc_hi, sink);   // unit u + 2's descriptor
         if (u + 1 >= u1) break;

@@ -148,8 +148,7 @@ __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid
 
             // x w and its scaling, then each matrix's x gathered through q_perm into fragment
             // order with its step sums, then its chunk sums
-            const ggx_step::x_scaling xsc = ggx_step::norm_pass(S, xw, t, NT, red);   // (its barriers publish the static copies)
-            tl::warp_first_scales(u0, u1, csum + mi * L.cs_n, S.m[mi].Np, S.m[mi].scales, lane, pipe);
+            const ggx_step::x_scaling xsc = ggx_step::norm_pass(S, xw, t, NT, red);
             if (traced(s, si, 1)) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_B);
             unscale = xsc.unscale;
             for (int mi = 0; mi < S.n_mat; mi++) {
