@@ -14,10 +14,11 @@
 // epilogue. The warps' sums meet through shared-memory float atomics, so the last bits of an
 // output may differ from run to run.
 //
-// Experimental (GGX_CUDA_STEP=tile), session 16: correct in test-cuda, but 328 t/s for llama3-8b
-// at 4.0 bpw against the strip step's 341 and the default path's 403 (run 104): the loop is
-// latency- and register-bound and each stage stages x after its wait (bench/NOTES-cuda-decode.md,
-// "Session 16's findings", for what to try next). CUDA only (mma.sync).
+// Experimental (GGX_CUDA_STEP=tile): correct in test-cuda, but 350 t/s for llama3-8b at 4.0 bpw
+// against the default path's 402.5 (run 110): per layer ~35 us of loops (2.9 TB/s in gate/up and
+// down), ~10.5 us of staging after the waits and ~2.2 us of static loads before each later
+// stage's wait (bench/NOTES-cuda-decode.md, "Session 17's findings", for what to try next).
+// CUDA only (mma.sync).
 #pragma once
 
 #include "strip-step.h"
