@@ -79,7 +79,7 @@ void        ggx_cuda_tile_free(const ggx_tile_matrix & m);
 // Dynamic shared memory of a launch of m.
 size_t ggx_tile_gemv_smem(const ggx_tile_matrix & m);
 
-// y[0 .. Np) += W xq, xq in quantized row order (f32); y zeroed by the caller (the warps' sums
+// y[0 .. Np) += W xq, xq in quantized row order (f32, 16-byte aligned); y zeroed by the caller (the warps' sums
 // meet by atomicAdd, so the last bits may differ from run to run). grid: the blocks the deal was
 // made for (GGX_TILE_WARPS warps each). The caller checks the shared memory against the device.
 cudaError_t ggx_cuda_tile_gemv(const ggx_tile_matrix & m, const float * xq, float * y, int grid, cudaStream_t stream);
