@@ -35,9 +35,13 @@ __global__ void k_invert_perm(const int32_t * __restrict__ perm, int K, int * __
     if (j < K) inv[perm[j]] = j;
 }
 
-template <typename T> ggx_status upload(ggx_cuda_ctx & ctx, const std::vector<T> & v, T ** out) {
-    GGX_CUDA_CHECK(cudaMalloc((void **)out, std::max<size_t>(v.size(), 1) * sizeof(T)));
-    GGX_CUDA_CHECK(cudaMemcpyAsync(*out, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, ctx.stream));
+// v into fresh device memory at *out (a matrix's field: set as soon as it is allocated, so that
+// the matrix's release frees it whatever fails next).
+template <typename T> ggx_status upload(ggx_cuda_ctx & ctx, const std::vector<T> & v, const T ** out) {
+    T * p = nullptr;
+    GGX_CUDA_CHECK(cudaMalloc((void **)&p, std::max<size_t>(v.size(), 1) * sizeof(T)));
+    *out = p;
+    GGX_CUDA_CHECK(cudaMemcpyAsync(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, ctx.stream));
     return GGX_STATUS_OK;
 }
 
@@ -133,25 +137,17 @@ ggx_status ggx_cuda_strip_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std:
     m->n_strips = L.n_strips;
     m->max_quads = ggx_strip_max_quads(L);
     m->max_units = ggx_strip_max_units(L);
-    ggx_strip_unit * d_units = nullptr;
-    int * d_deal = nullptr, * d_sg = nullptr, * d_qrow = nullptr;
-    uint16_t * d_scales = nullptr;
-    GGX_RETURN_IF_ERR(upload(ctx, units, &d_units));
-    m->units = d_units;
-    GGX_RETURN_IF_ERR(upload(ctx, deal, &d_deal));
-    m->deal = d_deal;
-    GGX_RETURN_IF_ERR(upload(ctx, L.scales, &d_scales));
-    m->scales = d_scales;
-    GGX_RETURN_IF_ERR(upload(ctx, L.slice_group, &d_sg));
-    m->slice_group = d_sg;
-    int * d_wu = nullptr;
-    GGX_RETURN_IF_ERR(upload(ctx, L.width_unit0, &d_wu));
-    m->width_unit0 = d_wu;
+    GGX_RETURN_IF_ERR(upload(ctx, units, &m->units));
+    GGX_RETURN_IF_ERR(upload(ctx, deal, &m->deal));
+    GGX_RETURN_IF_ERR(upload(ctx, L.scales, &m->scales));
+    GGX_RETURN_IF_ERR(upload(ctx, L.slice_group, &m->slice_group));
+    GGX_RETURN_IF_ERR(upload(ctx, L.width_unit0, &m->width_unit0));
     uint4 * words = nullptr;
     GGX_CUDA_CHECK(cudaMalloc((void **)&words, (size_t)q->qrows * q->Np * 4));
     m->words = words;
+    const int * d_qrow = nullptr;   // (the gather's alone: freed below)
     GGX_RETURN_IF_ERR(upload(ctx, L.slice_qrow, &d_qrow));
-    k_strip_gather<<<(unsigned)units.size(), 256, 0, ctx.stream>>>((const uint4 *)q->q_weight, q->Np / 4, d_units, d_qrow, words);
+    k_strip_gather<<<(unsigned)units.size(), 256, 0, ctx.stream>>>((const uint4 *)q->q_weight, q->Np / 4, m->units, d_qrow, words);
     GGX_CUDA_LAUNCH_CHECK();
     if (q->q_perm) {
         int * inv = nullptr;
@@ -161,7 +157,7 @@ ggx_status ggx_cuda_strip_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std:
         GGX_CUDA_LAUNCH_CHECK();
     }
     GGX_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));   // host vectors die here
-    (void)cudaFree(d_qrow);
+    (void)cudaFree((void *)d_qrow);
     return GGX_STATUS_OK;
 }
 
@@ -213,31 +209,21 @@ ggx_status ggx_cuda_tile_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std::
         k_perm16<<<ggx_cuda_blocks(q->K, 256), 256, 0, ctx.stream>>>(q->q_perm, q->K, perm16);
         GGX_CUDA_CHECK(cudaGetLastError());
     }
-    ggx_tile_unit_dev * d_units = nullptr;
-    int4 * d_chunks = nullptr, * d_info = nullptr;
-    int * d_deal = nullptr, * d_tile0 = nullptr;
-    uint16_t * d_scales = nullptr;
-    GGX_RETURN_IF_ERR(upload(ctx, units, &d_units));
-    m->units = d_units;
-    GGX_RETURN_IF_ERR(upload(ctx, chunks, &d_chunks));
-    m->chunks = d_chunks;
-    GGX_RETURN_IF_ERR(upload(ctx, L.scales, &d_scales));
-    m->scales = d_scales;
-    GGX_RETURN_IF_ERR(upload(ctx, P.deal, &d_deal));
-    m->deal = d_deal;
-    int * d_deal_half = nullptr;
-    GGX_RETURN_IF_ERR(upload(ctx, Ph.deal, &d_deal_half));
-    m->deal_half = d_deal_half;
-    GGX_RETURN_IF_ERR(upload(ctx, P.tile0, &d_tile0));
-    m->tile0 = d_tile0;
+    GGX_RETURN_IF_ERR(upload(ctx, units, &m->units));
+    GGX_RETURN_IF_ERR(upload(ctx, chunks, &m->chunks));
+    GGX_RETURN_IF_ERR(upload(ctx, L.scales, &m->scales));
+    GGX_RETURN_IF_ERR(upload(ctx, P.deal, &m->deal));
+    GGX_RETURN_IF_ERR(upload(ctx, Ph.deal, &m->deal_half));
+    GGX_RETURN_IF_ERR(upload(ctx, P.tile0, &m->tile0));
     const size_t n_uint4 = ggx::tile_layout_n_uint4(L);
     uint4 * words = nullptr;
     GGX_CUDA_CHECK(cudaMalloc((void **)&words, std::max<size_t>(n_uint4, 1) * 32 * sizeof(uint4)));
     m->words = words;
+    const int4 * d_info = nullptr;   // (the gather's alone: freed below)
     GGX_RETURN_IF_ERR(upload(ctx, ggx_tile_step_info(L), &d_info));
-    GGX_CUDA_CHECK(ggx_cuda_tile_gather(q->q_weight, q->Np, d_info, d_units, (int)units.size(), n_uint4, words, ctx.stream));
+    GGX_CUDA_CHECK(ggx_cuda_tile_gather(q->q_weight, q->Np, d_info, m->units, (int)units.size(), n_uint4, words, ctx.stream));
     GGX_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));   // host vectors die here
-    (void)cudaFree(d_info);
+    (void)cudaFree((void *)d_info);
     return GGX_STATUS_OK;
 }
 
