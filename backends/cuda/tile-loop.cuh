@@ -287,8 +287,9 @@ __device__ __forceinline__ void stage_x(int K, Rows rows, half * xs, float4 * st
 }
 
 // The chunks' descriptors (first step, steps, group, 0) into csum, where chunk_sums finds them: a
-// static table, so the caller copies it before its wait (read after it, the global load was a
-// memory latency in every stage: ~1 us per matrix, session 17).
+// static table, so the caller copies it before it waits for x (read after that, the global load
+// was a memory latency in every stage: ~1 us per matrix, session 17). The tile step copies the
+// same slots with cp.async instead (tile-step.cu's stage_static).
 __device__ __forceinline__ void stage_chunks(const int4 * chunks, int n_chunks, float4 * csum, int tid, int n_threads) {
     for (int c = tid; c < n_chunks; c += n_threads) ((int4 *)csum)[c] = ggx_load_ro(chunks + c);
 }
