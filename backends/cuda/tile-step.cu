@@ -167,8 +167,10 @@ __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid
             }
             __syncthreads();
             if (traced(s, si, 1)) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_C);
-            for (int mi = 0; mi < S.n_mat; mi++)
-                tl::chunk_sums(S.m[mi].n_chunks, S.m[mi].Np, step_sums + (size_t)mi * (K / 16), csum + mi * L.cs_n, t, NT);
+            {   // a GLU's two matrices side by side, each on half the threads (one chain per thread, not two)
+                const int half = S.n_mat == 2 ? NT / 2 : NT, mi = t / half;
+                tl::chunk_sums(S.m[mi].n_chunks, S.m[mi].Np, step_sums + (size_t)mi * (K / 16), csum + mi * L.cs_n, t - mi * half, half);
+            }
             __syncthreads();
         }
         if (si == 0) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_LOOP);
