@@ -67,6 +67,25 @@ __device__ __forceinline__ float4 load_norm_w4(const void * p, int type, int i) 
     }
 }
 
+// Sum of s and maximum of m over the block in one exchange through red (2 x 32 floats): two
+// barriers instead of ggx_block_sum's and ggx_block_max's four, the same reduction trees (the same
+// bits). The second barrier also publishes what the block wrote before the call.
+__device__ __forceinline__ float2 block_sum_max(float s, float m, float (*red)[GGX_CUDA_WARP]) {
+    const int lane = threadIdx.x % GGX_CUDA_WARP, warp = threadIdx.x / GGX_CUDA_WARP;
+    s = ggx_warp_sum(s);
+    m = ggx_warp_max(m);
+    __syncthreads();   // red may still be read from a previous call
+    if (lane == 0) {
+        red[0][warp] = s;
+        red[1][warp] = m;
+    }
+    __syncthreads();
+    const int n_warps = blockDim.x / GGX_CUDA_WARP;
+    s = lane < n_warps ? red[0][lane] : 0.0f;
+    m = lane < n_warps ? red[1][lane] : -INFINITY;
+    return make_float2(ggx_warp_sum(s), ggx_warp_max(m));
+}
+
 struct x_scaling {
     float scale;     // 1 / rms (or 1) times 2^e: what x w is multiplied by before fp16
     float unscale;   // 2^-e: what the sums are multiplied by after
@@ -90,8 +109,9 @@ __device__ __forceinline__ x_scaling norm_pass(const Stage & S, float * xw, int 
         am = fmaxf(am, fmaxf(fmaxf(fabsf(p.x), fabsf(p.y)), fmaxf(fabsf(p.z), fabsf(p.w))));
         ((float4 *)xw)[i] = p;
     }
-    ss = ggx_block_sum(ss, red[0]);
-    am = ggx_block_max(am, red[1]);
+    const float2 r = block_sum_max(ss, am, red);
+    ss = r.x;
+    am = r.y;
     const float rms = S.norm ? rsqrtf(ss / (float)S.K + S.norm_eps) : 1.0f;
     const int e = ggx_exl2_unpack::x_scale_exponent(am * rms);
     return {rms * ldexpf(1.0f, e), ldexpf(1.0f, -e)};
