@@ -15,8 +15,9 @@
 namespace ggx_tile_loop {
 
 // x as staged per variant: K halves in fragment order, then the zero halves that the lanes
-// outside a chunk's column read (32 steps of them: a unit's most).
-constexpr int k_zero_halves = 512;
+// outside a chunk's column read (35 steps of them: a unit's most, 32, from an offset of up to 3
+// steps that keeps them off the real lanes' banks: run_unit).
+constexpr int k_zero_halves = 576;
 // uint4 per lane of one unit's words (ggx-tile-layout.h): one word buffer.
 constexpr int UQ = GGX_TILE_UNIT_UINT4;
 __host__ __device__ inline int x_stride(int K) { return K + k_zero_halves; }
@@ -113,8 +114,13 @@ __device__ __forceinline__ void run_unit(const unit_desc & d, const uint4 (&w)[U
     const int XV = x_stride(K);
     const half * real0 = xs + variant_of(PB0) * XV + 16 * d.step0() + 4 * t;
     const half * real1 = xs + variant_of(PB1) * XV + 16 * d.step0() + 4 * t;
-    const half * zero0 = xs + variant_of(PB0) * XV + K;
-    const half * zero1 = xs + variant_of(PB1) * XV + K;
+    // The zero lanes' 8 bytes land 32 bytes past the real lanes' 32 (modulo the 128 bytes of the
+    // banks), not on them: at the zero halves' start they shared the real lanes' banks whenever the
+    // unit's first step was a multiple of 4, i.e. always, and every B load took three wavefronts
+    // instead of two (run 107's profile: 32% of the step's shared wavefronts excessive).
+    const int zoff = 16 * ((d.step0() + 1 - K / 16) & 3);
+    const half * zero0 = xs + variant_of(PB0) * XV + K + zoff;
+    const half * zero1 = xs + variant_of(PB1) * XV + K + zoff;
     const half * b0 = g == 0 ? real0 : zero0;
     const half * b1 = g == 0 ? real1 : zero1;
     float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
