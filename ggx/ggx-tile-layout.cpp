@@ -11,13 +11,21 @@ bool tile_layout_supported(const ggx_qmatrix & q, std::string * why) {
     return exl2_groups(q, 16, nullptr, why);
 }
 
-bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * why, bool copy_words) {
+bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * why, bool copy_words, int pair_hd, int pair_half) {
     std::vector<Exl2Group> groups;
     if (!exl2_groups(q, 16, &groups, why)) return false;
+    if (pair_hd > 0 && (pair_hd % 16 || pair_half < 8 || pair_half % 8 || 2 * pair_half > pair_hd || q.N != q.Np || q.N % pair_hd)) {
+        if (why)
+            *why = "RoPE pair order needs heads of a multiple of 16 columns, half a multiple of 8 and N a multiple of the head "
+                   "(head " + std::to_string(pair_hd) + ", half " + std::to_string(pair_half) + ", N " + std::to_string(q.N) + ")";
+        return false;
+    }
     TileLayout & L = *out;
     L = TileLayout();
     L.K = q.K;
     L.Np = q.Np;
+    L.pair_hd = pair_hd > 0 ? pair_hd : 0;
+    L.pair_half = pair_hd > 0 ? pair_half : 0;
     L.n_tiles = q.Np / 16;
     L.groups = groups;
     L.step_group.resize(q.K / 16);
@@ -53,7 +61,7 @@ bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * wh
             for (int lane = 0; lane < 32 && copy_words; lane++) {
                 auto code_of = [&](int i, int r, int e) {
                     const Exl2Group & grp = groups[L.step_group[s0 + i]];
-                    const int k = 16 * (s0 + i) + ggx_tile_row(lane, r, e), n = 16 * tile + ggx_tile_col(lane, r);
+                    const int k = 16 * (s0 + i) + ggx_tile_row(lane, r, e), n = tile_src_col(L, 16 * tile + ggx_tile_col(lane, r));
                     return exl2_code(q, grp, k - grp.row0, n);
                 };
                 for (int j = 0; j < n_uint4 * 4; j++)
@@ -66,7 +74,7 @@ bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * wh
     const std::vector<uint16_t> rows = exl2_scales_f16(q);   // [G][Np] in column order
     L.scales.resize(rows.size());
     for (size_t g = 0; g < rows.size() / q.Np; g++)
-        for (int n = 0; n < q.Np; n++) L.scales[tile_scale_index(q.Np, (int)g, n)] = rows[g * q.Np + n];
+        for (int n = 0; n < q.Np; n++) L.scales[tile_scale_index(q.Np, (int)g, n)] = rows[g * q.Np + tile_src_col(L, n)];
     return true;
 }
 

@@ -165,6 +165,16 @@ template <typename CodeOf> GGX_HD uint32_t ggx_tile_word(int bits, int n_steps, 
     return w;
 }
 
+// Column order. Natural: layout column n is the matrix's column n. RoPE pairs (hd > 0, for a q or
+// k projection whose heads of hd columns rotate pairs (d, d + half), d < half, "rotate_half"):
+// within each head, tile j < half / 8 holds the pairs d = 8 j .. 8 j + 7 as its columns g
+// (the first of the pair) and g + 8 (the second), which are the two columns a lane of the tile
+// loop holds; the tiles past 2 half keep the head's remaining columns in order. So a block that
+// owns a tile can rotate its outputs without its neighbours' (the tile step's q/k stage).
+GGX_HD constexpr int ggx_tile_src_col(int n, int hd, int half) {
+    return hd <= 0 || n % hd >= 2 * half ? n : n - n % hd + 8 * (n % hd / 16) + (n % 16 < 8 ? n % 16 : half + n % 16 - 8);
+}
+
 namespace ggx {
 
 // Steps step0 .. step0 + n_steps - 1 of group `group`.
@@ -185,6 +195,7 @@ struct TileUnit {
 
 struct TileLayout {
     int K = 0, Np = 0, n_tiles = 0;
+    int pair_hd = 0, pair_half = 0;     // column order (ggx_tile_src_col): 0, 0 natural
     std::vector<TileUnit> units;        // tile by tile, then rows
     std::vector<int>      tile_unit0;   // [n_tiles + 1]: tile t's units
     std::vector<uint32_t> words;        // 4 per (uint4 index, lane)
@@ -210,7 +221,14 @@ bool tile_layout_supported(const ggx_qmatrix & q, std::string * why = nullptr);
 // words are left empty (a backend gathers them on its device through ggx_tile_word: the host
 // decodes code by code: 0.47 s for a 4096 x 14336 matrix on one core here, ~8 ns a code, about a
 // minute for an 8B model; without the words, 7 ms).
-bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * why = nullptr, bool copy_words = true);
+// pair_hd > 0: the RoPE pair order of heads of pair_hd columns rotating pairs (d, d + pair_half)
+// (ggx_tile_src_col; pair_hd a multiple of 16, pair_half of 8, 2 pair_half <= pair_hd, N a
+// multiple of pair_hd and unpadded).
+bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * why = nullptr, bool copy_words = true, int pair_hd = 0,
+                       int pair_half = 0);
+
+// The matrix column that layout column n holds.
+inline int tile_src_col(const TileLayout & L, int n) { return ggx_tile_src_col(n, L.pair_hd, L.pair_half); }
 
 // The x variants the layout's planes read (bit v: ggx_tile_variant v), so that a kernel stages
 // only those (at 4.0 bpw, one of three: the synthetic mix is uniform 4-bit).

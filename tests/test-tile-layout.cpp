@@ -19,10 +19,10 @@ using ggx::TileUnit;
 
 namespace {
 
-TileLayout build(const ggx_qmatrix & q) {
+TileLayout build(const ggx_qmatrix & q, int pair_hd = 0, int pair_half = 0) {
     TileLayout L;
     std::string why;
-    REQUIRE_MESSAGE(ggx::tile_layout_build(q, &L, &why), why);
+    REQUIRE_MESSAGE(ggx::tile_layout_build(q, &L, &why, true, pair_hd, pair_half), why);
     return L;
 }
 
@@ -103,7 +103,7 @@ void check_codes(const QLayerHost & Q, const TileLayout & L) {
                                 code |= (uint32_t)(v / f) << ggx_tile_plane_shift(u.bits, p);
                             }
                             const int k = 16 * (u.step0 + i) + ggx_tile_row(lane, r, e), n = 16 * t + ggx_tile_col(lane, r);
-                            wrong += code != code_at(Q, k, n);
+                            wrong += code != code_at(Q, k, ggx::tile_src_col(L, n));
                         }
             }
         }
@@ -114,7 +114,7 @@ void check_codes(const QLayerHost & Q, const TileLayout & L) {
     CHECK_MESSAGE(wrong == 0, wrong << " codes (or register fields) wrong through the recipes");
 }
 
-// y = W xq (quantized row order) as the tile kernel is to compute it: per unit, chunk by chunk
+// y = W xq (quantized row order, y in the layout's column order) as the tile kernel is to compute it: per unit, chunk by chunk
 // (where chunk_starts says), per plane the tensor core's sum C[m] = sum_k (1024 + f_r v) B[k]
 // (in double: the kernel's fp32 sums differ by far less than the bound), B[k] = xq[k], divided by
 // V for each step's rows 8-15; then sum v x = C - 1024 T (rows 0-7) or (C - 1024 T) / H (rows
@@ -191,6 +191,54 @@ TEST_CASE("tile layout: the tensor-core product it is made for matches the refer
         size_t bad = 0;
         for (int n = 0; n < N; n++) bad += std::fabs(y[n] - R.ref[n]) > R.bound[n];
         CHECK_MESSAGE(bad == 0, bad << " of " << N << " outputs outside the bound");
+    }
+}
+
+// The RoPE pair order (ggx_tile_src_col): every matrix column in exactly one layout column, each
+// rotation pair (d, d + half) of a head in one tile as columns g and g + 8, the dims past 2 half
+// in order; the codes and the product as the natural layout's, column for column (exact codes,
+// the reference's bound for the product).
+TEST_CASE("tile layout: RoPE pair order keeps each rotation pair in one tile") {
+    const int cases[][3] = {{128, 64, 256}, {64, 32, 192}, {128, 32, 128}, {64, 8, 64}};   // head, half, N
+    uint64_t seed = 450;
+    for (const auto & c : cases) {
+        const int hd = c[0], half = c[1], N = c[2];
+        CAPTURE(hd);
+        CAPTURE(half);
+        std::vector<int> hit(N, 0);
+        for (int n = 0; n < N; n++) {
+            const int s = ggx_tile_src_col(n, hd, half);
+            REQUIRE((s >= 0 && s < N));
+            hit[s]++;
+            CHECK(s / hd == n / hd);   // within its head
+            const int d = s % hd;
+            if (d < half) CHECK(ggx_tile_src_col(n + 8, hd, half) == s + half);   // the pair: columns g and g + 8 of one tile
+            if (d >= 2 * half) CHECK(s == n);
+        }
+        CHECK(std::count(hit.begin(), hit.end(), 1) == N);
+        for (const char * lay : {"4 g128", "6/3/2 g32,64,64 .05/.2/.75"}) {
+            CAPTURE(lay);
+            const QLayerHost Q = synth_layer(lay, 512, N, seed++);
+            const TileLayout L = build(qlayer_host_view(Q), hd, half);
+            CHECK(L.pair_hd == hd);
+            check_codes(Q, L);
+            const GemvReference R = gemv_reference(Q, seed);
+            const std::vector<double> y = tile_product(L, R.xq);
+            size_t bad = 0;
+            for (int n = 0; n < N; n++) {
+                const int s = ggx::tile_src_col(L, n);
+                bad += std::fabs(y[n] - R.ref[s]) > R.bound[s];
+            }
+            CHECK_MESSAGE(bad == 0, bad << " of " << N << " outputs outside the bound");
+        }
+    }
+    // refused with the reason: a head that is not whole tiles, an odd half, N not whole heads
+    const QLayerHost Q = synth_layer("4 g128", 512, 96, 9);
+    for (const auto & p : {std::make_pair(24, 8), std::make_pair(64, 12), std::make_pair(64, 32)}) {
+        TileLayout L;
+        std::string why;
+        CHECK_FALSE(ggx::tile_layout_build(qlayer_host_view(Q), &L, &why, false, p.first, p.second));
+        CHECK(why.find("RoPE pair order") != std::string::npos);
     }
 }
 

@@ -95,7 +95,8 @@ __global__ void __launch_bounds__(NT, 1) k_tile_gemv(const ggx_tile_matrix m, co
 // One thread per word of the layout: its uint4 index, lane and component, its unit (binary search
 // over the units' offsets, which ascend), then the word through ggx_tile_word.
 __global__ void k_tile_gather(const uint32_t * __restrict__ q_weight, int Np, const int4 * __restrict__ step_info,
-                              const ggx_tile_unit_dev * __restrict__ units, int n_units, size_t n_words, uint32_t * words) {
+                              const ggx_tile_unit_dev * __restrict__ units, int n_units, size_t n_words, uint32_t * words, int pair_hd,
+                              int pair_half) {
     const size_t w = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (w >= n_words) return;
     const size_t q = w / 128;
@@ -110,7 +111,7 @@ __global__ void k_tile_gather(const uint32_t * __restrict__ q_weight, int Np, co
     const int j = (int)(q - u.offset) * 4 + comp;
     auto code_of = [&](int i, int r, int e) {
         const int4 si = step_info[u.step0 + i];
-        const int k = 16 * (u.step0 + i) + ggx_tile_row(lane, r, e), n = 16 * u.tile + ggx_tile_col(lane, r);
+        const int k = 16 * (u.step0 + i) + ggx_tile_row(lane, r, e), n = ggx_tile_src_col(16 * u.tile + ggx_tile_col(lane, r), pair_hd, pair_half);
         return ggx_exl2_code(q_weight, Np, si.x, si.y, k - si.z, n);
     };
     words[w] = ggx_tile_word(u.bits_n_uint4 & 15, u.n_steps, j, code_of);
@@ -126,10 +127,11 @@ std::vector<int4> ggx_tile_step_info(const ggx::TileLayout & L) {
 }
 
 cudaError_t ggx_cuda_tile_gather(const uint32_t * q_weight, int Np, const int4 * step_info, const ggx_tile_unit_dev * units, int n_units,
-                                 size_t n_uint4, uint4 * words, cudaStream_t stream) {
+                                 size_t n_uint4, uint4 * words, cudaStream_t stream, int pair_hd, int pair_half) {
     const size_t n_words = n_uint4 * 32 * 4;
     if (n_words == 0 || n_units < 1) return cudaSuccess;
-    k_tile_gather<<<(unsigned)((n_words + 255) / 256), 256, 0, stream>>>(q_weight, Np, step_info, units, n_units, n_words, (uint32_t *)words);
+    k_tile_gather<<<(unsigned)((n_words + 255) / 256), 256, 0, stream>>>(q_weight, Np, step_info, units, n_units, n_words, (uint32_t *)words,
+                                                                         pair_hd, pair_half);
     return cudaGetLastError();
 }
 

@@ -53,9 +53,10 @@ std::vector<int4> ggx_tile_step_info(const ggx::TileLayout & L);
 // The layout's words (tile_layout_n_uint4(L) x 32 uint4) written on the device from q_weight
 // (device memory, [QR][Np]) through ggx_tile_word, as the host builder writes them: the host
 // builds the units, chunks and scales without the words (milliseconds), this the words.
-// step_info: ggx_tile_step_info on the device; units: ggx_tile_units on the device.
+// step_info: ggx_tile_step_info on the device; units: ggx_tile_units on the device; pair_hd,
+// pair_half: the layout's column order (ggx_tile_src_col).
 cudaError_t ggx_cuda_tile_gather(const uint32_t * q_weight, int Np, const int4 * step_info, const ggx_tile_unit_dev * units, int n_units,
-                                 size_t n_uint4, uint4 * words, cudaStream_t stream);
+                                 size_t n_uint4, uint4 * words, cudaStream_t stream, int pair_hd = 0, int pair_half = 0);
 
 struct ggx_tile_matrix {
     const uint4 *             words;

@@ -79,14 +79,16 @@ TEST_CASE("tile gather: the device writes the tile layout's words as the host bu
     REQUIRE_CUDA();
     const char * layouts[] = {"4 g128", "8/6/5 g32,128,128 .05/.1/.85", "6/3/2 g32,64,64 .05/.2/.75", "2 g16", "5/2 g512,16 .5/.5"};
     uint64_t seed = 600;
-    for (const char * lay : layouts) {
+    for (const char * lay : layouts)
+    for (const int hd : {0, 64}) {   // natural order, and RoPE pairs of 64-column heads (ggx_tile_src_col)
         CAPTURE(lay);
-        const exl2::QLayerHost Q = synth_layer(lay, 2048, 200, seed++);
+        CAPTURE(hd);
+        const exl2::QLayerHost Q = synth_layer(lay, 2048, hd ? 192 : 200, seed++);
         const ggx_qmatrix q = exl2::qlayer_host_view(Q);
         ggx::TileLayout L, U;
         std::string why;
-        REQUIRE_MESSAGE(ggx::tile_layout_build(q, &L, &why), why);
-        REQUIRE_MESSAGE(ggx::tile_layout_build(q, &U, &why, false), why);
+        REQUIRE_MESSAGE(ggx::tile_layout_build(q, &L, &why, true, hd, hd / 2), why);
+        REQUIRE_MESSAGE(ggx::tile_layout_build(q, &U, &why, false, hd, hd / 2), why);
         CHECK(U.words.empty());
         std::vector<ggx_tile_unit_dev> units;
         std::vector<int4> chunks;
@@ -97,7 +99,7 @@ TEST_CASE("tile gather: the device writes the tile layout's words as the host bu
         int4 * si = upload(ggx_tile_step_info(U));
         ggx_tile_unit_dev * ud = upload(units);
         uint32_t * wd = upload(std::vector<uint32_t>(L.words.size(), 0xdeadbeefu));
-        REQUIRE(ggx_cuda_tile_gather(qw, Q.Np, si, ud, (int)units.size(), n_uint4, (uint4 *)wd, nullptr) == cudaSuccess);
+        REQUIRE(ggx_cuda_tile_gather(qw, Q.Np, si, ud, (int)units.size(), n_uint4, (uint4 *)wd, nullptr, hd, hd / 2) == cudaSuccess);
         const std::vector<uint32_t> words = download(wd, L.words.size());
         size_t wrong = 0;
         for (size_t i = 0; i < words.size(); i++) wrong += words[i] != L.words[i];
