@@ -284,7 +284,10 @@ ggx_status prepare(ggx_backend * be, ggx_graph * g, ggx_cuda_plan & plan) {
         need = std::max(need, node_scratch(ctx, n));
     }
     ggx_cuda_plan_graph(ctx.fuse, g, plan);
-    for (const ggx_qgemv_job & job : plan.jobs) need = std::max(need, ggx_cuda_qgemv_scratch(ctx, job));
+    for (const ggx_qgemv_job & job : plan.jobs) {
+        need = std::max(need, ggx_cuda_qgemv_scratch(ctx, job));
+        if (ctx.step_tile) GGX_RETURN_IF_ERR(ggx_cuda_tile_fit(ctx, job));   // (before the capture: it allocates)
+    }
     return ensure_scratch(ctx, need);
 }
 

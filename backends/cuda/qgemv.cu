@@ -118,21 +118,6 @@ __device__ __forceinline__ uint4 load_weights(const uint4 * p, float evict) {
 #endif
 }
 
-__device__ __forceinline__ float load_any(const void * p, int type, int i) {
-    switch (type) {
-        case GGX_TYPE_F16:  return __half2float(((const half *)p)[i]);
-        case GGX_TYPE_BF16: return __bfloat162float(((const nv_bfloat16 *)p)[i]);
-        default:            return ((const float *)p)[i];
-    }
-}
-__device__ __forceinline__ void store_any(void * p, int type, int64_t i, float v) {
-    switch (type) {
-        case GGX_TYPE_F16:  ((half *)p)[i] = __float2half_rn(v); break;
-        case GGX_TYPE_BF16: ((nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v); break;
-        default:            ((float *)p)[i] = v; break;
-    }
-}
-
 template <int T>
 __device__ __forceinline__ void add_bias(const gemv_mat & M, int n, float (&v)[T][4]) {
     if (!M.bias) return;
@@ -297,7 +282,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     for (int j = 0; j < k_stage; j++) {
         const int i = threadIdx.x + j * NT, k = k_begin + i;
         src[j] = i < k_n ? (M.perm ? M.perm[k] : k) : -1;
-        nw[j] = a.norm && a.norm_w && i < k_n ? load_any(a.norm_w, a.norm_type, src[j]) : 1.0f;
+        nw[j] = a.norm && a.norm_w && i < k_n ? ggx_load_any(a.norm_w, a.norm_type, src[j]) : 1.0f;
     }
     ggx_pdl_wait();
     ggx_pdl_launch_next();
@@ -496,7 +481,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
             if (p < 0 || p >= M.cache_rows) continue;
 #pragma unroll
             for (int c = 0; c < 4; c++)
-                if (n + c < M.N) store_any(M.cache, M.cache_type, (int64_t)p * M.N + n + c, v[t][c]);
+                if (n + c < M.N) ggx_store_any(M.cache, M.cache_type, (int64_t)p * M.N + n + c, v[t][c]);
         } else {
 #pragma unroll
             for (int c = 0; c < 4; c++) {

@@ -110,6 +110,33 @@ template <typename Stage, typename MatrixOf> void fill_stage(const ggx_qgemv_job
     S.resid = m0.resid ? (const float *)m0.resid->data : nullptr;
 }
 
+// A split job (split_job_ok) as a tile step stage: its matrices in the job's order (q, k, v).
+void fill_split_stage(const ggx_qgemv_job & job, ggx_tile_stage * out) {
+    ggx_tile_stage & S = *out;
+    S.split = 1;
+    S.n_mat = job.n_mat;
+    for (int i = 0; i < job.n_mat; i++) {
+        const ggx_qgemv_job_mat & jm = job.m[i];
+        S.m[i] = *tile_of(jm.w);
+        S.bias[i] = jm.bias ? (const float *)jm.bias->data : nullptr;
+        S.out[i] = jm.cache ? jm.cache->data : jm.out->data;
+        S.out_type[i] = jm.cache ? (int)jm.cache->type : (int)GGX_TYPE_F32;
+        S.out_rows[i] = jm.cache ? (int)(ggx_nelements(jm.cache) / ((const ggx_qmatrix *)jm.w->extra)->N) : 0;
+        S.rope_mask |= jm.rope ? 1 << i : 0;
+    }
+    S.pos = job.pos ? (const int32_t *)job.pos->data : nullptr;
+    S.freq_div = job.freq_div ? (const float *)job.freq_div->data : nullptr;
+    S.rope = job.rope;
+    S.x = (const float *)job.x->data;
+    S.K = S.m[0].K;
+    S.N = S.m[0].Np;
+    S.norm = job.norm;
+    S.norm_w = job.norm_w ? job.norm_w->data : nullptr;
+    S.norm_type = job.norm_w ? (int)job.norm_w->type : (int)GGX_TYPE_F32;
+    S.norm_eps = job.norm_eps;
+    S.epi = GGX_STRIP_STORE;
+}
+
 }  // namespace
 
 ggx_status ggx_cuda_strip_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std::vector<uint16_t> & groups) {
@@ -171,7 +198,12 @@ void ggx_cuda_strip_release(ggx_cuda_qextra * e) {
     e->strip = nullptr;
 }
 
-ggx_status ggx_cuda_tile_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std::vector<uint16_t> & groups) {
+namespace {
+
+// The tile copy of t (none yet) dealt to `grid` blocks from block0 on, in the column order
+// (pair_hd, pair_half) (ggx_tile_src_col).
+ggx_status tile_build(ggx_cuda_ctx & ctx, ggx_tensor * t, const std::vector<uint16_t> & groups, int grid, int block0, int pair_hd,
+                      int pair_half) {
     const ggx_qmatrix * q = (const ggx_qmatrix *)t->extra;
     ggx_cuda_qextra * e = (ggx_cuda_qextra *)q->backend_extra;
     // as for the strip layout; the device gathers the words with ggx_cuda_tile_gather
@@ -183,12 +215,12 @@ ggx_status ggx_cuda_tile_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std::
     std::string why;
     std::vector<ggx_tile_unit_dev> units;
     std::vector<int4> chunks;
-    if (!ggx::tile_layout_build(h, &L, &why, false)) {
+    if (!ggx::tile_layout_build(h, &L, &why, false, pair_hd, pair_half)) {
         ggx_set_error("cuda: %s: tile layout: %s", t->name, why.c_str());
         return GGX_STATUS_FAILED;
     }
     if (!ggx_tile_units(L, &units, &chunks)) return GGX_STATUS_OK;   // too many tiles, steps or chunks for the descriptors
-    const int grid = ctx.n_sm, W = ctx.tile_warps;
+    const int W = ctx.tile_warps;
     const ggx_tile_step_plan P = ggx_tile_step_deal(L, grid, W);
     const ggx_tile_step_plan Ph = ggx_tile_step_deal(L, grid, W / 2);   // (the same tiles)
 
@@ -198,6 +230,9 @@ ggx_status ggx_cuda_tile_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std::
     m->Np = q->Np;
     m->n_chunks = (int)chunks.size();
     m->grid = grid;
+    m->block0 = block0;
+    m->pair_hd = L.pair_hd;
+    m->pair_half = L.pair_half;
     m->warps = W;
     m->max_tiles = P.max_tiles;
     m->max_units = P.max_units;
@@ -221,9 +256,83 @@ ggx_status ggx_cuda_tile_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std::
     m->words = words;
     const int4 * d_info = nullptr;   // (the gather's alone: freed below)
     GGX_RETURN_IF_ERR(upload(ctx, ggx_tile_step_info(L), &d_info));
-    GGX_CUDA_CHECK(ggx_cuda_tile_gather(q->q_weight, q->Np, d_info, m->units, (int)units.size(), n_uint4, words, ctx.stream));
+    GGX_CUDA_CHECK(ggx_cuda_tile_gather(q->q_weight, q->Np, d_info, m->units, (int)units.size(), n_uint4, words, ctx.stream, L.pair_hd,
+                                        L.pair_half));
     GGX_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));   // host vectors die here
     (void)cudaFree((void *)d_info);
+    return GGX_STATUS_OK;
+}
+
+// A split job (q, k, v: matrices of one x with their own outputs, tile-step.h): its RoPE pair order
+// (0, 0 without RoPE, or when its mode is not rotate-half) and each matrix's share of the grid,
+// by bytes (q_weight's words), every share at least one block and all of them the grid.
+struct split_plan {
+    bool ok = false;
+    int  pair_hd = 0, pair_half = 0;
+    int  grid[GGX_TILE_STAGE_MATS] = {}, block0[GGX_TILE_STAGE_MATS] = {};
+};
+bool job_is_split(const ggx_qgemv_job & job) {
+    if (job.n_mat == 2 && job.m[0].epi == GGX_QGEMV_GLU) return false;
+    bool any = job.n_mat > 1;
+    for (int i = 0; i < job.n_mat; i++) any |= job.m[i].rope || job.m[i].cache != nullptr;
+    return any;
+}
+split_plan plan_split(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
+    split_plan P;
+    if (!ctx.step_tile || !job_is_split(job) || job.n_mat > GGX_TILE_STAGE_MATS || job.n_mat > ctx.n_sm) return P;
+    bool rope = false;
+    for (int i = 0; i < job.n_mat; i++) rope |= job.m[i].rope;
+    if (rope) {
+        if (job.rope.mode != GGX_ROPE_NEOX || job.rope.n_rot < 16 || job.rope.n_rot > job.head_dim) return P;
+        P.pair_hd = job.head_dim;
+        P.pair_half = job.rope.n_rot / 2;
+    }
+    double bytes[GGX_TILE_STAGE_MATS] = {}, total = 0.0;
+    for (int i = 0; i < job.n_mat; i++) {
+        const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
+        bytes[i] = (double)q->qrows * q->Np;
+        total += bytes[i];
+    }
+    int left = ctx.n_sm;
+    for (int i = 0; i < job.n_mat; i++) {
+        const int later = job.n_mat - 1 - i;   // matrices still to come, one block each at least
+        const int g = i + 1 == job.n_mat ? left : (int)(ctx.n_sm * bytes[i] / total + 0.5);
+        P.grid[i] = std::max(1, std::min(g, left - later));
+        P.block0[i] = ctx.n_sm - left;
+        left -= P.grid[i];
+    }
+    P.ok = true;
+    return P;
+}
+
+// Whether matrix w's tile copy is dealt and ordered as matrix i of plan P wants (rotated: the
+// job's RoPE order; otherwise natural).
+bool tile_fits(const ggx_tensor * w, const split_plan & P, int i, bool rotated) {
+    const ggx_tile_step_matrix * t = tile_of(w);
+    return t && t->grid == P.grid[i] && t->block0 == P.block0[i] && t->pair_hd == (rotated ? P.pair_hd : 0) &&
+           t->pair_half == (rotated ? P.pair_half : 0);
+}
+
+}  // namespace
+
+ggx_status ggx_cuda_tile_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std::vector<uint16_t> & groups) {
+    return tile_build(ctx, t, groups, ctx.n_sm, 0, 0, 0);
+}
+
+ggx_status ggx_cuda_tile_fit(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
+    const split_plan P = plan_split(ctx, job);
+    if (!P.ok) return GGX_STATUS_OK;
+    for (int i = 0; i < job.n_mat; i++) {
+        ggx_tensor * w = const_cast<ggx_tensor *>(job.m[i].w);
+        if (!tile_of(w) || tile_fits(w, P, i, job.m[i].rope)) continue;   // (no copy: the layout does not take it)
+        const ggx_qmatrix * q = (const ggx_qmatrix *)w->extra;
+        std::vector<uint16_t> groups(2 * (size_t)q->n_groups);
+        GGX_CUDA_CHECK(cudaMemcpyAsync(groups.data(), q->q_groups, groups.size() * 2, cudaMemcpyDeviceToHost, ctx.stream));
+        GGX_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+        ggx_cuda_tile_release((ggx_cuda_qextra *)q->backend_extra);
+        const bool rot = job.m[i].rope;
+        GGX_RETURN_IF_ERR(tile_build(ctx, w, groups, P.grid[i], P.block0[i], rot ? P.pair_hd : 0, rot ? P.pair_half : 0));
+    }
     return GGX_STATUS_OK;
 }
 
@@ -246,11 +355,36 @@ static ggx_strip_form form_of(const ggx_cuda_ctx & ctx) {
     return f;
 }
 
+// A split job (q, k, v) as a tile step stage: every matrix's copy fitted (ggx_cuda_tile_fit),
+// outputs f32 or a cache of f32 / f16 / bf16 rows, no residual.
+bool split_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
+    const split_plan P = plan_split(ctx, job);
+    if (!P.ok || (P.pair_hd > 0 && !job.pos)) return false;
+    if (!job.pos && std::any_of(job.m, job.m + job.n_mat, [](const ggx_qgemv_job_mat & jm) { return jm.cache != nullptr; })) return false;
+    int chunks = 0, units = 0, tiles = 0;
+    bool rope = false;
+    for (int i = 0; i < job.n_mat; i++) {
+        const ggx_qgemv_job_mat & jm = job.m[i];
+        const ggx_tile_step_matrix * t = tile_of(jm.w);
+        const ggx_qmatrix * q = (const ggx_qmatrix *)jm.w->extra;
+        if (!tile_fits(jm.w, P, i, jm.rope) || t->warps != ctx.tile_warps || t->K != (int)job.x->ne[0] || q->N != q->Np) return false;
+        if (jm.epi != GGX_QGEMV_STORE || jm.resid || !f32_or_null(jm.bias)) return false;
+        if (jm.cache ? !ggx_cuda_is_ftype(jm.cache->type) || ggx_nelements(jm.cache) % q->N : !jm.out || jm.out->type != GGX_TYPE_F32)
+            return false;
+        chunks = std::max(chunks, t->n_chunks);
+        units = std::max(units, t->max_units);
+        tiles = std::max(tiles, t->max_tiles);
+        rope |= jm.rope;
+    }
+    return ggx_tile_stage_smem(1, (int)job.x->ne[0], chunks, units, tiles, rope ? 8 * tiles : 0) <= ctx.smem_optin;
+}
+
 bool ggx_cuda_strip_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     if (!ctx.strip_step || job.T != 1 || !job.x || job.x->type != GGX_TYPE_F32 || !ggx_aligned16(job.x->data)) return false;
     // norm weights are read four at a time
     if (job.norm_w && (!ggx_cuda_is_ftype(job.norm_w->type) || ((uintptr_t)job.norm_w->data & (job.norm_w->type == GGX_TYPE_F32 ? 15 : 7))))
         return false;
+    if (job_is_split(job)) return ctx.step_tile && split_job_ok(ctx, job);
     const bool glu = job.n_mat == 2 && job.m[0].epi == GGX_QGEMV_GLU && job.m[1].epi == GGX_QGEMV_GLU &&
                      job.m[0].is_gate != job.m[1].is_gate;
     if (job.n_mat != 1 && !glu) return false;
@@ -260,7 +394,8 @@ bool ggx_cuda_strip_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) 
         if (jm.rope || jm.cache || !jm.out || !f32_or_null(jm.out) || !f32_or_null(jm.bias) || !f32_or_null(jm.resid)) return false;
         if (ctx.step_tile) {
             const ggx_tile_step_matrix * t = tile_of(jm.w);
-            if (!t || t->grid != ctx.n_sm || t->warps != ctx.tile_warps || t->K != (int)job.x->ne[0]) return false;
+            if (!t || t->grid != ctx.n_sm || t->block0 != 0 || t->pair_hd != 0 || t->warps != ctx.tile_warps || t->K != (int)job.x->ne[0])
+                return false;
             chunks = std::max(chunks, t->n_chunks);
             units = std::max(units, t->max_units);
             if (ggx_tile_stage_smem(job.n_mat, t->K, chunks, units, t->max_tiles) > ctx.smem_optin) return false;
@@ -288,7 +423,10 @@ ggx_status ggx_cuda_strip_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job * const * 
         s.counter = ctx.step_counter;
         static const int trace_stage = getenv("GGX_CUDA_TRACE_STAGE") ? atoi(getenv("GGX_CUDA_TRACE_STAGE")) : -1;   // measurements only
         s.trace_stage = trace_stage;
-        for (int i = 0; i < n; i++) fill_stage(*jobs[i], &s.st[i], [](const ggx_tensor * w) { return *tile_of(w); });
+        for (int i = 0; i < n; i++) {
+            if (job_is_split(*jobs[i])) fill_split_stage(*jobs[i], &s.st[i]);
+            else fill_stage(*jobs[i], &s.st[i], [](const ggx_tensor * w) { return *tile_of(w); });
+        }
         GGX_CUDA_CHECK(ggx_cuda_tile_step(s, ctx.n_sm, ctx.stream, ctx.pdl, &tr));
     } else {
         ggx_strip_step s = {};

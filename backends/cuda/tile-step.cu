@@ -3,6 +3,7 @@
 #include "async-copy.cuh"
 #include "common.cuh"
 #include "ggx/ggx-deal.h"
+#include "rope.cuh"
 #include "step-common.cuh"
 #include "tile-loop.cuh"
 #include "trace.cuh"
@@ -17,12 +18,13 @@ __host__ __device__ inline size_t align16(size_t v) { return (v + 15) & ~(size_t
 
 // A stage's shared memory: [x w, f32 K][per matrix: q_perm as uint16 K][per matrix: x staged
 // (tile-loop.cuh's x_halves)][per matrix: step sums][per matrix: chunk sums][per matrix: the
-// block's unit descriptors][per matrix: the block's column sums, 16 per tile].
+// block's unit descriptors][per matrix: the block's column sums, 16 per tile][RoPE (cos, sin) per
+// pair of the block's tiles (split stages)].
 struct stage_smem {
-    size_t perm, xs, step_sums, csum, desc, colsum, total;
+    size_t perm, xs, step_sums, csum, desc, colsum, rcs, total;
     size_t xs_n, cs_n, desc_n, col_n;   // per matrix: halves, chunks, units, columns
 };
-__host__ __device__ inline stage_smem stage_smem_of(int n_mat, int K, int n_chunks, int max_units, int max_tiles) {
+__host__ __device__ inline stage_smem stage_smem_of(int n_mat, int K, int n_chunks, int max_units, int max_tiles, int rope_pairs) {
     stage_smem L;
     L.xs_n = tl::x_halves(K);
     L.cs_n = (size_t)n_chunks;
@@ -34,16 +36,34 @@ __host__ __device__ inline stage_smem stage_smem_of(int n_mat, int K, int n_chun
     L.csum = L.step_sums + (size_t)n_mat * (K / 16) * 16;
     L.desc = L.csum + (size_t)n_mat * L.cs_n * 16;
     L.colsum = L.desc + (size_t)n_mat * L.desc_n * 16;
-    L.total = L.colsum + (size_t)n_mat * L.col_n * 4;
+    L.rcs = align16(L.colsum + (size_t)n_mat * L.col_n * 4);
+    L.total = L.rcs + (size_t)rope_pairs * 8;
     return L;
 }
 __host__ __device__ inline stage_smem stage_smem_of(const ggx_tile_stage & S) {
-    const bool two = S.n_mat > 1;
-    return stage_smem_of(S.n_mat, S.K, two ? max(S.m[0].n_chunks, S.m[1].n_chunks) : S.m[0].n_chunks,
-                         two ? max(S.m[0].max_units, S.m[1].max_units) : S.m[0].max_units, S.m[0].max_tiles);
+    int chunks = 0, units = 0, tiles = 0;
+    for (int i = 0; i < S.n_mat && i < GGX_TILE_STAGE_MATS; i++) {
+        chunks = max(chunks, S.m[i].n_chunks);
+        units = max(units, S.m[i].max_units);
+        tiles = max(tiles, S.m[i].max_tiles);
+    }
+    return S.split ? stage_smem_of(1, S.K, chunks, units, tiles, S.rope_mask ? 8 * tiles : 0)
+                   : stage_smem_of(S.n_mat, S.K, chunks, units, S.m[0].max_tiles, 0);
 }
 
 #if !defined(GGX_USE_HIP)
+
+// The matrices a block works on in a stage, m[m0] .. m[m0 + n_mat - 1], and its index b among
+// their blocks: all of them in the block's own index, or in a split stage its share's one.
+// Recomputed where used (a few parameter reads): held across the loop, such values spilled.
+struct block_role {
+    int m0, n_mat, b;
+};
+__device__ __forceinline__ block_role role_of(const ggx_tile_stage & S, int b) {
+    if (!S.split) return {0, S.n_mat, b};
+    const int i = S.n_mat > 2 && b >= S.m[2].block0 ? 2 : S.n_mat > 1 && b >= S.m[1].block0 ? 1 : 0;
+    return {i, 1, b - S.m[i].block0};
+}
 
 // A warp's tile sums into the block's column sums (shared memory; the owners unscale them).
 struct smem_sink {
@@ -63,21 +83,23 @@ struct smem_sink {
 // a store, most of it exposed before the next stage's wait. The previous stage has left shared
 // memory (its end has a block barrier).
 template <int NT>
-__device__ __forceinline__ void stage_static(const ggx_tile_stage & S, const stage_smem & L, unsigned char * smem, int b, int t) {
+__device__ __forceinline__ void stage_static(const ggx_tile_stage & S, const stage_smem & L, unsigned char * smem, int b_launch, int t) {
     constexpr int W = NT / GGX_CUDA_WARP;
     const int K = S.K;
+    const block_role r = role_of(S, b_launch);
+    const int b = r.b;
     int b0[2] = {0, 0}, b1[2] = {0, 0};   // (loops over both matrices unrolled: indexed at run time, they went to the stack)
 #pragma unroll
     for (int mi = 0; mi < 2; mi++) {
-        if (mi >= S.n_mat) break;
-        const int * deal = S.m[mi].deal + (size_t)b * (W + 1);
+        if (mi >= r.n_mat) break;
+        const int * deal = S.m[r.m0 + mi].deal + (size_t)b * (W + 1);
         b0[mi] = ggx_load_ro(deal);
         b1[mi] = ggx_load_ro(deal + W);
     }
 #pragma unroll
     for (int mi = 0; mi < 2; mi++) {
-        if (mi >= S.n_mat) break;
-        const ggx_tile_step_matrix & m = S.m[mi];
+        if (mi >= r.n_mat) break;
+        const ggx_tile_step_matrix & m = S.m[r.m0 + mi];
         uint16_t * perm = (uint16_t *)(smem + L.perm) + (size_t)mi * K;
         if (m.perm) {
             for (int i = t; i < K / 8; i += NT) ggx_cp_async16(perm + 8 * i, m.perm + 8 * i, true);
@@ -91,7 +113,45 @@ __device__ __forceinline__ void stage_static(const ggx_tile_stage & S, const sta
     }
     ggx_cp_async_commit();
     float * colsum = (float *)(smem + L.colsum);
-    for (int i = t; i < (int)(S.n_mat * L.col_n); i += NT) colsum[i] = 0.0f;
+    for (int i = t; i < (int)(r.n_mat * L.col_n); i += NT) colsum[i] = 0.0f;
+    if (S.rope_mask >> r.m0 & 1) {   // split stage, a rotated matrix: (cos, sin) of each pair of its tiles
+        const ggx_tile_step_matrix & m = S.m[r.m0];
+        const int tb0 = ggx_load_ro(m.tile0 + b), tb1 = ggx_load_ro(m.tile0 + b + 1);
+        float2 * rcs = (float2 *)(smem + L.rcs);
+        for (int p = t; p < (tb1 - tb0) * 8; p += NT) {
+            const int d = ggx_tile_src_col(16 * (tb0 + p / 8) + p % 8, m.pair_hd, m.pair_half) % m.pair_hd;   // a pair's first
+            if (d >= m.pair_half) continue;   // a tile past the rotated dims
+            float c, sn;
+            ggx_rope_cos_sin(ggx_load_ro(S.pos), d, S.freq_div, S.rope, c, sn);
+            rcs[p] = make_float2(c, sn);
+        }
+    }
+}
+
+// A split stage's outputs of the block's tiles tb0 .. (its one matrix m[mi]; colsum, its column
+// sums in layout order, times 2^e): bias, RoPE of the pairs held as columns g and g + 8 of a tile
+// (layout column order, ggx_tile_src_col), stored into the matrix's output (a cache row at pos[0]).
+__device__ __forceinline__ void put_split(const ggx_tile_stage & S, int mi, int tb0, int n_cols, const float * colsum,
+                                          const float2 * rcs, float unscale, int t, int n_threads) {
+    const ggx_tile_step_matrix & m = S.m[mi];
+    const float * bias = S.bias[mi];
+    const bool rot = S.rope_mask >> mi & 1;
+    int64_t row = 0;
+    if (S.out_rows[mi] > 0) {
+        row = ggx_load_ro(S.pos);
+        if (row < 0 || row >= S.out_rows[mi]) return;   // (the graph's cache store checks its rows the same way)
+    }
+    for (int i = t; i < n_cols; i += n_threads) {
+        const int n = 16 * tb0 + i, src = ggx_tile_src_col(n, m.pair_hd, m.pair_half);
+        float v = colsum[i] * unscale + (bias ? bias[src] : 0.0f);
+        if (rot && src % m.pair_hd < 2 * m.pair_half) {
+            const int j = i ^ 8;   // the pair's other column in the tile
+            const float o = colsum[j] * unscale + (bias ? bias[ggx_tile_src_col(16 * tb0 + j, m.pair_hd, m.pair_half)] : 0.0f);
+            const float2 cs = rcs[i / 16 * 8 + i % 8];
+            v = i % 16 < 8 ? v * cs.x - o * cs.y : o * cs.y + v * cs.x;
+        }
+        ggx_store_any(S.out[mi], S.out_type[mi], row * m.Np + src, v);
+    }
 }
 
 // After the wait: this thread's static copies are in (the norm pass's barriers publish them).
@@ -101,7 +161,7 @@ __device__ __forceinline__ void collect_static() { ggx_cp_async_wait<0>(); }
 // take the gate, the second half the up, each half with its own deal (deal_half), so that no warp
 // restarts its pipeline cold on a second matrix halfway through the stage (session 16: gate/up
 // was the one stage slower than the strip step's); otherwise the one matrix.
-__device__ __forceinline__ int glu_half(const ggx_tile_stage & S, int warp, int W) { return S.n_mat == 2 && warp >= W / 2 ? 1 : 0; }
+__device__ __forceinline__ int glu_half(const block_role & r, int warp, int W) { return r.n_mat == 2 && warp >= W / 2 ? 1 : 0; }
 // Where the warp's unit range starts in its matrix's deal (two ints: first unit, end).
 __device__ __forceinline__ const int * warp_deal(const ggx_tile_step_matrix & m, int n_mat, int b, int warp, int W) {
     return n_mat == 2 ? m.deal_half + (size_t)b * (W / 2 + 1) + warp % (W / 2) : m.deal + (size_t)b * (W + 1) + warp;
@@ -136,8 +196,9 @@ __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid
 
             // before the wait: the static tables, and each warp's first words (its deal read first,
             // with the block's)
-            const int mi = glu_half(S, warp, W);
-            const int * deal = warp_deal(S.m[mi], S.n_mat, b, warp, W);
+            const block_role r = role_of(S, b);
+            const int mi = r.m0 + glu_half(r, warp, W);
+            const int * deal = warp_deal(S.m[mi], r.n_mat, r.b, warp, W);
             const int u0 = ggx_load_ro(deal), u1 = ggx_load_ro(deal + 1);
             stage_static<NT>(S, L, smem, b, t);
             tl::warp_begin(S.m[mi].words, S.m[mi].units, u0, u1, lane, pipe);
@@ -151,7 +212,7 @@ __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid
             const ggx_step::x_scaling xsc = ggx_step::norm_pass(S, xw, t, NT, red);
             if (traced(s, si, 1)) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_B);
             unscale = xsc.unscale;
-            for (int mi = 0; mi < S.n_mat; mi++) {
+            for (int mi = 0; mi < r.n_mat; mi++) {
                 const uint16_t * pm = perm + (size_t)mi * K;
                 auto rows = [&](int step, float(&v)[16]) {   // perm as uint16 pairs, low half first
                     const uint4 p0 = *(const uint4 *)(pm + 16 * step), p1 = *(const uint4 *)(pm + 16 * step + 8);
@@ -163,13 +224,14 @@ __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid
                     }
                 };
                 tl::stage_x(K, rows, xs + mi * L.xs_n, step_sums + (size_t)mi * (K / 16), t, NT,
-                            S.m[mi].variants);
+                            S.m[r.m0 + mi].variants);
             }
             __syncthreads();
             if (traced(s, si, 1)) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_C);
             {   // a GLU's two matrices side by side, each on half the threads (one chain per thread, not two)
-                const int half = S.n_mat == 2 ? NT / 2 : NT, mi = t / half;
-                tl::chunk_sums(S.m[mi].n_chunks, S.m[mi].Np, step_sums + (size_t)mi * (K / 16), csum + mi * L.cs_n, t - mi * half, half);
+                const int half = r.n_mat == 2 ? NT / 2 : NT, mi = t / half;
+                const ggx_tile_step_matrix & m = S.m[r.m0 + mi];
+                tl::chunk_sums(m.n_chunks, m.Np, step_sums + (size_t)mi * (K / 16), csum + mi * L.cs_n, t - mi * half, half);
             }
             __syncthreads();
         }
@@ -178,13 +240,14 @@ __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid
 
         {
             const stage_smem L = stage_smem_of(S);
-            const int mi = glu_half(S, warp, W);
-            const ggx_tile_step_matrix & m = S.m[mi];
-            const int * deal = warp_deal(m, S.n_mat, b, warp, W);
-            const int b0 = ggx_load_ro(m.deal + (size_t)b * (W + 1)), u0 = ggx_load_ro(deal), u1 = ggx_load_ro(deal + 1);
+            const block_role r = role_of(S, b);
+            const int mi = glu_half(r, warp, W);   // (its slots in shared memory; S.m[r.m0 + mi] its matrix)
+            const ggx_tile_step_matrix & m = S.m[r.m0 + mi];
+            const int * deal = warp_deal(m, r.n_mat, r.b, warp, W);
+            const int b0 = ggx_load_ro(m.deal + (size_t)r.b * (W + 1)), u0 = ggx_load_ro(deal), u1 = ggx_load_ro(deal + 1);
             const tl::warp_src src = {m.words, (const ggx_tile_unit_dev *)(smem + L.desc) + mi * L.desc_n - b0, m.scales,
                                       (const half *)(smem + L.xs) + mi * L.xs_n, (const float4 *)(smem + L.csum) + mi * L.cs_n, S.K, 0};
-            smem_sink sink = {(float *)(smem + L.colsum) + mi * L.col_n, ggx_load_ro(m.tile0 + b)};
+            smem_sink sink = {(float *)(smem + L.colsum) + mi * L.col_n, ggx_load_ro(m.tile0 + r.b)};
             tl::warp_run(src, u0, u1, lane, pipe, sink);
         }
         __syncthreads();
@@ -194,11 +257,16 @@ __global__ void __launch_bounds__(W * GGX_CUDA_WARP, 1) k_tile_step(const __grid
         {
             // the owners' epilogue (m[1] of a GLU has the same tiles)
             const stage_smem L = stage_smem_of(S);
+            const block_role r = role_of(S, b);
             const float * colsum = (const float *)(smem + L.colsum);
-            const int tb0 = ggx_load_ro(S.m[0].tile0 + b), tb1 = ggx_load_ro(S.m[0].tile0 + b + 1);
-            for (int i = t; i < (tb1 - tb0) * 16; i += NT) {
-                const int n = 16 * tb0 + i;
-                if (n < S.N) ggx_step::put_output(S, n, colsum[i], S.epi == GGX_STRIP_GLU ? colsum[L.col_n + i] : 0.0f, unscale);
+            const int tb0 = ggx_load_ro(S.m[r.m0].tile0 + r.b), tb1 = ggx_load_ro(S.m[r.m0].tile0 + r.b + 1);
+            if (S.split) {
+                put_split(S, r.m0, tb0, (tb1 - tb0) * 16, colsum, (const float2 *)(smem + L.rcs), unscale, t, NT);
+            } else {
+                for (int i = t; i < (tb1 - tb0) * 16; i += NT) {
+                    const int n = 16 * tb0 + i;
+                    if (n < S.N) ggx_step::put_output(S, n, colsum[i], S.epi == GGX_STRIP_GLU ? colsum[L.col_n + i] : 0.0f, unscale);
+                }
             }
         }
         if (traced(s, si, 2)) ggx_trace_stamp(tr, &trace_slot, GGX_TRACE_B);
@@ -227,8 +295,8 @@ ggx_tile_step_plan ggx_tile_step_deal(const ggx::TileLayout & L, int grid, int w
     return P;
 }
 
-size_t ggx_tile_stage_smem(int n_mat, int K, int n_chunks, int max_units, int max_tiles) {
-    return stage_smem_of(n_mat, K, n_chunks, max_units, max_tiles).total;
+size_t ggx_tile_stage_smem(int n_mat, int K, int n_chunks, int max_units, int max_tiles, int rope_pairs) {
+    return stage_smem_of(n_mat, K, n_chunks, max_units, max_tiles, rope_pairs).total;
 }
 
 size_t ggx_tile_step_smem(const ggx_tile_step & s) {

@@ -14,15 +14,17 @@
 // epilogue. The warps' sums meet through shared-memory float atomics, so the last bits of an
 // output may differ from run to run.
 //
-// Experimental (GGX_CUDA_STEP=tile): correct in test-cuda, but 350 t/s for llama3-8b at 4.0 bpw
-// against the default path's 402.5 (run 110): per layer ~35 us of loops (2.9 TB/s in gate/up and
-// down), ~10.5 us of staging after the waits and ~2.2 us of static loads before each later
-// stage's wait (bench/NOTES-cuda-decode.md, "Session 17's findings", for what to try next).
+// Experimental (GGX_CUDA_STEP=tile): correct in test-cuda; 381.9 t/s for llama3-8b at 4.0 bpw
+// against the default path's 399.9 (run 114), with o, gate/up and down as its stages (~52 us per
+// layer, as the default path's three launches) and q/k/v launched after it without their early
+// start (bench/NOTES-cuda-decode.md, "Session 18"). A split stage takes q/k/v too.
 // CUDA only (mma.sync).
 #pragma once
 
 #include "strip-step.h"
 #include "tile-gemv.h"
+
+#include "ggx/ggx.h"
 
 #include <vector>
 
@@ -39,6 +41,9 @@ struct ggx_tile_step_matrix {
     const uint16_t *          perm;        // [K]: quantized row k is x's row perm[k] (q_perm as uint16, a copy: it goes
                                            // to shared memory by cp.async); null: identity
     int K, Np, n_chunks, grid;
+    int block0;                            // the first block of a launch working on it: 0, or in a split stage its
+                                           // share's first (ggx_tile_stage::split); its deal's blocks follow
+    int pair_hd, pair_half;                // column order (ggx_tile_src_col): 0, 0 natural
     int warps;                             // per block: 12 or 16 (ggx_tile_step_warps)
     int variants;                          // x variants to stage (ggx::tile_layout_variants; 0: all)
     int max_tiles;                         // most tiles of one block
@@ -58,11 +63,26 @@ struct ggx_tile_step_plan {
 };
 ggx_tile_step_plan ggx_tile_step_deal(const ggx::TileLayout & L, int grid, int warps);
 
-// One GEMV stage: one matrix, or the two of a GLU (same N, so the same tiles per block).
+#define GGX_TILE_STAGE_MATS 3
+
+// One GEMV stage: one matrix, or the two of a GLU (same N, so the same tiles per block), or a
+// split stage: up to three matrices that read the same x (q, k, v), each on its own share of the
+// blocks (m[i].block0 .. m[i].block0 + m[i].grid - 1, the shares covering the grid), each block
+// staging x for its one matrix only. A split stage's outputs go to out[i]: f32 [N] (out_rows 0) or
+// row pos[0] of a cache of out_rows rows of N (f32, f16 or bf16), a q or k matrix rotated
+// (rope_mask bit i: its tile copy in RoPE pair order, ggx_tile_src_col, so that a block rotates
+// its own tiles, with cos and sin computed before its wait).
 struct ggx_tile_stage {
-    ggx_tile_step_matrix m[2];
-    const float *        bias[2];
+    ggx_tile_step_matrix m[GGX_TILE_STAGE_MATS];
+    const float *        bias[GGX_TILE_STAGE_MATS];
     int                  n_mat;
+    int                  split;
+    void *               out[GGX_TILE_STAGE_MATS];
+    int                  out_type[GGX_TILE_STAGE_MATS], out_rows[GGX_TILE_STAGE_MATS];
+    int                  rope_mask;
+    const int32_t *      pos;
+    const float *        freq_div;
+    ggx_params_rope      rope;
     const float *        x;          // f32 [K]
     int                  K, N;
     const void *         norm_w;     // RMS norm weights {K} or null
@@ -83,8 +103,10 @@ struct ggx_tile_step {
                                      // done, epilogue done, the next stage's static part done (before its wait)
 };
 
-// Dynamic shared memory of a stage, and of a whole step (the largest stage).
-size_t ggx_tile_stage_smem(int n_mat, int K, int n_chunks, int max_units, int max_tiles);
+// Dynamic shared memory of a stage, and of a whole step (the largest stage). A split stage's is
+// one matrix's (n_mat 1) with the largest tables of its matrices, and rope_pairs (8 per tile of the
+// largest share when any matrix rotates) cos and sin pairs.
+size_t ggx_tile_stage_smem(int n_mat, int K, int n_chunks, int max_units, int max_tiles, int rope_pairs = 0);
 size_t ggx_tile_step_smem(const ggx_tile_step & s);
 
 // Runs the stages on `grid` blocks of m[0].warps warps (every matrix's deal made for that grid and

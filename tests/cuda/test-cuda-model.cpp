@@ -139,8 +139,9 @@ void compare_synthetic(const char * name, double bpw, int layers) {
 // With step = "tile", the tile step (tile-step.h): the same frame around the tensor-core tile loop,
 // whose sums are exact products of the same fp16 x summed in fp32 over chunks (tile-loop.cuh),
 // so the same bounds hold.
-// stages_per_layer: the layer's jobs the step takes (3: o, gate/up, down; a down whose staged x
-// does not fit in shared memory stays with the fused GEMV).
+// stages_per_layer: the layer's jobs the step takes (3: o, gate/up, down; the tile step also q/k/v
+// as a split stage, with RoPE and the cache stores in its epilogue: 4; a down whose staged x does
+// not fit in shared memory stays with the fused GEMV).
 void compare_synthetic_step(const char * name, double bpw, int layers, const char * step = "1", int stages_per_layer = 3) {
     const three_models m = load_synthetic(name, bpw, layers, "GGX_CUDA_STEP", step);
     compare_models(*m.cpu, *m.gpu_env, std::string(name) + (strcmp(step, "tile") == 0 ? " (tile step)" : " (strip step)"), {1, 1, 3, 1, 8, 2, 1},
@@ -185,9 +186,10 @@ TEST_CASE("cuda: the tile step (GGX_CUDA_STEP=tile) matches the CPU backend and 
     MESSAGE("the tile step is CUDA-only (mma.sync)");
     return;
 #endif
-    compare_synthetic_step("llama3.2-1b", 4.0, 2, "tile");
+    compare_synthetic_step("llama3.2-1b", 4.0, 2, "tile", 4);
     setenv("GGX_CUDA_STEP_TILE_WARPS", "12", 1);   // the 12-warp form of the kernel
-    compare_synthetic_step("llama3.2-1b", 2.5, 1, "tile");   // mixed widths
+    compare_synthetic_step("llama3.2-1b", 2.5, 1, "tile", 4);   // mixed widths
     unsetenv("GGX_CUDA_STEP_TILE_WARPS");
-    compare_synthetic_step("qwen2.5-7b", 6.0, 1, "tile", 2);   // down (K = 18944): x in three fp16 variants does not fit
+    // q/k/v with biases; down (K = 18944): x in three fp16 variants does not fit
+    compare_synthetic_step("qwen2.5-7b", 6.0, 1, "tile", 3);
 }
