@@ -78,6 +78,7 @@ struct ggx_cuda_ctx {
     bool           strip_step = false;       // one-row jobs as persistent strip steps (GGX_CUDA_STEP=1; strip-plan.cuh)
     bool           step_tile = false;        // ... as tile steps instead (GGX_CUDA_STEP=tile; tile-step.h)
     int            tile_warps = 16;          // ... of 12 or 16 warps per block (GGX_CUDA_STEP_TILE_WARPS)
+    bool           tile_split = true;        // ... with q/k/v as split stages (GGX_CUDA_STEP_TILE_QKV=0: by the fused GEMV)
     bool           strip_ring = false;       // ... their words through shared-memory rings (GGX_CUDA_STEP_RING=1)
     bool           strip_xpad = false;       // ... x padded against bank conflicts (GGX_CUDA_STEP_XPAD=1)
     int            strip_depth = 1;          // ... units in flight per warp at 4-2 bits (GGX_CUDA_STEP_DEPTH=1|2)

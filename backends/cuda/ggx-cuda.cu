@@ -518,6 +518,7 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->strip_step = env_flag("GGX_CUDA_STEP");
     ctx->step_tile = ctx->strip_step && strcmp(getenv("GGX_CUDA_STEP"), "tile") == 0;
     ctx->tile_warps = ggx_tile_step_warps(env_int_in("GGX_CUDA_STEP_TILE_WARPS", 12, 16, 16));
+    ctx->tile_split = env_int_in("GGX_CUDA_STEP_TILE_QKV", 0, 1, 1) != 0;
 #if defined(GGX_USE_HIP)
     // its units are 32 lanes wide, one per slice: not written for 64-wide wavefronts, never run on AMD
     if (ctx->strip_step) fprintf(stderr, "ggx-cuda: GGX_CUDA_STEP is not available in the HIP build; ignored\n");

@@ -279,7 +279,7 @@ bool job_is_split(const ggx_qgemv_job & job) {
 }
 split_plan plan_split(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     split_plan P;
-    if (!ctx.step_tile || !job_is_split(job) || job.n_mat > GGX_TILE_STAGE_MATS || job.n_mat > ctx.n_sm) return P;
+    if (!ctx.step_tile || !ctx.tile_split || !job_is_split(job) || job.n_mat > GGX_TILE_STAGE_MATS || job.n_mat > ctx.n_sm) return P;
     bool rope = false;
     for (int i = 0; i < job.n_mat; i++) rope |= job.m[i].rope;
     if (rope) {

@@ -44,8 +44,10 @@ int argmax(const float * v, int n) { return (int)(std::max_element(v, v + n) - v
 // weights amplify that through the layers (1.8e-3 of the largest logit at most, measured on
 // the H200), hence 5e-3: a wrong fused epilogue (RoPE, residual, GLU, cache store) moves logits
 // by O(1).
+// plain_tol: the bound against `plain` (5e-3 as above, unless the two paths' q/k/v GEMVs differ too:
+// see compare_synthetic_step).
 void compare_models(Model & cpu, Model & gpu, const std::string & what, const std::vector<int> & steps,
-                    double tol = 1e-2, Model * plain = nullptr) {
+                    double tol = 1e-2, Model * plain = nullptr, double plain_tol = 5e-3) {
     const int V = cpu.cfg.n_vocab;
     ContextParams cp;
     cp.n_ctx = 256;
@@ -65,6 +67,7 @@ void compare_models(Model & cpu, Model & gpu, const std::string & what, const st
     }
     CHECK(agree >= (int)ids.size() - 2);
     int32_t next = argmax(cc.logits(-1), V);
+    double worst_cpu = 0.0, worst_plain = 0.0;   // decode rows (reported: how close each bound is)
     for (size_t step = 0; step < steps.size(); step++) {
         std::vector<int32_t> batch = {next};
         for (int j = 1; j < steps[step]; j++) batch.push_back((int32_t)((next + 7 * j) % std::min(V, 500)));
@@ -73,13 +76,17 @@ void compare_models(Model & cpu, Model & gpu, const std::string & what, const st
         if (pc) REQUIRE(pc->decode(batch.data(), (int)batch.size(), true));
         for (int t = 0; t < (int)batch.size(); t++) {
             const double e = rel_err(gc.logits(t), cc.logits(t), V);
+            worst_cpu = std::max(worst_cpu, e);
             CHECK_MESSAGE(e < tol, what << " decode step " << step << " (" << batch.size() << " tokens) row " << t << " rel err " << e);
             if (!pc) continue;
             const double f = rel_err(gc.logits(t), pc->logits(t), V);
-            CHECK_MESSAGE(f < 5e-3, what << " against the other GPU path, decode step " << step << " (" << batch.size() << " tokens) row " << t << " rel err " << f);
+            worst_plain = std::max(worst_plain, f);
+            CHECK_MESSAGE(f < plain_tol, what << " against the other GPU path, decode step " << step << " (" << batch.size() << " tokens) row " << t << " rel err " << f);
         }
         next = argmax(cc.logits(-1), V);
     }
+    MESSAGE(what << ": decode rel err at most " << worst_cpu << " against the CPU (bound " << tol << ")"
+                 << (pc ? ", " + std::to_string(worst_plain) + " against the other GPU path (bound " + std::to_string(plain_tol) + ")" : std::string()));
     // A decode that keeps only the last row leaves its logits on the device until asked for: the
     // argmax taken there is the host's argmax of the same numbers (exact: a comparison), and the
     // logits read afterwards still match the CPU's.
@@ -142,10 +149,17 @@ void compare_synthetic(const char * name, double bpw, int layers) {
 // stages_per_layer: the layer's jobs the step takes (3: o, gate/up, down; the tile step also q/k/v
 // as a split stage, with RoPE and the cache stores in its epilogue: 4; a down whose staged x does
 // not fit in shared memory stays with the fused GEMV).
-void compare_synthetic_step(const char * name, double bpw, int layers, const char * step = "1", int stages_per_layer = 3) {
+// With q/k/v in the step, the two GPU paths' q and k differ by their GEMVs' rounding (fp16 x after
+// differently ordered norms, fp32 sums in other orders: a few 1e-4 relative), and attention over
+// random weights amplifies that as it amplifies the GPU's against the CPU's (7.8e-3 and 5.4e-2 of
+// the largest logit measured on the H200, run 115): then the bound against the fused path is the
+// CPU's, 5e-2; the split stage's own outputs are checked sharply in test-cuda-tile.cpp, and the
+// o, gate/up and down stages against the fused path at 5e-3 with GGX_CUDA_STEP_TILE_QKV=0.
+void compare_synthetic_step(const char * name, double bpw, int layers, const char * step = "1", int stages_per_layer = 3,
+                            double plain_tol = 5e-3) {
     const three_models m = load_synthetic(name, bpw, layers, "GGX_CUDA_STEP", step);
     compare_models(*m.cpu, *m.gpu_env, std::string(name) + (strcmp(step, "tile") == 0 ? " (tile step)" : " (strip step)"), {1, 1, 3, 1, 8, 2, 1},
-                   5e-2, m.gpu.get());
+                   5e-2, m.gpu.get(), plain_tol);
     // per captured one-token graph: o, gate/up and down of every layer, and the head
     CHECK(ggx_backend_cuda_strip_stages(m.gpu_env->backend) >= stages_per_layer * layers + 1);
 }
@@ -186,10 +200,13 @@ TEST_CASE("cuda: the tile step (GGX_CUDA_STEP=tile) matches the CPU backend and 
     MESSAGE("the tile step is CUDA-only (mma.sync)");
     return;
 #endif
-    compare_synthetic_step("llama3.2-1b", 4.0, 2, "tile", 4);
+    compare_synthetic_step("llama3.2-1b", 4.0, 2, "tile", 4, 5e-2);
     setenv("GGX_CUDA_STEP_TILE_WARPS", "12", 1);   // the 12-warp form of the kernel
-    compare_synthetic_step("llama3.2-1b", 2.5, 1, "tile", 4);   // mixed widths
+    compare_synthetic_step("llama3.2-1b", 2.5, 1, "tile", 4, 5e-2);   // mixed widths
     unsetenv("GGX_CUDA_STEP_TILE_WARPS");
     // q/k/v with biases; down (K = 18944): x in three fp16 variants does not fit
-    compare_synthetic_step("qwen2.5-7b", 6.0, 1, "tile", 3);
+    compare_synthetic_step("qwen2.5-7b", 6.0, 1, "tile", 3, 5e-2);
+    setenv("GGX_CUDA_STEP_TILE_QKV", "0", 1);   // q/k/v by the fused GEMV: the sharp bound for the other stages
+    compare_synthetic_step("llama3.2-1b", 4.0, 2, "tile", 3);
+    unsetenv("GGX_CUDA_STEP_TILE_QKV");
 }
