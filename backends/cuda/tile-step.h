@@ -14,10 +14,11 @@
 // epilogue. The warps' sums meet through shared-memory float atomics, so the last bits of an
 // output may differ from run to run.
 //
-// Experimental (GGX_CUDA_STEP=tile): correct in test-cuda; 381.9 t/s for llama3-8b at 4.0 bpw
-// against the default path's 399.9 (run 114), with o, gate/up and down as its stages (~52 us per
-// layer, as the default path's three launches) and q/k/v launched after it without their early
-// start (bench/NOTES-cuda-decode.md, "Session 18"). A split stage takes q/k/v too.
+// Experimental (GGX_CUDA_STEP=tile): correct in test-cuda. A layer's o, gate/up, down and the
+// next layer's q/k/v (a split stage) per launch, attention between launches: 401.1 t/s for
+// llama3-8b at 4.0 bpw against the default path's 402.5 (run 115; 381.9 with q/k/v by the fused
+// GEMV after the step, run 114), but behind it at 2.5 and 8.0 bpw and on llama3.2-1b (run 116).
+// bench/NOTES-cuda-decode.md, "Session 18's findings".
 // CUDA only (mma.sync).
 #pragma once
 

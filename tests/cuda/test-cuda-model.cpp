@@ -150,11 +150,13 @@ void compare_synthetic(const char * name, double bpw, int layers) {
 // as a split stage, with RoPE and the cache stores in its epilogue: 4; a down whose staged x does
 // not fit in shared memory stays with the fused GEMV).
 // With q/k/v in the step, the two GPU paths' q and k differ by their GEMVs' rounding (fp16 x after
-// differently ordered norms, fp32 sums in other orders: a few 1e-4 relative), and attention over
-// random weights amplifies that as it amplifies the GPU's against the CPU's (7.8e-3 and 5.4e-2 of
-// the largest logit measured on the H200, run 115): then the bound against the fused path is the
-// CPU's, 5e-2; the split stage's own outputs are checked sharply in test-cuda-tile.cpp, and the
-// o, gate/up and down stages against the fused path at 5e-3 with GGX_CUDA_STEP_TILE_QKV=0.
+// differently ordered norms, fp32 sums in other orders), and attention over random weights
+// amplifies that as it amplifies the GPU's difference from the CPU: on the H200 (run 116) the
+// qwen2.5-7b slice at 6.0 bpw was 4.5e-2 from the CPU on the fused path, 3.7e-2 on the tile step
+// and 5.4e-2 between the two. So against the fused path the bound is the one two paths within
+// 5e-2 of the CPU can be apart, 1e-1; the split stage's own outputs are checked sharply in
+// test-cuda-tile.cpp (double reference), and the o, gate/up and down stages against the fused
+// path at 5e-3 with GGX_CUDA_STEP_TILE_QKV=0.
 void compare_synthetic_step(const char * name, double bpw, int layers, const char * step = "1", int stages_per_layer = 3,
                             double plain_tol = 5e-3) {
     const three_models m = load_synthetic(name, bpw, layers, "GGX_CUDA_STEP", step);
@@ -200,12 +202,12 @@ TEST_CASE("cuda: the tile step (GGX_CUDA_STEP=tile) matches the CPU backend and 
     MESSAGE("the tile step is CUDA-only (mma.sync)");
     return;
 #endif
-    compare_synthetic_step("llama3.2-1b", 4.0, 2, "tile", 4, 5e-2);
+    compare_synthetic_step("llama3.2-1b", 4.0, 2, "tile", 4, 1e-1);
     setenv("GGX_CUDA_STEP_TILE_WARPS", "12", 1);   // the 12-warp form of the kernel
-    compare_synthetic_step("llama3.2-1b", 2.5, 1, "tile", 4, 5e-2);   // mixed widths
+    compare_synthetic_step("llama3.2-1b", 2.5, 1, "tile", 4, 1e-1);   // mixed widths
     unsetenv("GGX_CUDA_STEP_TILE_WARPS");
     // q/k/v with biases; down (K = 18944): x in three fp16 variants does not fit
-    compare_synthetic_step("qwen2.5-7b", 6.0, 1, "tile", 3, 5e-2);
+    compare_synthetic_step("qwen2.5-7b", 6.0, 1, "tile", 3, 1e-1);
     setenv("GGX_CUDA_STEP_TILE_QKV", "0", 1);   // q/k/v by the fused GEMV: the sharp bound for the other stages
     compare_synthetic_step("llama3.2-1b", 4.0, 2, "tile", 3);
     unsetenv("GGX_CUDA_STEP_TILE_QKV");
