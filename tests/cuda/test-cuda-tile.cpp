@@ -184,125 +184,131 @@ TEST_CASE("tile step: a split q/k/v stage with RoPE and cache rows against a dou
     return;
 #endif
     const int K = 1024, hd = 64, half = 32, pos = 5, rows = 8, grid = 12, W = 16;
-    const int Ns[3] = {256, 128, 128}, shares[3] = {6, 3, 3};
-    const char * lays[3] = {"4 g128", "6/3/2 g32,64,64 .05/.2/.75", "5/4 g32 .25/.75"};
-    exl2::QLayerHost Q[3];
-    ggx::TileLayout L[3];
-    GemvReference R[3];
-    std::vector<const void *> allocs;
-    auto keep = [&](auto * p) {
-        allocs.push_back((const void *)p);
-        return p;
-    };
-    ggx_tile_stage S = {};
-    std::mt19937_64 rng(31);
-    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    std::vector<float> bias[2];
-    for (int i = 0, block0 = 0; i < 3; block0 += shares[i], i++) {
-        Q[i] = synth_layer(lays[i], K, Ns[i], 900 + i);
-        std::string why;
-        REQUIRE_MESSAGE(ggx::tile_layout_build(exl2::qlayer_host_view(Q[i]), &L[i], &why, true, i < 2 ? hd : 0, i < 2 ? half : 0), why);
-        R[i] = gemv_reference(Q[i], 77);   // (one seed: one x)
-        REQUIRE(R[i].x == R[0].x);
-        std::vector<ggx_tile_unit_dev> units;
-        std::vector<int4> chunks;
-        REQUIRE(ggx_tile_units(L[i], &units, &chunks));
-        const ggx_tile_step_plan P = ggx_tile_step_deal(L[i], shares[i], W);
-        ggx_tile_step_matrix & m = S.m[i];
-        m.words = keep((const uint4 *)upload(L[i].words));
-        m.units = keep(upload(units));
-        m.chunks = keep(upload(chunks));
-        m.scales = keep(upload(L[i].scales));
-        m.deal = keep(upload(P.deal));
-        m.tile0 = keep(upload(P.tile0));
-        m.perm = keep(upload(std::vector<uint16_t>(Q[i].q_perm.begin(), Q[i].q_perm.end())));
-        m.K = K;
-        m.Np = Ns[i];
-        m.n_chunks = (int)chunks.size();
-        m.grid = shares[i];
-        m.block0 = block0;
-        m.pair_hd = L[i].pair_hd;
-        m.pair_half = L[i].pair_half;
-        m.warps = W;
-        m.max_tiles = P.max_tiles;
-        m.max_units = P.max_units;
-        m.variants = ggx::tile_layout_variants(L[i]);
-        if (i < 2) {
-            for (int n = 0; n < Ns[i]; n++) bias[i].push_back(dist(rng));
-            S.bias[i] = keep(upload(bias[i]));
-        }
-    }
-    float * yq = keep(upload(std::vector<float>(Ns[0], 0.0f)));
-    uint16_t * kc = keep(upload(std::vector<uint16_t>((size_t)rows * Ns[1], 0x3c00)));   // f16 1.0
-    float * vc = keep(upload(std::vector<float>((size_t)rows * Ns[2], 1.0f)));
-    S.split = 1;
-    S.n_mat = 3;
-    S.out[0] = yq;
-    S.out_type[0] = GGX_TYPE_F32;
-    S.out[1] = kc;
-    S.out_type[1] = GGX_TYPE_F16;
-    S.out_rows[1] = rows;
-    S.out[2] = vc;
-    S.out_type[2] = GGX_TYPE_F32;
-    S.out_rows[2] = rows;
-    S.rope_mask = 3;
-    S.pos = keep(upload(std::vector<int32_t>(1, pos)));
-    S.rope.n_rot = hd;
-    S.rope.mode = GGX_ROPE_NEOX;
-    S.rope.theta = 10000.0f;
-    S.rope.pos_scale = 1.0f;
-    S.rope.attn_factor = 1.0f;
-    S.x = keep(upload(R[0].x));
-    S.K = K;
-    S.N = Ns[0];
-    S.norm_type = GGX_TYPE_F32;
-    S.epi = GGX_STRIP_STORE;
-    ggx_tile_step s = {};
-    s.n_stages = 1;
-    s.counter = keep(upload(std::vector<int>(1, 0)));
-    s.trace_stage = -1;
-    s.st[0] = S;
-    REQUIRE(ggx_cuda_tile_step(s, grid, nullptr) == cudaSuccess);
-    const std::vector<float> q = download(yq, Ns[0]), v = download(vc, (size_t)rows * Ns[2]);
-    const std::vector<uint16_t> k = download(kc, (size_t)rows * Ns[1]);
-
-    // the double reference of matrix i, column n: bias, then RoPE for q and k
-    auto expect = [&](int i, int n, double * bound) {
-        const GemvReference & r = R[i];
-        if (i == 2) {
-            *bound = r.bound[n];
-            return r.ref[n];
-        }
-        const int d = n % hd, a = d < half ? n : n - half, b = a + half;   // the pair (a, b)
-        const double va = r.ref[a] + bias[i][a], vb = r.ref[b] + bias[i][b];
-        const double ang = pos * std::pow(10000.0, -2.0 * (d % half) / hd), c = std::cos(ang), sn = std::sin(ang);
-        const double out = d < half ? va * c - vb * sn : va * sn + vb * c;
-        *bound = std::fabs(c) * r.bound[d < half ? a : b] + std::fabs(sn) * r.bound[d < half ? b : a] + std::fabs(out) * 1e-6 + 1e-6;
-        return out;
-    };
-    size_t bad[3] = {0, 0, 0}, touched = 0;
-    for (int n = 0; n < Ns[0]; n++) {
-        double b;
-        const double e = expect(0, n, &b);
-        bad[0] += std::fabs(q[n] - e) > b;
-    }
-    for (int r = 0; r < rows; r++)
-        for (int n = 0; n < Ns[1]; n++) {
-            const float kv = ggx_f16_to_f32(k[(size_t)r * Ns[1] + n]), vv = v[(size_t)r * Ns[2] + n];
-            if (r != pos) {
-                touched += kv != 1.0f || vv != 1.0f;
-                continue;
+    const int Ns[3] = {256, 128, 128};
+    // shares of the 12 blocks: by bytes, roughly; then q on one block (128 RoPE pairs), k on one,
+    // v on ten (two of them without a tile)
+    for (const auto & sh : {std::vector<int>{6, 3, 3}, std::vector<int>{1, 1, 10}}) {
+        const int * shares = sh.data();
+        CAPTURE(shares[0]);
+        const char * lays[3] = {"4 g128", "6/3/2 g32,64,64 .05/.2/.75", "5/4 g32 .25/.75"};
+        exl2::QLayerHost Q[3];
+        ggx::TileLayout L[3];
+        GemvReference R[3];
+        std::vector<const void *> allocs;
+        auto keep = [&](auto * p) {
+            allocs.push_back((const void *)p);
+            return p;
+        };
+        ggx_tile_stage S = {};
+        std::mt19937_64 rng(31);
+        std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+        std::vector<float> bias[2];
+        for (int i = 0, block0 = 0; i < 3; block0 += shares[i], i++) {
+            Q[i] = synth_layer(lays[i], K, Ns[i], 900 + i);
+            std::string why;
+            REQUIRE_MESSAGE(ggx::tile_layout_build(exl2::qlayer_host_view(Q[i]), &L[i], &why, true, i < 2 ? hd : 0, i < 2 ? half : 0), why);
+            R[i] = gemv_reference(Q[i], 77);   // (one seed: one x)
+            REQUIRE(R[i].x == R[0].x);
+            std::vector<ggx_tile_unit_dev> units;
+            std::vector<int4> chunks;
+            REQUIRE(ggx_tile_units(L[i], &units, &chunks));
+            const ggx_tile_step_plan P = ggx_tile_step_deal(L[i], shares[i], W);
+            ggx_tile_step_matrix & m = S.m[i];
+            m.words = keep((const uint4 *)upload(L[i].words));
+            m.units = keep(upload(units));
+            m.chunks = keep(upload(chunks));
+            m.scales = keep(upload(L[i].scales));
+            m.deal = keep(upload(P.deal));
+            m.tile0 = keep(upload(P.tile0));
+            m.perm = keep(upload(std::vector<uint16_t>(Q[i].q_perm.begin(), Q[i].q_perm.end())));
+            m.K = K;
+            m.Np = Ns[i];
+            m.n_chunks = (int)chunks.size();
+            m.grid = shares[i];
+            m.block0 = block0;
+            m.pair_hd = L[i].pair_hd;
+            m.pair_half = L[i].pair_half;
+            m.warps = W;
+            m.max_tiles = P.max_tiles;
+            m.max_units = P.max_units;
+            m.variants = ggx::tile_layout_variants(L[i]);
+            if (i < 2) {
+                for (int n = 0; n < Ns[i]; n++) bias[i].push_back(dist(rng));
+                S.bias[i] = keep(upload(bias[i]));
             }
-            double b;
-            const double e = expect(1, n, &b);
-            bad[1] += std::fabs(kv - e) > b + std::fabs(e) / 2048.0;
-            const double ev = expect(2, n, &b);
-            bad[2] += std::fabs(vv - ev) > b;
         }
-    CHECK_MESSAGE(bad[0] == 0, bad[0] << " of " << Ns[0] << " q outputs outside the bound");
-    CHECK_MESSAGE(bad[1] == 0, bad[1] << " of " << Ns[1] << " k cache values outside the bound");
-    CHECK_MESSAGE(bad[2] == 0, bad[2] << " of " << Ns[2] << " v cache values outside the bound");
-    CHECK_MESSAGE(touched == 0, touched << " cache values outside row " << pos << " written");
-    CHECK(download(s.counter, 1)[0] == 0);
-    for (const void * p : allocs) cudaFree((void *)p);
+        float * yq = keep(upload(std::vector<float>(Ns[0], 0.0f)));
+        uint16_t * kc = keep(upload(std::vector<uint16_t>((size_t)rows * Ns[1], 0x3c00)));   // f16 1.0
+        float * vc = keep(upload(std::vector<float>((size_t)rows * Ns[2], 1.0f)));
+        S.split = 1;
+        S.n_mat = 3;
+        S.out[0] = yq;
+        S.out_type[0] = GGX_TYPE_F32;
+        S.out[1] = kc;
+        S.out_type[1] = GGX_TYPE_F16;
+        S.out_rows[1] = rows;
+        S.out[2] = vc;
+        S.out_type[2] = GGX_TYPE_F32;
+        S.out_rows[2] = rows;
+        S.rope_mask = 3;
+        S.pos = keep(upload(std::vector<int32_t>(1, pos)));
+        S.rope.n_rot = hd;
+        S.rope.mode = GGX_ROPE_NEOX;
+        S.rope.theta = 10000.0f;
+        S.rope.pos_scale = 1.0f;
+        S.rope.attn_factor = 1.0f;
+        S.x = keep(upload(R[0].x));
+        S.K = K;
+        S.N = Ns[0];
+        S.norm_type = GGX_TYPE_F32;
+        S.epi = GGX_STRIP_STORE;
+        ggx_tile_step s = {};
+        s.n_stages = 1;
+        s.counter = keep(upload(std::vector<int>(1, 0)));
+        s.trace_stage = -1;
+        s.st[0] = S;
+        REQUIRE(ggx_cuda_tile_step(s, grid, nullptr) == cudaSuccess);
+        const std::vector<float> q = download(yq, Ns[0]), v = download(vc, (size_t)rows * Ns[2]);
+        const std::vector<uint16_t> k = download(kc, (size_t)rows * Ns[1]);
+
+        // the double reference of matrix i, column n: bias, then RoPE for q and k
+        auto expect = [&](int i, int n, double * bound) {
+            const GemvReference & r = R[i];
+            if (i == 2) {
+                *bound = r.bound[n];
+                return r.ref[n];
+            }
+            const int d = n % hd, a = d < half ? n : n - half, b = a + half;   // the pair (a, b)
+            const double va = r.ref[a] + bias[i][a], vb = r.ref[b] + bias[i][b];
+            const double ang = pos * std::pow(10000.0, -2.0 * (d % half) / hd), c = std::cos(ang), sn = std::sin(ang);
+            const double out = d < half ? va * c - vb * sn : va * sn + vb * c;
+            *bound = std::fabs(c) * r.bound[d < half ? a : b] + std::fabs(sn) * r.bound[d < half ? b : a] + std::fabs(out) * 1e-6 + 1e-6;
+            return out;
+        };
+        size_t bad[3] = {0, 0, 0}, touched = 0;
+        for (int n = 0; n < Ns[0]; n++) {
+            double b;
+            const double e = expect(0, n, &b);
+            bad[0] += std::fabs(q[n] - e) > b;
+        }
+        for (int r = 0; r < rows; r++)
+            for (int n = 0; n < Ns[1]; n++) {
+                const float kv = ggx_f16_to_f32(k[(size_t)r * Ns[1] + n]), vv = v[(size_t)r * Ns[2] + n];
+                if (r != pos) {
+                    touched += kv != 1.0f || vv != 1.0f;
+                    continue;
+                }
+                double b;
+                const double e = expect(1, n, &b);
+                bad[1] += std::fabs(kv - e) > b + std::fabs(e) / 2048.0;
+                const double ev = expect(2, n, &b);
+                bad[2] += std::fabs(vv - ev) > b;
+            }
+        CHECK_MESSAGE(bad[0] == 0, bad[0] << " of " << Ns[0] << " q outputs outside the bound");
+        CHECK_MESSAGE(bad[1] == 0, bad[1] << " of " << Ns[1] << " k cache values outside the bound");
+        CHECK_MESSAGE(bad[2] == 0, bad[2] << " of " << Ns[2] << " v cache values outside the bound");
+        CHECK_MESSAGE(touched == 0, touched << " cache values outside row " << pos << " written");
+        CHECK(download(s.counter, 1)[0] == 0);
+        for (const void * p : allocs) cudaFree((void *)p);
+    }
 }
