@@ -282,10 +282,15 @@ split_plan plan_split(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     if (!ctx.step_tile || !ctx.tile_split || !job_is_split(job) || job.n_mat > GGX_TILE_STAGE_MATS || job.n_mat > ctx.n_sm) return P;
     bool rope = false;
     for (int i = 0; i < job.n_mat; i++) rope |= job.m[i].rope;
-    if (rope) {
-        if (job.rope.mode != GGX_ROPE_NEOX || job.rope.n_rot < 16 || job.rope.n_rot > job.head_dim) return P;
-        P.pair_hd = job.head_dim;
-        P.pair_half = job.rope.n_rot / 2;
+    if (rope) {   // the pair order's conditions (ggx::tile_layout_build): whole tiles, whole heads, no padding
+        const int hd = job.head_dim, half = job.rope.n_rot / 2;
+        if (job.rope.mode != GGX_ROPE_NEOX || hd % 16 || half < 8 || half % 8 || 2 * half > hd) return P;
+        for (int i = 0; i < job.n_mat; i++) {
+            const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
+            if (job.m[i].rope && (q->N != q->Np || q->N % hd)) return P;
+        }
+        P.pair_hd = hd;
+        P.pair_half = half;
     }
     double bytes[GGX_TILE_STAGE_MATS] = {}, total = 0.0;
     for (int i = 0; i < job.n_mat; i++) {
@@ -357,7 +362,7 @@ static ggx_strip_form form_of(const ggx_cuda_ctx & ctx) {
 
 // A split job (q, k, v) as a tile step stage: every matrix's copy fitted (ggx_cuda_tile_fit),
 // outputs f32 or a cache of f32 / f16 / bf16 rows, no residual.
-bool split_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
+static bool split_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     const split_plan P = plan_split(ctx, job);
     if (!P.ok || (P.pair_hd > 0 && !job.pos)) return false;
     if (!job.pos && std::any_of(job.m, job.m + job.n_mat, [](const ggx_qgemv_job_mat & jm) { return jm.cache != nullptr; })) return false;
