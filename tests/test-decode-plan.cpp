@@ -235,4 +235,41 @@ TEST_CASE("decode plan: a matmul result read twice keeps its own output") {
     CHECK(G.count(p, ggx_cuda_plan::SKIP) == 0);
 }
 
+// The tile step's split stage shares (q, k, v on their own blocks): by bytes, every matrix at
+// least one block, contiguous, the whole grid.
+TEST_CASE("decode plan: split stage shares of the grid") {
+    struct Case {
+        std::vector<double> bytes;
+        int n_sm;
+        std::vector<int> grid;
+    };
+    const Case cases[] = {
+        {{4, 1, 1}, 132, {88, 22, 22}},        // llama3-8b q, k, v
+        {{7, 1, 1}, 132, {103, 15, 14}},       // qwen2.5-7b
+        {{1000, 1, 1}, 132, {130, 1, 1}},      // every share at least one block
+        {{1, 1, 1}, 3, {1, 1, 1}},
+        {{1, 1000, 1}, 3, {1, 1, 1}},
+        {{5}, 16, {16}},
+        {{0, 0}, 8, {1, 7}},                   // (no bytes: the last takes the rest)
+    };
+    for (const Case & c : cases) {
+        CAPTURE(c.n_sm);
+        CAPTURE(c.bytes[0]);
+        const int n = (int)c.bytes.size();
+        int grid[3] = {}, block0[3] = {};
+        REQUIRE(ggx_tile_split_shares(c.bytes.data(), n, c.n_sm, grid, block0));
+        int next = 0;
+        for (int i = 0; i < n; i++) {
+            CHECK(grid[i] == c.grid[i]);
+            CHECK(block0[i] == next);
+            next += grid[i];
+        }
+        CHECK(next == c.n_sm);
+    }
+    int grid[3], block0[3];
+    const double bytes[3] = {1, 1, 1};
+    CHECK_FALSE(ggx_tile_split_shares(bytes, 3, 2, grid, block0));   // more matrices than blocks
+    CHECK_FALSE(ggx_tile_split_shares(bytes, 0, 2, grid, block0));
+}
+
 #endif  // GGX_USE_CUDA

@@ -121,3 +121,7 @@ bool          ggx_cuda_qmatmul_is_prefill(const struct ggx_tensor * dst);
 bool          ggx_cuda_add_rms_norm_ok(const struct ggx_tensor * add, const struct ggx_tensor * norm);
 // An ATTN node on the tensor-core prefill path (attn.cu), which can write its result in fp16.
 bool          ggx_cuda_attn_is_prefill(const struct ggx_tensor * dst);
+// The tile step's split stage (q, k, v; tile-step.h): each of n matrices' share of n_sm blocks,
+// proportional to bytes[i] (rounded), at least one block each, the shares contiguous (block0) and
+// together the whole grid. False when n is not 1..n_sm.
+bool          ggx_tile_split_shares(const double * bytes, int n, int n_sm, int * grid, int * block0);

@@ -292,21 +292,12 @@ split_plan plan_split(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
         P.pair_hd = hd;
         P.pair_half = half;
     }
-    double bytes[GGX_TILE_STAGE_MATS] = {}, total = 0.0;
+    double bytes[GGX_TILE_STAGE_MATS] = {};
     for (int i = 0; i < job.n_mat; i++) {
         const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
         bytes[i] = (double)q->qrows * q->Np;
-        total += bytes[i];
     }
-    int left = ctx.n_sm;
-    for (int i = 0; i < job.n_mat; i++) {
-        const int later = job.n_mat - 1 - i;   // matrices still to come, one block each at least
-        const int g = i + 1 == job.n_mat ? left : (int)(ctx.n_sm * bytes[i] / total + 0.5);
-        P.grid[i] = std::max(1, std::min(g, left - later));
-        P.block0[i] = ctx.n_sm - left;
-        left -= P.grid[i];
-    }
-    P.ok = true;
+    P.ok = ggx_tile_split_shares(bytes, job.n_mat, ctx.n_sm, P.grid, P.block0);
     return P;
 }
 
@@ -319,6 +310,21 @@ bool tile_fits(const ggx_tensor * w, const split_plan & P, int i, bool rotated) 
 }
 
 }  // namespace
+
+bool ggx_tile_split_shares(const double * bytes, int n, int n_sm, int * grid, int * block0) {
+    if (n < 1 || n > n_sm) return false;
+    double total = 0.0;
+    for (int i = 0; i < n; i++) total += bytes[i];
+    int left = n_sm;
+    for (int i = 0; i < n; i++) {
+        const int later = n - 1 - i;   // matrices still to come, one block each at least
+        const int g = i + 1 == n ? left : (int)(total > 0.0 ? n_sm * bytes[i] / total + 0.5 : 1);
+        grid[i] = std::max(1, std::min(g, left - later));
+        block0[i] = n_sm - left;
+        left -= grid[i];
+    }
+    return true;
+}
 
 ggx_status ggx_cuda_tile_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t, const std::vector<uint16_t> & groups) {
     return tile_build(ctx, t, groups, ctx.n_sm, 0, 0, 0);
