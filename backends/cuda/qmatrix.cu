@@ -297,14 +297,9 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     }
     if (t->type != GGX_TYPE_EXL2) { ggx_set_error("cuda: %s: not a quantized type", t->name); return bail(GGX_STATUS_UNSUPPORTED); }
 
-    // EXL2: walk the groups on the host (q_groups host copy, or download it).
-    std::vector<uint16_t> groups(2 * (size_t)q->n_groups);
-    if (q->groups_host) {
-        std::copy(q->groups_host, q->groups_host + groups.size(), groups.begin());
-    } else {
-        GGX_CUDA_CHECK(cudaMemcpyAsync(groups.data(), q->q_groups, groups.size() * 2, cudaMemcpyDeviceToHost, ctx.stream));
-        GGX_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
-    }
+    // EXL2: walk the groups on the host
+    std::vector<uint16_t> groups;
+    GGX_RETURN_IF_ERR(ggx_cuda_exl2_host_groups(ctx, *q, &groups));
     std::vector<int4> gtab(q->n_groups);
     int k = 0, prev_bits = 8;
     for (int g = 0; g < q->n_groups; g++) {
@@ -361,6 +356,17 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
         const ggx_status st = ctx.step_tile ? ggx_cuda_tile_prepare(ctx, t, groups) : ggx_cuda_strip_prepare(ctx, t, groups);
         if (st != GGX_STATUS_OK) return bail(st);
     }
+    return GGX_STATUS_OK;
+}
+
+ggx_status ggx_cuda_exl2_host_groups(ggx_cuda_ctx & ctx, const ggx_qmatrix & q, std::vector<uint16_t> * groups) {
+    groups->resize(2 * (size_t)q.n_groups);
+    if (q.groups_host) {
+        std::copy(q.groups_host, q.groups_host + groups->size(), groups->begin());
+        return GGX_STATUS_OK;
+    }
+    GGX_CUDA_CHECK(cudaMemcpyAsync(groups->data(), q.q_groups, groups->size() * 2, cudaMemcpyDeviceToHost, ctx.stream));
+    GGX_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     return GGX_STATUS_OK;
 }
 

@@ -14,6 +14,9 @@
 // Builds the per-matrix tables (group walk, K slices) in device memory; sets backend_extra.
 enum ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, struct ggx_tensor * t);
 void            ggx_cuda_qmatrix_release(ggx_cuda_ctx & ctx, struct ggx_tensor * t);
+// An EXL2 matrix's q_groups ((bits, first packed row) per group) on the host: its host copy, or
+// downloaded.
+enum ggx_status ggx_cuda_exl2_host_groups(ggx_cuda_ctx & ctx, const ggx_qmatrix & q, std::vector<uint16_t> * groups);
 bool            ggx_cuda_supports_qmatmul(const struct ggx_tensor * dst);
 // Scratch bytes the prefill path needs for this node (0 for the GEMV path).
 size_t          ggx_cuda_qmatmul_scratch(const ggx_cuda_ctx & ctx, const struct ggx_tensor * dst);

@@ -1,5 +1,6 @@
 #include "strip-plan.cuh"
 
+#include "qmatrix.cuh"
 #include "strip-step.h"
 #include "tile-step.h"
 #include "trace.cuh"
@@ -85,6 +86,16 @@ ggx_status download_scales(ggx_cuda_ctx & ctx, const ggx_qmatrix & q, host_scale
     return GGX_STATUS_OK;
 }
 
+// A job's input as a stage reads it: x and its RMS norm (either step's stage: the same field names).
+template <typename Stage> void fill_input(const ggx_qgemv_job & job, Stage & S) {
+    S.x = (const float *)job.x->data;
+    S.K = S.m[0].K;
+    S.norm = job.norm;
+    S.norm_w = job.norm_w ? job.norm_w->data : nullptr;
+    S.norm_type = job.norm_w ? (int)job.norm_w->type : (int)GGX_TYPE_F32;
+    S.norm_eps = job.norm_eps;
+}
+
 // A job as a stage of either step (ggx_strip_stage or ggx_tile_stage: the same field names);
 // matrix_of(w): the step's copy of weight w.
 template <typename Stage, typename MatrixOf> void fill_stage(const ggx_qgemv_job & job, Stage * out, MatrixOf matrix_of) {
@@ -97,13 +108,8 @@ template <typename Stage, typename MatrixOf> void fill_stage(const ggx_qgemv_job
     }
     const ggx_qgemv_job_mat & m0 = job.m[gate];
     S.n_mat = job.n_mat;
-    S.x = (const float *)job.x->data;
-    S.K = S.m[0].K;
+    fill_input(job, S);
     S.N = ((const ggx_qmatrix *)m0.w->extra)->N;
-    S.norm = job.norm;
-    S.norm_w = job.norm_w ? job.norm_w->data : nullptr;
-    S.norm_type = job.norm_w ? (int)job.norm_w->type : (int)GGX_TYPE_F32;
-    S.norm_eps = job.norm_eps;
     S.epi = m0.epi == GGX_QGEMV_GLU ? GGX_STRIP_GLU : m0.epi == GGX_QGEMV_ADD ? GGX_STRIP_ADD : GGX_STRIP_STORE;
     S.act = job.act;
     S.y = (float *)m0.out->data;
@@ -127,13 +133,8 @@ void fill_split_stage(const ggx_qgemv_job & job, ggx_tile_stage * out) {
     S.pos = job.pos ? (const int32_t *)job.pos->data : nullptr;
     S.freq_div = job.freq_div ? (const float *)job.freq_div->data : nullptr;
     S.rope = job.rope;
-    S.x = (const float *)job.x->data;
-    S.K = S.m[0].K;
+    fill_input(job, S);
     S.N = S.m[0].Np;
-    S.norm = job.norm;
-    S.norm_w = job.norm_w ? job.norm_w->data : nullptr;
-    S.norm_type = job.norm_w ? (int)job.norm_w->type : (int)GGX_TYPE_F32;
-    S.norm_eps = job.norm_eps;
     S.epi = GGX_STRIP_STORE;
 }
 
@@ -279,7 +280,7 @@ bool job_is_split(const ggx_qgemv_job & job) {
 }
 split_plan plan_split(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     split_plan P;
-    if (!ctx.step_tile || !ctx.tile_split || !job_is_split(job) || job.n_mat > GGX_TILE_STAGE_MATS || job.n_mat > ctx.n_sm) return P;
+    if (!ctx.step_tile || !ctx.tile_split || !job_is_split(job) || job.n_mat > GGX_TILE_STAGE_MATS) return P;
     bool rope = false;
     for (int i = 0; i < job.n_mat; i++) rope |= job.m[i].rope;
     if (rope) {   // the pair order's conditions (ggx::tile_layout_build): whole tiles, whole heads, no padding
@@ -337,9 +338,8 @@ ggx_status ggx_cuda_tile_fit(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
         ggx_tensor * w = const_cast<ggx_tensor *>(job.m[i].w);
         if (!tile_of(w) || tile_fits(w, P, i, job.m[i].rope)) continue;   // (no copy: the layout does not take it)
         const ggx_qmatrix * q = (const ggx_qmatrix *)w->extra;
-        std::vector<uint16_t> groups(2 * (size_t)q->n_groups);
-        GGX_CUDA_CHECK(cudaMemcpyAsync(groups.data(), q->q_groups, groups.size() * 2, cudaMemcpyDeviceToHost, ctx.stream));
-        GGX_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+        std::vector<uint16_t> groups;
+        GGX_RETURN_IF_ERR(ggx_cuda_exl2_host_groups(ctx, *q, &groups));
         ggx_cuda_tile_release((ggx_cuda_qextra *)q->backend_extra);
         const bool rot = job.m[i].rope;
         GGX_RETURN_IF_ERR(tile_build(ctx, w, groups, P.grid[i], P.block0[i], rot ? P.pair_hd : 0, rot ? P.pair_half : 0));
@@ -372,8 +372,6 @@ static bool split_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     const split_plan P = plan_split(ctx, job);
     if (!P.ok || (P.pair_hd > 0 && !job.pos)) return false;
     if (!job.pos && std::any_of(job.m, job.m + job.n_mat, [](const ggx_qgemv_job_mat & jm) { return jm.cache != nullptr; })) return false;
-    int chunks = 0, units = 0, tiles = 0;
-    bool rope = false;
     for (int i = 0; i < job.n_mat; i++) {
         const ggx_qgemv_job_mat & jm = job.m[i];
         const ggx_tile_step_matrix * t = tile_of(jm.w);
@@ -382,12 +380,10 @@ static bool split_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
         if (jm.epi != GGX_QGEMV_STORE || jm.resid || !f32_or_null(jm.bias)) return false;
         if (jm.cache ? !ggx_cuda_is_ftype(jm.cache->type) || ggx_nelements(jm.cache) % q->N : !jm.out || jm.out->type != GGX_TYPE_F32)
             return false;
-        chunks = std::max(chunks, t->n_chunks);
-        units = std::max(units, t->max_units);
-        tiles = std::max(tiles, t->max_tiles);
-        rope |= jm.rope;
     }
-    return ggx_tile_stage_smem(1, (int)job.x->ne[0], chunks, units, tiles, rope ? 8 * tiles : 0) <= ctx.smem_optin;
+    ggx_tile_stage S = {};
+    fill_split_stage(job, &S);
+    return ggx_tile_stage_smem(S) <= ctx.smem_optin;
 }
 
 bool ggx_cuda_strip_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
@@ -399,7 +395,6 @@ bool ggx_cuda_strip_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) 
     const bool glu = job.n_mat == 2 && job.m[0].epi == GGX_QGEMV_GLU && job.m[1].epi == GGX_QGEMV_GLU &&
                      job.m[0].is_gate != job.m[1].is_gate;
     if (job.n_mat != 1 && !glu) return false;
-    int chunks = 0, units = 0;   // (tile step) the stage's largest
     for (int i = 0; i < job.n_mat; i++) {
         const ggx_qgemv_job_mat & jm = job.m[i];
         if (jm.rope || jm.cache || !jm.out || !f32_or_null(jm.out) || !f32_or_null(jm.bias) || !f32_or_null(jm.resid)) return false;
@@ -407,18 +402,18 @@ bool ggx_cuda_strip_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) 
             const ggx_tile_step_matrix * t = tile_of(jm.w);
             if (!t || t->grid != ctx.n_sm || t->block0 != 0 || t->pair_hd != 0 || t->warps != ctx.tile_warps || t->K != (int)job.x->ne[0])
                 return false;
-            chunks = std::max(chunks, t->n_chunks);
-            units = std::max(units, t->max_units);
-            if (ggx_tile_stage_smem(job.n_mat, t->K, chunks, units, t->max_tiles) > ctx.smem_optin) return false;
             continue;
         }
         const ggx_strip_matrix * s = strip_of(jm.w);
         if (!s || s->n_strips > ctx.n_sm || s->K != (int)job.x->ne[0]) return false;
         if (ggx_strip_stage_smem(job.n_mat, s->K, s->max_quads, s->max_units, form_of(ctx)) > ctx.smem_optin) return false;
     }
+    if (!ctx.step_tile) return true;
     // a GLU's two matrices must share their tiles per block: the same columns (and grid, above)
-    if (ctx.step_tile && glu && tile_of(job.m[0].w)->Np != tile_of(job.m[1].w)->Np) return false;
-    return true;
+    if (glu && tile_of(job.m[0].w)->Np != tile_of(job.m[1].w)->Np) return false;
+    ggx_tile_stage S = {};
+    fill_stage(job, &S, [](const ggx_tensor * w) { return *tile_of(w); });
+    return ggx_tile_stage_smem(S) <= ctx.smem_optin;
 }
 
 ggx_status ggx_cuda_strip_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job * const * jobs, int n) {

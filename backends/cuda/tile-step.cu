@@ -295,9 +295,7 @@ ggx_tile_step_plan ggx_tile_step_deal(const ggx::TileLayout & L, int grid, int w
     return P;
 }
 
-size_t ggx_tile_stage_smem(int n_mat, int K, int n_chunks, int max_units, int max_tiles, int rope_pairs) {
-    return stage_smem_of(n_mat, K, n_chunks, max_units, max_tiles, rope_pairs).total;
-}
+size_t ggx_tile_stage_smem(const ggx_tile_stage & S) { return stage_smem_of(S).total; }
 
 size_t ggx_tile_step_smem(const ggx_tile_step & s) {
     size_t need = 0;

@@ -105,9 +105,9 @@ struct ggx_tile_step {
 };
 
 // Dynamic shared memory of a stage, and of a whole step (the largest stage). A split stage's is
-// one matrix's (n_mat 1) with the largest tables of its matrices, and rope_pairs (8 per tile of the
-// largest share when any matrix rotates) cos and sin pairs.
-size_t ggx_tile_stage_smem(int n_mat, int K, int n_chunks, int max_units, int max_tiles, int rope_pairs = 0);
+// one matrix's with the largest tables of its matrices, and cos and sin for 8 pairs per tile of
+// the largest share when any matrix rotates.
+size_t ggx_tile_stage_smem(const ggx_tile_stage & S);
 size_t ggx_tile_step_smem(const ggx_tile_step & s);
 
 // Runs the stages on `grid` blocks of m[0].warps warps (every matrix's deal made for that grid and
