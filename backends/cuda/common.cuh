@@ -151,7 +151,6 @@ static __device__ __forceinline__ float ggx_load_f(const nv_bfloat16 * p, int64_
 static __device__ __forceinline__ void ggx_store_f(float * p, int64_t i, float v) { p[i] = v; }
 static __device__ __forceinline__ void ggx_store_f(half * p, int64_t i, float v) { p[i] = __float2half_rn(v); }
 static __device__ __forceinline__ void ggx_store_f(nv_bfloat16 * p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
-// Four floats to element 4 i.. (16-byte aligned float rows, 8-byte aligned half rows).
 // Element i of a row of f32, f16 or bf16 chosen at run time (type: enum ggx_type; others read as f32).
 static __device__ __forceinline__ float ggx_load_any(const void * p, int type, int64_t i) {
     switch (type) {
@@ -168,6 +167,7 @@ static __device__ __forceinline__ void ggx_store_any(void * p, int type, int64_t
     }
 }
 
+// Four floats to element 4 i.. (16-byte aligned float rows, 8-byte aligned half rows).
 static __device__ __forceinline__ void ggx_store_f4(float * p, int64_t i, float4 v) { ((float4 *)p)[i] = v; }
 static __device__ __forceinline__ void ggx_store_f4(half * p, int64_t i, float4 v) {
     const half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
