@@ -14,7 +14,7 @@ bool tile_layout_supported(const ggx_qmatrix & q, std::string * why) {
 bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * why, bool copy_words, int pair_hd, int pair_half) {
     std::vector<Exl2Group> groups;
     if (!exl2_groups(q, 16, &groups, why)) return false;
-    if (pair_hd > 0 && (pair_hd % 16 || pair_half < 8 || pair_half % 8 || 2 * pair_half > pair_hd || q.N != q.Np || q.N % pair_hd)) {
+    if (pair_hd > 0 && !tile_pair_order_ok(q.N, q.Np, pair_hd, pair_half)) {
         if (why)
             *why = "RoPE pair order needs heads of a multiple of 16 columns, half a multiple of 8 and N a multiple of the head "
                    "(head " + std::to_string(pair_hd) + ", half " + std::to_string(pair_half) + ", N " + std::to_string(q.N) + ")";

@@ -216,14 +216,20 @@ inline size_t tile_scale_index(int Np, int g, int n) { return (size_t)g * Np + 1
 // Whether q can take the tile layout (groups of whole 16-row steps); if not, *why names the reason.
 bool tile_layout_supported(const ggx_qmatrix & q, std::string * why = nullptr);
 
+// Whether a matrix of N columns (Np stored) takes the RoPE pair order of heads of hd columns
+// rotating pairs (d, d + half): whole tiles per head and per 8 pairs (hd a multiple of 16, half
+// of 8, at least 8, 2 half <= hd), whole heads, no padding.
+inline bool tile_pair_order_ok(int N, int Np, int hd, int half) {
+    return hd > 0 && hd % 16 == 0 && half >= 8 && half % 8 == 0 && 2 * half <= hd && N == Np && N % hd == 0;
+}
+
 // Builds the layout from an EXL2 matrix with host pointers (q_scale, q_scale_max, groups_host;
 // q_weight when copy_words). False, with *why, when it is not supported. Without copy_words the
 // words are left empty (a backend gathers them on its device through ggx_tile_word: the host
 // decodes code by code: 0.47 s for a 4096 x 14336 matrix on one core here, ~8 ns a code, about a
 // minute for an 8B model; without the words, 7 ms).
 // pair_hd > 0: the RoPE pair order of heads of pair_hd columns rotating pairs (d, d + pair_half)
-// (ggx_tile_src_col; pair_hd a multiple of 16, pair_half of 8, 2 pair_half <= pair_hd, N a
-// multiple of pair_hd and unpadded).
+// (ggx_tile_src_col), where tile_pair_order_ok holds.
 bool tile_layout_build(const ggx_qmatrix & q, TileLayout * out, std::string * why = nullptr, bool copy_words = true, int pair_hd = 0,
                        int pair_half = 0);
 

@@ -283,12 +283,12 @@ split_plan plan_split(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     if (!ctx.step_tile || !ctx.tile_split || !job_is_split(job) || job.n_mat > GGX_TILE_STAGE_MATS) return P;
     bool rope = false;
     for (int i = 0; i < job.n_mat; i++) rope |= job.m[i].rope;
-    if (rope) {   // the pair order's conditions (ggx::tile_layout_build): whole tiles, whole heads, no padding
+    if (rope) {   // rotate-half, and the pair order's conditions (checked here: tile_layout_build would fail the graph)
         const int hd = job.head_dim, half = job.rope.n_rot / 2;
-        if (job.rope.mode != GGX_ROPE_NEOX || hd % 16 || half < 8 || half % 8 || 2 * half > hd) return P;
+        if (job.rope.mode != GGX_ROPE_NEOX) return P;
         for (int i = 0; i < job.n_mat; i++) {
             const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
-            if (job.m[i].rope && (q->N != q->Np || q->N % hd)) return P;
+            if (job.m[i].rope && !ggx::tile_pair_order_ok(q->N, q->Np, hd, half)) return P;
         }
         P.pair_hd = hd;
         P.pair_half = half;
