@@ -100,6 +100,7 @@ struct exl2_context_params exl2_context_default_params(void) {
     p.n_ctx = 0;
     p.n_batch = 512;
     p.cache_type = EXL2_CACHE_F16;
+    p.run_ahead = 0;
     return p;
 }
 
@@ -113,6 +114,9 @@ exl2_context * exl2_context_new(exl2_model * model, struct exl2_context_params p
     p.n_ctx = params.n_ctx;
     p.n_batch = params.n_batch;
     p.cache_type = params.cache_type == EXL2_CACHE_F32 ? exl2::CacheType::F32 : exl2::CacheType::F16;
+    if (params.run_ahead < -1 || params.run_ahead > 1)
+        exl2::fail("run_ahead %d is not one of -1 (off), 0 (GPU devices), 1 (on)", params.run_ahead);
+    p.run_ahead = params.run_ahead;
     auto h = std::make_unique<exl2_context>();
     h->model = model;
     h->c = std::make_unique<exl2::Context>(*model->m, p);

@@ -52,6 +52,10 @@ Context::Context(Model & model, const ContextParams & p)
     : model_(model), cache_(model.backend, model.cfg, resolve_n_ctx(model, p), p.cache_type) {
     n_batch_ = std::max(1, std::min(p.n_batch > 0 ? p.n_batch : 512, cache_.n_ctx()));
     non_causal_ = p.exllamav2_noncausal_prefill;
+    ggx_backend * be = model.backend;
+    const bool async_device = !be->is_host;   // host backends finish a graph before returning
+    run_ahead_ = (p.run_ahead > 0 || (p.run_ahead == 0 && async_device)) && ggx_backend_can_read_ahead(be) &&
+                 be->iface.copy;
     // RoPE tables for this context length.
     RopeTables rt = rope_tables(model.cfg, cache_.n_ctx());
     rope_attn_factor_ = rt.attn_factor;
@@ -73,7 +77,9 @@ Context::Context(Model & model, const ContextParams & p)
 }
 
 Context::~Context() {
+    if (ahead_.active) ggx_backend_synchronize(model_.backend);   // a step ahead may still use the buffers
     for (auto & kv : graphs_) ggx_context_free(kv.second.ctx);
+    if (saved_logits_) model_.backend->iface.dealloc(model_.backend, saved_logits_);
     if (compute_buf_) model_.backend->iface.dealloc(model_.backend, compute_buf_);
     if (rope_buf_) model_.backend->iface.dealloc(model_.backend, rope_buf_);
     ggx_context_free(rope_ctx_);
@@ -166,9 +172,24 @@ bool Context::decode(const int32_t * tokens, int n, bool all_logits) {
     const int V = model_.cfg.n_vocab;
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= V) fail("token id %d at position %d is outside the vocabulary (0..%d)", tokens[i], i, V - 1);
+    if (ahead_.active) {
+        // The step queued by greedy_last is this very step when the caller decodes the id it chose.
+        const bool taken = n == 1 && tokens[0] == ahead_.token && ahead_.pos == n_past_;
+        ahead_.active = false;
+        if (taken) {
+            n_rows_ = 1;
+            logits_.resize((size_t)V);
+            pending_ = single_step_graph();
+            logits_saved_ = false;
+            n_past_ += 1;
+            steps_taken_ahead_++;
+            return true;
+        }
+    }
     n_rows_ = all_logits ? n : 1;
     logits_.resize((size_t)n_rows_ * V);
     pending_ = nullptr;
+    logits_saved_ = false;
     for (int off = 0; off < n; off += n_batch_) {
         const int m = std::min(n_batch_, n - off);
         const bool last = off + m == n;
@@ -183,16 +204,62 @@ const float * Context::logits(int i) {
     if (i < 0) i += n_rows_;
     if (i < 0 || i >= n_rows_) return nullptr;
     if (pending_) {
-        if (ggx_backend_tensor_get(model_.backend, pending_->out, logits_.data(), 0, ggx_nbytes(pending_->out)) != GGX_STATUS_OK)
-            fail("reading logits failed: %s", ggx_last_error());
+        ggx_backend * be = model_.backend;
+        const size_t bytes = ggx_nbytes(pending_->out);
+        const ggx_status st = logits_saved_ ? be->iface.get(be, logits_.data(), saved_logits_, bytes)
+                                            : ggx_backend_tensor_get(be, pending_->out, logits_.data(), 0, bytes);
+        if (st != GGX_STATUS_OK) fail("reading logits failed: %s", ggx_last_error());
         pending_ = nullptr;
+        logits_saved_ = false;
     }
     return logits_.data() + (size_t)i * model_.cfg.n_vocab;
 }
 
+Context::Graph * Context::single_step_graph() {
+    auto it = graphs_.find({1, false});
+    return it == graphs_.end() ? nullptr : &it->second;
+}
+
+// Queues, behind the single-token step G that just ran: the read of its token into the backend's
+// mailbox, a copy of its logits, the token as the next step's input, that step's position and the
+// step itself; then waits for the token alone. The device goes from one step to the next without
+// waiting for the host's round trip (~70-120 us per token on an H200, bench/RESULTS.md run 126).
+int32_t Context::run_ahead(Graph & G) {
+    ggx_backend * be = model_.backend;
+    const size_t out_bytes = ggx_nbytes(G.out);
+    if (!saved_logits_) saved_logits_ = backend_alloc(be, out_bytes, "saved logits");
+    ahead_pos_ = n_past_;
+    int32_t id = -1;
+    if (ggx_backend_tensor_get_begin(be, G.arg, 0, sizeof id) != GGX_STATUS_OK ||
+        be->iface.copy(be, saved_logits_, G.out->data, out_bytes) != GGX_STATUS_OK ||
+        be->iface.copy(be, G.ids->data, G.arg->data, sizeof id) != GGX_STATUS_OK ||
+        ggx_backend_tensor_set(be, G.pos, &ahead_pos_, 0, sizeof ahead_pos_) != GGX_STATUS_OK ||
+        ggx_backend_graph_compute(be, G.g) != GGX_STATUS_OK ||
+        ggx_backend_tensor_get_end(be, &id, sizeof id) != GGX_STATUS_OK)
+        fail("running the next step ahead failed: %s", ggx_last_error());
+    logits_saved_ = true;
+    ahead_ = {true, id, n_past_};
+    return id;
+}
+
+void Context::truncate(int n) {
+    if (n >= n_past_) return;
+    if (ahead_.active) {
+        // The dropped step must not delay (or be timed with) whatever the caller does next.
+        ahead_.active = false;
+        ggx_backend_synchronize(model_.backend);
+    }
+    n_past_ = n < 0 ? 0 : n;
+}
+
 int32_t Context::greedy_last() {
     if (n_rows_ == 0) fail("no logits: nothing was decoded yet");
+    if (ahead_.active) return ahead_.token;   // chosen already; the step ahead overwrote pending_->arg
     if (pending_ && pending_->arg) {
+        Graph * G1 = single_step_graph();
+        if (run_ahead_ && pending_ == G1 && n_past_ < cache_.n_ctx() && ggx_nbytes(G1->ids) == sizeof(int32_t) &&
+            ggx_nbytes(G1->pos) == sizeof(int32_t))
+            return run_ahead(*G1);
         int32_t id = -1;
         if (ggx_backend_tensor_get(model_.backend, pending_->arg, &id, 0, sizeof(id)) != GGX_STATUS_OK)
             fail("reading the sampled token failed: %s", ggx_last_error());

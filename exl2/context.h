@@ -21,6 +21,9 @@ struct ContextParams {
     // Prefill with the new tokens attending to each other both ways, as ExLlamaV2's SDPA
     // fallback does (it passes no causal mask). Only for reproducing its recorded outputs.
     bool exllamav2_noncausal_prefill = false;
+    // Greedy run-ahead (Context::greedy_last): 0 = where the device runs asynchronously (CUDA,
+    // HIP), 1 = on any backend (tests), -1 = never.
+    int run_ahead = 0;
 };
 
 class KvCache {
@@ -52,15 +55,22 @@ public:
     // with greedy_last() reads one token id per step instead of the whole vocabulary.
     const float * logits(int i);
     // The lowest id with the largest logit of the last row, computed where the logits are.
+    // Run-ahead: after a single-token step, the step for the chosen id is queued on the device
+    // before the id is read back, so the device never waits for the host between tokens. A
+    // following decode of exactly that id takes the queued step; any other decode or a truncate
+    // drops it (its cache row lies past n_past and is written again before it is read). The
+    // sampled step's logits stay readable through logits() either way.
     int32_t greedy_last();
     int n_logit_rows() const { return n_rows_; }
 
     int n_past() const { return n_past_; }
     int n_ctx() const { return cache_.n_ctx(); }
     int n_batch() const { return n_batch_; }
-    void truncate(int n) { if (n < n_past_) n_past_ = n < 0 ? 0 : n; }
+    void truncate(int n);
     Model & model() { return model_; }
     size_t compute_bytes() const { return compute_size_; }
+    // Single-token steps that greedy_last ran ahead and a decode then took (tests, diagnostics).
+    long steps_taken_ahead() const { return steps_taken_ahead_; }
     size_t cache_bytes() const { return cache_.bytes(); }
 
 private:
@@ -76,6 +86,9 @@ private:
     Graph & graph_for(int T, bool all_logits);
     Graph build(int T, bool all_logits);
     Graph & run_chunk(const int32_t * tokens, int n, bool all_logits, float * logits_out);
+    Graph * single_step_graph();
+    int32_t run_ahead(Graph & G);
+    void drop_ahead();
 
     Model & model_;
     KvCache cache_;
@@ -93,6 +106,13 @@ private:
     const Graph * pending_ = nullptr;   // the last decode's graph while its logits are not in logits_
     std::vector<int32_t> pos_host_;
     int n_rows_ = 0;
+    // Greedy run-ahead: whether this context does it, and the step queued for `token` at `pos`.
+    bool run_ahead_ = false;
+    struct Ahead { bool active = false; int32_t token = -1; int pos = 0; } ahead_;
+    int32_t ahead_pos_ = 0;               // host source of that step's position upload
+    void * saved_logits_ = nullptr;       // the sampled step's logits, copied before the step ahead
+    bool logits_saved_ = false;           // pending_'s logits are in saved_logits_, not in its out
+    long steps_taken_ahead_ = 0;
 };
 
 }  // namespace exl2

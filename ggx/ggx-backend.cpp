@@ -104,3 +104,30 @@ enum ggx_status ggx_backend_synchronize(struct ggx_backend * be) {
     }
     return be->iface.synchronize ? be->iface.synchronize(be) : GGX_STATUS_OK;
 }
+
+int ggx_backend_can_read_ahead(const struct ggx_backend * be) {
+    return be && be->iface.get_begin && be->iface.get_end;
+}
+
+enum ggx_status ggx_backend_tensor_get_begin(struct ggx_backend * be, const struct ggx_tensor * t, size_t offset,
+                                             size_t n) {
+    if (!check_range(be, t, offset, n, "ggx_backend_tensor_get_begin")) return GGX_STATUS_FAILED;
+    if (!ggx_backend_can_read_ahead(be)) {
+        ggx_set_error("ggx_backend_tensor_get_begin: backend '%s' has no mailbox reads", be->name);
+        return GGX_STATUS_FAILED;
+    }
+    if (n > GGX_BACKEND_MAILBOX_BYTES) {
+        ggx_set_error("ggx_backend_tensor_get_begin: %zu bytes of '%s' do not fit the %d-byte mailbox", n, t->name,
+                      GGX_BACKEND_MAILBOX_BYTES);
+        return GGX_STATUS_FAILED;
+    }
+    return be->iface.get_begin(be, (const char *)t->data + offset, n);
+}
+
+enum ggx_status ggx_backend_tensor_get_end(struct ggx_backend * be, void * dst, size_t n) {
+    if (!ggx_backend_can_read_ahead(be) || n > GGX_BACKEND_MAILBOX_BYTES) {
+        ggx_set_error("ggx_backend_tensor_get_end: no mailbox read of %zu bytes on this backend", n);
+        return GGX_STATUS_FAILED;
+    }
+    return be->iface.get_end(be, dst, n);
+}

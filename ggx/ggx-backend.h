@@ -48,7 +48,15 @@ struct ggx_backend_i {
     // optional: copy n bytes between two buffers of this backend, queued on its stream (bench
     // uses it to measure the copy bandwidth that decode speed is compared with).
     enum ggx_status (*copy)(struct ggx_backend * be, void * dst, const void * src, size_t n);
+    // optional, both or neither: get_begin queues a copy of at most GGX_BACKEND_MAILBOX_BYTES
+    // from backend memory into the backend's host mailbox and returns at once; get_end waits for
+    // that copy only (not for work queued after it) and hands the bytes over. So the host can read
+    // one step's result (a sampled token) while the device already runs the next step.
+    enum ggx_status (*get_begin)(struct ggx_backend * be, const void * src, size_t n);
+    enum ggx_status (*get_end)(struct ggx_backend * be, void * dst, size_t n);
 };
+
+#define GGX_BACKEND_MAILBOX_BYTES 64
 
 struct ggx_backend {
     int                  api_version;  // GGX_BACKEND_API_VERSION
@@ -81,6 +89,11 @@ enum ggx_status ggx_backend_tensor_set(struct ggx_backend * be, struct ggx_tenso
 enum ggx_status ggx_backend_tensor_get(struct ggx_backend * be, const struct ggx_tensor * t, void * dst, size_t offset, size_t n);
 enum ggx_status ggx_backend_graph_compute(struct ggx_backend * be, struct ggx_graph * g);
 enum ggx_status ggx_backend_synchronize(struct ggx_backend * be);
+// Whether the backend has get_begin / get_end (reads that overlap queued work).
+int             ggx_backend_can_read_ahead(const struct ggx_backend * be);
+// The mailbox read of n bytes of t at offset (n <= GGX_BACKEND_MAILBOX_BYTES); one at a time.
+enum ggx_status ggx_backend_tensor_get_begin(struct ggx_backend * be, const struct ggx_tensor * t, size_t offset, size_t n);
+enum ggx_status ggx_backend_tensor_get_end(struct ggx_backend * be, void * dst, size_t n);
 
 // ---------------------------------------------------------------------------------------------
 // Planning (ggx-alloc.cpp). Assigns every node (except in-place/views) and every INPUT leaf an

@@ -130,6 +130,11 @@ struct exl2_context_params {
     int32_t n_ctx;        /* KV cache length in tokens; 0 = the model's training context        */
     int32_t n_batch;      /* most tokens per decode call (prompt chunk); 0 = 512                */
     int32_t cache_type;   /* enum exl2_cache_type                                                */
+    /* Greedy run-ahead: after a one-token decode, a greedy exl2_sampler_sample queues the next
+     * step for the token it chose before reading that token back, so the GPU does not wait for
+     * the host between tokens. Decoding that token next takes the queued step; any other decode
+     * or a truncate drops it. 0 = on for GPU devices (default), 1 = on everywhere, -1 = off.    */
+    int32_t run_ahead;
 };
 struct exl2_context_params exl2_context_default_params(void);
 

@@ -25,6 +25,7 @@ struct Options {
     std::string model_dir, synthetic, device, save_dir, output = "md";
     float bpw = 4.0f;
     int layers = 0, n_gen = 128, reps = 3, threads = 0;
+    int run_ahead = 0;   // exl2_context_params.run_ahead
     uint64_t seed = 1;
     std::vector<int> pp = {512, 2048};
     std::vector<int> depths = {16, 4096};
@@ -44,6 +45,7 @@ void usage() {
         "  -n N                 tokens generated per decode test (default 128; 0 = none)\n"
         "  --ctx LIST           cache depths for decode tests (default 16,4096)\n"
         "  -r N                 repetitions, the median is reported (default 3)\n"
+        "  --run-ahead N        greedy run-ahead: 0 = on for GPUs (default), 1 = on, -1 = off\n"
         "  -t N                 CPU threads (default all)\n"
         "  -o md|json           output format (default md)\n"
         "  -h, --help           this text\n",
@@ -103,6 +105,7 @@ Options parse(int argc, char ** argv) {
         else if (a == "-p") o.pp = parse_list(a, val(), 0, 1 << 20);
         else if (a == "-n") { if (!parse_int(val(), 0, 1 << 20, &x)) die("bad -n (0..1048576)"); o.n_gen = (int)x; }
         else if (a == "--ctx") o.depths = parse_list(a, val(), 0, 1 << 22);
+        else if (a == "--run-ahead") { if (!parse_int(val(), -1, 1, &x)) die("bad --run-ahead (-1, 0 or 1)"); o.run_ahead = (int)x; }
         else if (a == "-r") { if (!parse_int(val(), 1, 1000, &x)) die("bad -r (1..1000)"); o.reps = (int)x; }
         else if (a == "-t") { if (!parse_int(val(), 0, 1024, &x)) die("bad -t (0..1024)"); o.threads = (int)x; }
         else if (a == "-o") { o.output = val(); if (o.output != "md" && o.output != "json") die("bad -o '" + o.output + "' (md or json)"); }
@@ -175,6 +178,7 @@ int main(int argc, char ** argv) {
     struct exl2_context_params cp = exl2_context_default_params();
     cp.n_batch = std::max(512, max_pp);
     cp.n_ctx = std::max(max_pp, max_depth + o.n_gen) + 16;
+    cp.run_ahead = o.run_ahead;
     exl2_context * ctx = exl2_context_new(model, cp);
     if (!ctx) die(exl2_last_error());
 
@@ -192,7 +196,8 @@ int main(int argc, char ** argv) {
     // Every test samples greedily through the API after its decode, as main does: the figures
     // include choosing the token and reading it back (on a GPU only the id crosses, the logits
     // stay there), and the decode is complete when the clock stops (exl2_decode itself may return
-    // while the device still works).
+    // while the device still works). With run-ahead (on GPUs) the step after the last token is
+    // queued when the clock stops; it is not counted, and the next truncate waits for it.
     struct exl2_sampler_params sp = exl2_sampler_default_params();
     sp.temperature = 0.0f;
     sp.repetition_penalty = 1.0f;

@@ -35,6 +35,7 @@ struct context {
     std::vector<float> scratch;   // n_threads slices of scratch_per_thread floats; only grows
     size_t scratch_per_thread = 0;
     errors err;
+    unsigned char mailbox[GGX_BACKEND_MAILBOX_BYTES];   // get_begin's bytes (graphs run synchronously here)
 };
 
 struct job {
@@ -110,6 +111,18 @@ ggx_status cpu_get(ggx_backend *, void * dst, const void * src, size_t n) {
     if (n) memcpy(dst, src, n);
     return GGX_STATUS_OK;
 }
+// Graphs finish before graph_compute returns, so a mailbox read is a plain copy; the pair exists
+// so that code written for asynchronous devices (a context's greedy run-ahead) runs here too.
+ggx_status cpu_get_begin(ggx_backend * be, const void * src, size_t n) {
+    memcpy(ctx_of(be)->mailbox, src, n);
+    return GGX_STATUS_OK;
+}
+
+ggx_status cpu_get_end(ggx_backend * be, void * dst, size_t n) {
+    memcpy(dst, ctx_of(be)->mailbox, n);
+    return GGX_STATUS_OK;
+}
+
 ggx_status cpu_copy(ggx_backend *, void * dst, const void * src, size_t n) {
     if (n) memmove(dst, src, n);
     return GGX_STATUS_OK;
@@ -223,6 +236,8 @@ ggx_backend * ggx_backend_cpu_init(int n_threads) {
     be->iface.qmatrix_release = nullptr;
     be->iface.memory_info = cpu_memory_info;
     be->iface.copy = cpu_copy;
+    be->iface.get_begin = cpu_get_begin;
+    be->iface.get_end = cpu_get_end;
     be->name = "cpu";
     be->is_host = 1;
     be->alignment = 64;

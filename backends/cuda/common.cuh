@@ -90,6 +90,9 @@ struct ggx_cuda_ctx {
     bool           profile = false;          // GGX_CUDA_PROFILE=1: time every node (eager), print at exit
     void *         prof = nullptr;           // per-op timing table (ggx-cuda.cu)
     struct ggx_cuda_trace * trace = nullptr; // GGX_CUDA_TRACE=N: in-graph timeline of step N (trace.cu)
+    // get_begin / get_end: a pinned host mailbox and the event recorded after the copy into it.
+    unsigned char * mailbox = nullptr;
+    cudaEvent_t    mailbox_ready = nullptr;
     char           name[16] = {0};
 };
 

@@ -409,6 +409,22 @@ ggx_status be_copy(ggx_backend * be, void * dst, const void * src, size_t n) {
     return GGX_STATUS_OK;
 }
 
+// The token read of a greedy step: queued behind the step, awaited while the next step (queued
+// after it) already runs. The mailbox is pinned, so the copy is truly asynchronous.
+ggx_status be_get_begin(ggx_backend * be, const void * src, size_t n) {
+    ggx_cuda_ctx & ctx = *ctx_of(be);
+    GGX_CUDA_CHECK(cudaMemcpyAsync(ctx.mailbox, src, n, cudaMemcpyDeviceToHost, ctx.stream));
+    GGX_CUDA_CHECK(cudaEventRecord(ctx.mailbox_ready, ctx.stream));
+    return GGX_STATUS_OK;
+}
+
+ggx_status be_get_end(ggx_backend * be, void * dst, size_t n) {
+    ggx_cuda_ctx & ctx = *ctx_of(be);
+    GGX_CUDA_CHECK(cudaEventSynchronize(ctx.mailbox_ready));
+    memcpy(dst, ctx.mailbox, n);
+    return GGX_STATUS_OK;
+}
+
 ggx_status be_synchronize(ggx_backend * be) {
     GGX_CUDA_CHECK(cudaStreamSynchronize(ctx_of(be)->stream));
     return GGX_STATUS_OK;
@@ -440,6 +456,8 @@ void be_free(ggx_backend * be) {
         (void)cudaFree(ctx->cublas_ws);
         (void)cudaFree(ctx->scratch);
         (void)cudaFree(ctx->counters);
+        if (ctx->mailbox_ready) (void)cudaEventDestroy(ctx->mailbox_ready);
+        if (ctx->mailbox) (void)cudaFreeHost(ctx->mailbox);
         for (void * p : ctx->retired) (void)cudaFree(p);
         if (ctx->stream) (void)cudaStreamDestroy(ctx->stream);
         delete ctx;
@@ -542,6 +560,8 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     if ((err = cudaMalloc(&ctx->counters, (ctx->n_counters + 1) * sizeof(int))) != cudaSuccess) return fail_init("counter allocation", (int)err);
     if ((err = cudaMemset(ctx->counters, 0, (ctx->n_counters + 1) * sizeof(int))) != cudaSuccess) return fail_init("counter reset", (int)err);
     ctx->step_counter = ctx->counters + ctx->n_counters;
+    if ((err = cudaMallocHost((void **)&ctx->mailbox, GGX_BACKEND_MAILBOX_BYTES)) != cudaSuccess) return fail_init("pinned mailbox allocation", (int)err);
+    if ((err = cudaEventCreateWithFlags(&ctx->mailbox_ready, cudaEventDisableTiming)) != cudaSuccess) return fail_init("event creation", (int)err);
 #if !defined(GGX_NO_BLAS)
     cublasStatus_t bs = cublasCreate(&ctx->cublas);
     if (bs != CUBLAS_STATUS_SUCCESS) return fail_init("cublasCreate", (int)bs);
@@ -572,5 +592,7 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     be->iface.qmatrix_release = be_qmatrix_release;
     be->iface.memory_info = be_memory_info;
     be->iface.copy = be_copy;
+    be->iface.get_begin = be_get_begin;
+    be->iface.get_end = be_get_end;
     return be;
 }

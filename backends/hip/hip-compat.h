@@ -62,6 +62,10 @@
 #define cudaGraphExecDestroy        hipGraphExecDestroy
 #define cudaGraphLaunch             hipGraphLaunch
 #define cudaEventCreate             hipEventCreate
+#define cudaEventCreateWithFlags    hipEventCreateWithFlags
+#define cudaEventDisableTiming      hipEventDisableTiming
+#define cudaMallocHost              hipHostMalloc
+#define cudaFreeHost                hipHostFree
 #define cudaEventDestroy            hipEventDestroy
 #define cudaEventRecord             hipEventRecord
 #define cudaEventSynchronize        hipEventSynchronize

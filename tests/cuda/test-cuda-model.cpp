@@ -5,6 +5,7 @@
 // relative per input) and the attention sums in another order; through a few layers this stays
 // well below 1e-2 of the largest logit (max-norm), while a wrong kernel moves logits by O(1).
 #include "tests/fixtures.h"
+#include "tests/greedy-run-ahead.h"
 
 #include "cuda-harness.h"
 
@@ -171,6 +172,19 @@ void compare_synthetic_step(const char * name, double bpw, int layers, const cha
 TEST_CASE("cuda: kjv-6m logits match the CPU backend") {
     REQUIRE_CUDA();
     compare_model("models/kjv-6m");
+}
+
+// Run-ahead is on by default on CUDA: the step for the chosen id is queued (id copied on the
+// device, position uploaded, the captured graph replayed) before the id is read back.
+TEST_CASE("cuda: greedy run-ahead gives the same tokens and logits as without (kjv-6m, llama3.2-1b slice)") {
+    REQUIRE_CUDA();
+    ModelParams gpu_p;
+    gpu_p.device = "cuda:0";
+    auto kjv = Model::load("models/kjv-6m", gpu_p, false);
+    exl2test::check_greedy_run_ahead(*kjv, ContextParams());
+    SyntheticModel sm = synthetic_build("llama3.2-1b", 4.0, 2, 3);
+    auto syn = Model::load_tensors(std::move(sm.st), sm.config, gpu_p, "", false);
+    exl2test::check_greedy_run_ahead(*syn, ContextParams());
 }
 
 TEST_CASE("cuda: ExLlamaV2-made EXL2 models (2.7/4.0/8.0 bpw) match the CPU backend") {
