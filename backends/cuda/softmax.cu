@@ -17,18 +17,45 @@ __global__ void k_softmax(const float * __restrict__ x, float * __restrict__ y, 
     for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = expf(xr[i] * scale - m) * inv;
 }
 
-// Each thread keeps its best (value, index); the reduction keeps the larger value and, on a tie,
-// the smaller index. NaN compares false and is never chosen over a number.
+// Each thread keeps its best (value, index) over its elements, which it sees in increasing index
+// order: a strictly larger value replaces it, so a tie keeps the lower index; the reduction keeps
+// the larger value and, on a tie, the smaller index. NaN compares false and is never chosen over a
+// number; a row without one (all NaN or -inf) gives 0.
+// Loads: a vocabulary row (128k floats) read one float per thread per iteration was ~125 dependent
+// L2 round trips, tens of microseconds at the end of every decode step; here each thread has
+// ARGMAX_UNROLL float4 loads in flight per round (4 rounds for 128k floats at 1024 threads).
+constexpr int ARGMAX_UNROLL = 8;
+
+__device__ __forceinline__ void argmax_take(float v, int32_t i, float & bv, int32_t & bi) {
+    if (v > bv) { bv = v; bi = i; }
+}
+
 __global__ void k_argmax(const float * __restrict__ x, int32_t * __restrict__ y, int64_t D) {
     __shared__ float sv[32];
     __shared__ int32_t si[32];
     const float * xr = x + blockIdx.x * D;
     float bv = -INFINITY;
     int32_t bi = -1;
-    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-        const float v = xr[i];
-        if (bi < 0 || v > bv) { bv = v; bi = (int32_t)i; }
+    const int64_t n4 = (reinterpret_cast<uintptr_t>(xr) & 15) == 0 ? D / 4 : 0;
+    const float4 * x4 = reinterpret_cast<const float4 *>(xr);
+    const float4 none = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+    for (int64_t base = threadIdx.x; base < n4; base += (int64_t)blockDim.x * ARGMAX_UNROLL) {
+        float4 v[ARGMAX_UNROLL];
+#pragma unroll
+        for (int u = 0; u < ARGMAX_UNROLL; u++) {
+            const int64_t j = base + (int64_t)u * blockDim.x;
+            v[u] = j < n4 ? __ldg(x4 + j) : none;
+        }
+#pragma unroll
+        for (int u = 0; u < ARGMAX_UNROLL; u++) {
+            const int32_t i0 = (int32_t)(4 * (base + (int64_t)u * blockDim.x));
+            argmax_take(v[u].x, i0, bv, bi);
+            argmax_take(v[u].y, i0 + 1, bv, bi);
+            argmax_take(v[u].z, i0 + 2, bv, bi);
+            argmax_take(v[u].w, i0 + 3, bv, bi);
+        }
     }
+    for (int64_t i = 4 * n4 + threadIdx.x; i < D; i += blockDim.x) argmax_take(xr[i], (int32_t)i, bv, bi);
     auto better = [](float v, int32_t i, float bv2, int32_t bi2) {
         if (bi2 < 0) return false;
         if (i < 0) return true;

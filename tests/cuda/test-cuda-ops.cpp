@@ -145,6 +145,32 @@ TEST_CASE("cuda: softmax and argmax (ties to the lowest index)") {
     check_close(a.cuda.f, a.cpu.f, 0, 0, "argmax");
     auto a2 = run_both([&](GraphRun & r) { return ggx_argmax(r.ctx, r.input_f32({128256, 2})); });
     check_close(a2.cuda.f, a2.cpu.f, 0, 0, "argmax vocab-sized");
+    // Rows of 1003 (every other row not 16-byte aligned: the kernel's scalar path), NaN, -inf
+    // rows, and a vocabulary row whose maximum repeats in the float4 loop's lanes and its tail.
+    auto a3 = run_both([&](GraphRun & r) {
+        const int64_t D = 1003, R = 5;
+        std::vector<float> v((size_t)(D * R));
+        for (size_t i = 0; i < v.size(); i++) v[i] = (float)((i * 7919) % 89);
+        v[0] = NAN;                                                   // row 0: NaN first, never chosen
+        for (int64_t i = 0; i < D; i++) v[(size_t)(2 * D + i)] = i % 3 ? -INFINITY : NAN;   // row 2: no number
+        for (int64_t i = 0; i < D; i++) v[(size_t)(3 * D + i)] = -INFINITY;                 // row 3: all -inf
+        std::vector<uint8_t> b(v.size() * 4);
+        memcpy(b.data(), v.data(), b.size());
+        return ggx_argmax(r.ctx, r.input(GGX_TYPE_F32, {D, R}, b));
+    });
+    check_close(a3.cuda.f, a3.cpu.f, 0, 0, "argmax odd rows, NaN, -inf");
+    auto a4 = run_both([&](GraphRun & r) {
+        const int64_t D = 128256;
+        std::vector<float> v((size_t)D);
+        for (size_t i = 0; i < v.size(); i++) v[i] = (float)((i * 104729) % 1000) * 1e-3f;
+        for (int64_t i : {(int64_t)128254, (int64_t)77777, (int64_t)4101, (int64_t)4102}) v[(size_t)i] = 7.5f;
+        std::vector<uint8_t> b(v.size() * 4);
+        memcpy(b.data(), v.data(), b.size());
+        return ggx_argmax(r.ctx, r.input(GGX_TYPE_F32, {D, 1}, b));
+    });
+    check_close(a4.cuda.f, a4.cpu.f, 0, 0, "argmax vocab row, repeated maximum");
+    REQUIRE(a4.cuda.f.size() == 1);
+    CHECK(a4.cuda.f[0] == 4101.0f);   // the lowest of the four maxima
 }
 
 TEST_CASE("cuda: kv_store into f32/f16/bf16 caches, exact") {
