@@ -18,16 +18,16 @@ __global__ void k_softmax(const float * __restrict__ x, float * __restrict__ y, 
 }
 
 // Each thread keeps its best (value, index) over its elements, which it sees in increasing index
-// order: a strictly larger value replaces it, so a tie keeps the lower index; the reduction keeps
-// the larger value and, on a tie, the smaller index. NaN compares false and is never chosen over a
-// number; a row without one (all NaN or -inf) gives 0.
+// order: its first number, then any strictly larger one, so a tie keeps the lower index; the
+// reduction keeps the larger value and, on a tie, the smaller index. As the CPU op: NaN is never
+// chosen over a number (-inf is one), and a row of NaN gives 0.
 // Loads: a vocabulary row (128k floats) read one float per thread per iteration was ~125 dependent
 // L2 round trips, tens of microseconds at the end of every decode step; here each thread has
 // ARGMAX_UNROLL float4 loads in flight per round (4 rounds for 128k floats at 1024 threads).
 constexpr int ARGMAX_UNROLL = 8;
 
 __device__ __forceinline__ void argmax_take(float v, int32_t i, float & bv, int32_t & bi) {
-    if (v > bv) { bv = v; bi = i; }
+    if (v > bv || (bi < 0 && v == v)) { bv = v; bi = i; }
 }
 
 __global__ void k_argmax(const float * __restrict__ x, int32_t * __restrict__ y, int64_t D) {
@@ -38,7 +38,7 @@ __global__ void k_argmax(const float * __restrict__ x, int32_t * __restrict__ y,
     int32_t bi = -1;
     const int64_t n4 = (reinterpret_cast<uintptr_t>(xr) & 15) == 0 ? D / 4 : 0;
     const float4 * x4 = reinterpret_cast<const float4 *>(xr);
-    const float4 none = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+    const float4 none = make_float4(NAN, NAN, NAN, NAN);   // past the row: never taken
     for (int64_t base = threadIdx.x; base < n4; base += (int64_t)blockDim.x * ARGMAX_UNROLL) {
         float4 v[ARGMAX_UNROLL];
 #pragma unroll
