@@ -272,4 +272,70 @@ TEST_CASE("decode plan: split stage shares of the grid") {
     CHECK_FALSE(ggx_tile_split_shares(bytes, 0, 2, grid, block0));
 }
 
+// The paired piece tables (ggx_cuda_qextra::pieces2) against the plain ones: pair j, with its
+// 64-row pieces cut back into 32-row halves, must be exactly slices 2j and 2j + 1 of the plain
+// table, in order: the one-row GEMV's two-halves sum relies on it (same sums, same order).
+static int4 i4(int x, int y, int z, int w) {
+    int4 r;
+    r.x = x; r.y = y; r.z = z; r.w = w;
+    return r;
+}
+
+TEST_CASE("decode plan: paired piece tables are the plain ones with 4-bit pieces joined across each pair") {
+    struct Layout { std::vector<std::pair<int, int>> groups; };   // (bits, rows) in order
+    const Layout layouts[] = {
+        {{{4, 128}, {4, 128}, {4, 128}, {4, 128}}},                          // all 4-bit, groups of 128
+        {{{4, 32}, {4, 32}, {4, 64}, {4, 96}, {4, 32}}},                     // groups of 32..96: pairs across groups
+        {{{8, 32}, {6, 64}, {5, 32}, {4, 128}, {3, 64}, {2, 64}}},           // every width
+        {{{4, 64}, {2, 48}, {4, 96}, {2, 16}, {2, 32}}},                     // 2-bit groups of 16: 4-bit off the pairs' grid
+        {{{4, 96}, {3, 32}}},                                                // K = 128 = two whole pairs
+        {{{4, 160}}},                                                        // K = 160: an odd number of slices
+    };
+    for (const Layout & L : layouts) {
+        std::vector<int4> gtab;
+        int k = 0, qrow = 0;
+        for (auto g : L.groups) {
+            gtab.push_back(i4(k, qrow, g.first, g.second));
+            k += g.second;
+            qrow += g.second * g.first / 32;
+        }
+        std::vector<int4> plain, paired;
+        std::vector<int> pf, qf;
+        ggx_cuda_list_pieces(gtab, k, false, &plain, &pf);
+        ggx_cuda_list_pieces(gtab, k, true, &paired, &qf);
+        const int n_slices = (k + 31) / 32;
+        REQUIRE(pf.size() == (size_t)n_slices + 1);
+        REQUIRE(qf.size() == (size_t)(n_slices + 1) / 2 + 1);
+        CHECK(pf.back() == (int)plain.size());
+        CHECK(qf.back() == (int)paired.size());
+        int joined = 0;
+        for (int j = 0; 2 * j < n_slices; j++) {
+            std::vector<int4> want(plain.begin() + pf[2 * j], plain.begin() + pf[std::min(2 * j + 2, n_slices)]);
+            std::vector<int4> got;
+            for (int p = qf[j]; p < qf[j + 1]; p++) {
+                const int4 a = paired[p];
+                if (a.w > 32) {
+                    REQUIRE(a.w == 64);
+                    CHECK((a.z & 15) == 4);
+                    CHECK(a.x == 64 * j);   // a whole pair
+                    got.push_back(i4(a.x, a.y, a.z, 32));
+                    got.push_back(i4(a.x + 32, a.y + 4, a.z, 32));
+                    joined++;
+                } else {
+                    got.push_back(a);
+                }
+            }
+            REQUIRE(got.size() == want.size());
+            for (size_t i = 0; i < got.size(); i++) {
+                CHECK(got[i].x == want[i].x);
+                CHECK(got[i].y == want[i].y);
+                CHECK(got[i].z == want[i].z);
+                CHECK(got[i].w == want[i].w);
+            }
+        }
+        // the layouts above each hold at least one 4-bit run across a pair's middle
+        CHECK(joined > 0);
+    }
+}
+
 #endif  // GGX_USE_CUDA

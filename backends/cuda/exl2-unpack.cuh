@@ -203,7 +203,8 @@ __device__ __forceinline__ int x_scale_exponent(float amax) {
 // pairs: w holds the piece's word rows (one uint4 = the 4 columns' words per row), xh its x as
 // fp16 (ld apart for each of the T rows). Used by the decode GEMV (qgemv.cu) and the strip GEMV
 // (strip-step.cu).
-template <int B, int T>
+// W0: the piece's first word row in w (4: the second half of a 64-row 4-bit piece, qgemv.cu).
+template <int B, int T, int W0 = 0>
 __device__ __forceinline__ void piece_dot(const uint4 (&w)[8], int rows, const half * xh, int ld, half2 (&acc)[T][4]) {
     constexpr int CR = chunk_shape<B>::rows, CW = chunk_shape<B>::words, NC = 32 / CR, H = CR / 2;
     half2 acc16[T][4];   // the pairs summed 16 times too large (4 bits: see pair_shape)
@@ -215,7 +216,7 @@ __device__ __forceinline__ void piece_dot(const uint4 (&w)[8], int rows, const h
         uint32_t cw[4][CW];
 #pragma unroll
         for (int i = 0; i < CW; i++) {
-            const uint4 u = w[c * CW + i];
+            const uint4 u = w[W0 + c * CW + i];
             cw[0][i] = u.x; cw[1][i] = u.y; cw[2][i] = u.z; cw[3][i] = u.w;
         }
         // the chunk's x: CR halves per row (pieces start on multiples of 16 rows, so a chunk's x

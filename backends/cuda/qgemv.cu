@@ -58,7 +58,8 @@ struct gemv_mat {
     const half *     qsmax;
     const int32_t *  perm;
     const int4 *     pieces;
-    const int *      slice_first;
+    const int *      slice_first;   // per fine slice, or per pair of them (pair_shift 1: ggx_cuda_qextra::pieces2)
+    int pair_shift;
     int K, N, Np, n_fine, n_slices, n_tiles;   // n_slices blocks per tile
     int m;             // fine slices per warp group
     int block0;        // first block of this matrix in the grid
@@ -188,19 +189,7 @@ __device__ __forceinline__ void piece_load(const gemv_mat & M, int p, int n, pie
 // v[t][c] += scale_c * sum over the piece's rows of (q - z) x[t][row]: the sum in fp16 pairs (at
 // most 16 products per half, x scaled so that it cannot overflow: see the staging), then fp32
 template <int T>
-__device__ __forceinline__ void piece_apply(const piece_regs & s, const half * xb, int ld, float (&v)[T][4]) {
-    half2 acc[T][4];
-#pragma unroll
-    for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = __float2half2_rn(0.0f);
-    const half * xp = xb + s.pc.x;
-    switch (s.pc.z & 15) {
-        case 8: piece_dot<8, T>(s.w, s.pc.w, xp, ld, acc); break;
-        case 6: piece_dot<6, T>(s.w, s.pc.w, xp, ld, acc); break;
-        case 5: piece_dot<5, T>(s.w, s.pc.w, xp, ld, acc); break;
-        case 4: piece_dot<4, T>(s.w, s.pc.w, xp, ld, acc); break;
-        case 3: piece_dot<3, T>(s.w, s.pc.w, xp, ld, acc); break;
-        default: piece_dot<2, T>(s.w, s.pc.w, xp, ld, acc); break;
-    }
+__device__ __forceinline__ void piece_scale(const piece_regs & s, const half2 (&acc)[T][4], float (&v)[T][4]) {
     const half2 mx2 = __half2half2(s.mx);
 #pragma unroll
     for (int c2 = 0; c2 < 2; c2++) {   // columns 2 c2 and 2 c2 + 1
@@ -211,6 +200,45 @@ __device__ __forceinline__ void piece_apply(const piece_regs & s, const half * x
             v[t][2 * c2] = fmaf(f0.x + f0.y, sc.x, v[t][2 * c2]);
             v[t][2 * c2 + 1] = fmaf(f1.x + f1.y, sc.y, v[t][2 * c2 + 1]);
         }
+    }
+}
+
+template <int T>
+__device__ __forceinline__ void piece_apply(const piece_regs & s, const half * xb, int ld, float (&v)[T][4]) {
+    half2 acc[T][4];
+#pragma unroll
+    for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = __float2half2_rn(0.0f);
+    const half * xp = xb + s.pc.x;
+    if constexpr (T == 1) {
+        // One-row jobs may walk the paired table: a 4-bit piece of 64 rows is summed as its two
+        // 32-row halves, each scaled on its own, which is what the plain table's two pieces do.
+        // Each width scales in its own case (one shared tail after the switch spilled here).
+        switch (s.pc.z & 15) {
+            case 8: piece_dot<8, T>(s.w, s.pc.w, xp, ld, acc); piece_scale<T>(s, acc, v); break;
+            case 6: piece_dot<6, T>(s.w, s.pc.w, xp, ld, acc); piece_scale<T>(s, acc, v); break;
+            case 5: piece_dot<5, T>(s.w, s.pc.w, xp, ld, acc); piece_scale<T>(s, acc, v); break;
+            case 4:
+                piece_dot<4, T>(s.w, min(s.pc.w, 32), xp, ld, acc);
+                piece_scale<T>(s, acc, v);
+                if (s.pc.w > 32) {
+                    acc[0][0] = acc[0][1] = acc[0][2] = acc[0][3] = __float2half2_rn(0.0f);
+                    piece_dot<4, T, 4>(s.w, 32, xp + 32, ld, acc);
+                    piece_scale<T>(s, acc, v);
+                }
+                break;
+            case 3: piece_dot<3, T>(s.w, s.pc.w, xp, ld, acc); piece_scale<T>(s, acc, v); break;
+            default: piece_dot<2, T>(s.w, s.pc.w, xp, ld, acc); piece_scale<T>(s, acc, v); break;
+        }
+    } else {
+        switch (s.pc.z & 15) {
+            case 8: piece_dot<8, T>(s.w, s.pc.w, xp, ld, acc); break;
+            case 6: piece_dot<6, T>(s.w, s.pc.w, xp, ld, acc); break;
+            case 5: piece_dot<5, T>(s.w, s.pc.w, xp, ld, acc); break;
+            case 4: piece_dot<4, T>(s.w, s.pc.w, xp, ld, acc); break;
+            case 3: piece_dot<3, T>(s.w, s.pc.w, xp, ld, acc); break;
+            default: piece_dot<2, T>(s.w, s.pc.w, xp, ld, acc); break;
+        }
+        piece_scale<T>(s, acc, v);
     }
 }
 
@@ -236,7 +264,9 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     const int ldx = W * M.m * k_fine;
     const int k_begin = slice * ldx, k_n = min(ldx, M.K - k_begin);
     const int n = tile * k_tile + lt * 4;
-    const int p_begin = active ? M.slice_first[fine] : 0, p_end = active ? M.slice_first[min(fine + M.m, M.n_fine)] : 0;
+    const int sh = M.pair_shift;   // with the paired table, fine and m are even
+    const int p_begin = active ? M.slice_first[fine >> sh] : 0;
+    const int p_end = active ? M.slice_first[(min(fine + M.m, M.n_fine) + sh) >> sh] : 0;
 
     // 1. static data first, before waiting for the previous kernel: the first two pieces into
     //    registers, and the next a.prefetch rows of packed words into L2 (the whole slice
@@ -564,7 +594,7 @@ static int block_slices(const ggx_cuda_qextra * e, int T, int m) {
 // 11.9 us + 0.052 us per row of each group's slice, i.e. a fixed part worth ~230 rows; the qkv
 // job (q, k, v: 12 tiles) ran 1.5-2 waves of 64-row slices (28.6-30.5 us for 12.9 MB).
 static int group_slices(const ggx_qgemv_job & job, int n_sm) {
-    static const int forced = env_int("GGX_QGEMV_GROUP_ROWS", 0);   // measurements only
+    const int forced = env_int("GGX_QGEMV_GROUP_ROWS", 0);   // measurements and tests (read per job: host code)
     if (forced >= k_fine) return std::min(k_max_rows, forced) / k_fine;
     const int W = groups_for(job.T);
     const int64_t slots = std::max(1, n_sm);
@@ -624,6 +654,9 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     char * part = (char *)ctx.scratch;
     int blocks = 0, counters = 0;
     const int m = group_slices(job, ctx.n_sm);
+    // One-row jobs whose warp groups own whole pairs of fine slices walk the paired piece tables
+    // (GGX_QGEMV_PAIRS=0: never; read per job so that a test can compare both).
+    const bool pairs = job.T == 1 && m % 2 == 0 && env_int("GGX_QGEMV_PAIRS", 1) != 0;
     bool rope = false;
     for (int i = 0; i < job.n_mat; i++) {
         const ggx_qgemv_job_mat & jm = job.m[i];
@@ -634,8 +667,10 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
         M.qs = q->q_scale;
         M.qsmax = (const half *)q->q_scale_max;
         M.perm = q->q_perm;
-        M.pieces = e->pieces;
-        M.slice_first = e->slice_first;
+        const bool paired = pairs && e->pieces2;
+        M.pieces = paired ? e->pieces2 : e->pieces;
+        M.slice_first = paired ? e->slice_first2 : e->slice_first;
+        M.pair_shift = paired ? 1 : 0;
         M.K = q->K;
         M.N = q->N;
         M.Np = q->Np;

@@ -325,29 +325,20 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     }
     const int R = GGX_QGEMV_FINE_ROWS;
     const int n_slices = (q->K + R - 1) / R;
-    std::vector<int4> pieces;
-    std::vector<int> first(n_slices + 1);
-    int g = 0;
-    for (int s = 0; s < n_slices; s++) {
-        first[s] = (int)pieces.size();
-        const int s0 = s * R, s1 = std::min(q->K, s0 + R);
-        while (g < q->n_groups && gtab[g].x + gtab[g].w <= s0) g++;
-        for (int gg = g; gg < q->n_groups && gtab[gg].x < s1; gg++) {
-            const int a = std::max(s0, gtab[gg].x), b = std::min(s1, gtab[gg].x + gtab[gg].w);
-            // pieces of at most 32 rows: the decode GEMV double-buffers whole pieces in registers
-            for (int r = a; r < b; r += 32) {
-                const int qrow = gtab[gg].y + (r - gtab[gg].x) * gtab[gg].z / 32;
-                pieces.push_back(make_int4(r, qrow, (gg << 4) | gtab[gg].z, std::min(32, b - r)));
-            }
-        }
-    }
-    first[n_slices] = (int)pieces.size();
+    std::vector<int4> pieces, pieces2;
+    std::vector<int> first, first2;
+    ggx_cuda_list_pieces(gtab, q->K, false, &pieces, &first);
+    ggx_cuda_list_pieces(gtab, q->K, true, &pieces2, &first2);
     e->slice_rows = R;
     e->n_slices = n_slices;
     e->n_groups = q->n_groups;
     GGX_CUDA_CHECK(cudaMalloc(&e->pieces, std::max<size_t>(1, pieces.size()) * sizeof(int4)));
     GGX_CUDA_CHECK(cudaMalloc(&e->slice_first, first.size() * sizeof(int)));
     GGX_CUDA_CHECK(cudaMalloc(&e->groups, gtab.size() * sizeof(int4)));
+    GGX_CUDA_CHECK(cudaMalloc(&e->pieces2, std::max<size_t>(1, pieces2.size()) * sizeof(int4)));
+    GGX_CUDA_CHECK(cudaMalloc(&e->slice_first2, first2.size() * sizeof(int)));
+    GGX_CUDA_CHECK(cudaMemcpyAsync(e->pieces2, pieces2.data(), pieces2.size() * sizeof(int4), cudaMemcpyHostToDevice, ctx.stream));
+    GGX_CUDA_CHECK(cudaMemcpyAsync(e->slice_first2, first2.data(), first2.size() * sizeof(int), cudaMemcpyHostToDevice, ctx.stream));
     GGX_CUDA_CHECK(cudaMemcpyAsync(e->pieces, pieces.data(), pieces.size() * sizeof(int4), cudaMemcpyHostToDevice, ctx.stream));
     GGX_CUDA_CHECK(cudaMemcpyAsync(e->slice_first, first.data(), first.size() * sizeof(int), cudaMemcpyHostToDevice, ctx.stream));
     GGX_CUDA_CHECK(cudaMemcpyAsync(e->groups, gtab.data(), gtab.size() * sizeof(int4), cudaMemcpyHostToDevice, ctx.stream));
@@ -357,6 +348,53 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
         if (st != GGX_STATUS_OK) return bail(st);
     }
     return GGX_STATUS_OK;
+}
+
+void ggx_cuda_list_pieces(const std::vector<int4> & gtab, int K, bool paired, std::vector<int4> * pieces,
+                          std::vector<int> * first) {
+    const int R = GGX_QGEMV_FINE_ROWS;
+    const int n_slices = (K + R - 1) / R;
+    pieces->clear();
+    first->assign((size_t)n_slices + 1, 0);
+    int g = 0;
+    for (int s = 0; s < n_slices; s++) {
+        (*first)[s] = (int)pieces->size();
+        const int s0 = s * R, s1 = std::min(K, s0 + R);
+        while (g < (int)gtab.size() && gtab[g].x + gtab[g].w <= s0) g++;
+        for (int gg = g; gg < (int)gtab.size() && gtab[gg].x < s1; gg++) {
+            const int a = std::max(s0, gtab[gg].x), b = std::min(s1, gtab[gg].x + gtab[gg].w);
+            // pieces of at most 32 rows: the decode GEMV double-buffers whole pieces in registers
+            for (int r = a; r < b; r += 32) {
+                const int qrow = gtab[gg].y + (r - gtab[gg].x) * gtab[gg].z / 32;
+                pieces->push_back(make_int4(r, qrow, (gg << 4) | gtab[gg].z, std::min(32, b - r)));
+            }
+        }
+    }
+    (*first)[n_slices] = (int)pieces->size();
+    if (!paired) return;
+    // Pairs of slices: the last piece of slice 2j and the first of slice 2j + 1 become one when
+    // both are 32 rows of 4 bits of one group (they are then contiguous in rows and words).
+    std::vector<int4> out;
+    std::vector<int> out_first((size_t)(n_slices + 1) / 2 + 1);
+    for (int j = 0; 2 * j < n_slices; j++) {
+        out_first[j] = (int)out.size();
+        const int p0 = (*first)[2 * j], p1 = (*first)[std::min(2 * j + 1, n_slices)], p2 = (*first)[std::min(2 * j + 2, n_slices)];
+        for (int p = p0; p < p2; p++) {
+            const int4 a = (*pieces)[p];
+            if (p == p1 - 1 && p1 < p2) {
+                const int4 b = (*pieces)[p1];
+                if ((a.z & 15) == 4 && a.z == b.z && a.w == 32 && b.w == 32) {
+                    out.push_back(make_int4(a.x, a.y, a.z, 64));
+                    p++;
+                    continue;
+                }
+            }
+            out.push_back(a);
+        }
+    }
+    out_first.back() = (int)out.size();
+    pieces->swap(out);
+    first->swap(out_first);
 }
 
 ggx_status ggx_cuda_exl2_host_groups(ggx_cuda_ctx & ctx, const ggx_qmatrix & q, std::vector<uint16_t> * groups) {
@@ -378,6 +416,8 @@ void ggx_cuda_qmatrix_release(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     (void)cudaFree(e->pieces);
     (void)cudaFree(e->slice_first);
     (void)cudaFree(e->groups);
+    (void)cudaFree(e->pieces2);
+    (void)cudaFree(e->slice_first2);
     ggx_cuda_strip_release(e);
     ggx_cuda_tile_release(e);
     delete e;

@@ -171,6 +171,36 @@ TEST_CASE("cuda: EXL2 matmul at real shapes (4096 x 1024, 14336 x 4096)") {
     for (int T : {1, 2}) check_qmatmul(b, T, false, "exl2 14336x4096 T " + std::to_string(T));
 }
 
+// One-row GEMVs whose warp groups own whole pairs of fine slices walk the paired piece tables
+// (4-bit pieces of 64 rows, summed as two 32-row halves): the same sums in the same order as the
+// plain tables, so the same bits. GGX_QGEMV_GROUP_ROWS forces the rows per warp group (64, 128:
+// pairs; 96: an odd number of slices, the plain tables), GGX_QGEMV_PAIRS=0 the plain tables.
+TEST_CASE("cuda: EXL2 one-row GEMV, paired piece tables give the same bits as the plain ones") {
+    REQUIRE_CUDA();
+    uint64_t seed = 300;
+    for (const char * lay : {"4 g128", "4 g32", "4/3 g32 .25/.75", "8/4/3 g32,128,128 .05/.1/.85", "6/3/2 g32,64,64 .05/.2/.75"}) {
+        QCase c = make_exl2(1024, 520, lay, true, seed++);
+        const int K = c.L.K;
+        const std::vector<uint8_t> xb = bytes_of(random_x(1, K, seed * 13));
+        Builder build = [&](GraphRun & r) {
+            return ggx_mul_mat(r.ctx, r.qweight(c.L), r.input(GGX_TYPE_F32, {K, 1}, xb));
+        };
+        for (const char * rows : {"64", "128", "96"}) {
+            setenv("GGX_QGEMV_GROUP_ROWS", rows, 1);
+            setenv("GGX_QGEMV_PAIRS", "0", 1);
+            const Output plain = run_graph(cuda_backend(), build);
+            setenv("GGX_QGEMV_PAIRS", "1", 1);
+            const Output paired = run_graph(cuda_backend(), build);
+            unsetenv("GGX_QGEMV_PAIRS");
+            unsetenv("GGX_QGEMV_GROUP_ROWS");
+            REQUIRE(plain.bytes.size() == paired.bytes.size());
+            CHECK_MESSAGE(memcmp(plain.bytes.data(), paired.bytes.data(), plain.bytes.size()) == 0,
+                          "exl2 '" << lay << "' at " << rows << " rows per warp group: paired tables differ");
+        }
+        check_qmatmul(c, 1, false, std::string("exl2 '") + lay + "' T 1 (paired tables where chosen)");
+    }
+}
+
 TEST_CASE("cuda: prefill matmuls reading one x in a row convert it once, a different x again") {
     REQUIRE_CUDA();
     // Nodes in order: a x1, b x1 (reuses x1's fp16 copy), a x2 (must convert x2), b x1 (must
