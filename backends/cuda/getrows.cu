@@ -2,6 +2,7 @@
 // inside a kernel: a bad id yields a row of zeros, a bad position writes nothing (the host side
 // validates both before upload).
 #include "getrows.cuh"
+#include "trace.cuh"
 
 #include <type_traits>
 
@@ -10,11 +11,14 @@ namespace {
 template <typename TT>
 __global__ void k_get_rows(const TT * __restrict__ table,   // [V][D]
                            const int32_t * __restrict__ ids, // [T]
-                           float * __restrict__ y, int64_t D, int64_t V) {
+                           float * __restrict__ y, int64_t D, int64_t V, const ggx_trace_dev trace) {
+    __shared__ int trace_slot;
+    ggx_trace_begin(trace, &trace_slot);   // the step's first kernel: where a decode step starts
     const int32_t id = ids[blockIdx.x];
     float * yr = y + blockIdx.x * D;
     const bool ok = id >= 0 && id < V;
     for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = ok ? ggx_load_f(table, (int64_t)id * D + i) : 0.0f;
+    ggx_trace_stamp(trace, &trace_slot, GGX_TRACE_EXIT);
 }
 
 template <typename TC>
@@ -47,8 +51,9 @@ ggx_status ggx_cuda_op_get_rows(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
     const ggx_tensor * ids = dst->src[1];
     const int64_t D = table->ne[0], V = ggx_nrows(table), T = ggx_nelements(ids);
     if (T == 0) return GGX_STATUS_OK;
+    const ggx_trace_dev trace = ctx.trace ? ggx_cuda_trace_launch(ctx, "get_rows") : ggx_trace_dev{};
     ggx_cuda_dispatch_ftype(table->type, table->data, [&](auto tp) {
-        k_get_rows<<<(unsigned)T, 256, 0, ctx.stream>>>(tp, (const int32_t *)ids->data, (float *)dst->data, D, V);
+        k_get_rows<<<(unsigned)T, 256, 0, ctx.stream>>>(tp, (const int32_t *)ids->data, (float *)dst->data, D, V, trace);
     });
     GGX_CUDA_LAUNCH_CHECK();
     return GGX_STATUS_OK;

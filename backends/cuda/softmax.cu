@@ -1,5 +1,6 @@
 // Row ops with one block per row: max, then sum of exp, then normalised write.
 #include "softmax.cuh"
+#include "trace.cuh"
 
 namespace {
 
@@ -30,9 +31,15 @@ __device__ __forceinline__ void argmax_take(float v, int32_t i, float & bv, int3
     if (v > bv || (bi < 0 && v == v)) { bv = v; bi = i; }
 }
 
-__global__ void k_argmax(const float * __restrict__ x, int32_t * __restrict__ y, int64_t D) {
+// Launched as a programmatic dependent (sm_90): its block is resident on an SM the head's GEMV
+// left free and starts the moment the logits are complete, not a launch latency later.
+__global__ void k_argmax(const float * __restrict__ x, int32_t * __restrict__ y, int64_t D, const ggx_trace_dev trace) {
     __shared__ float sv[32];
     __shared__ int32_t si[32];
+    __shared__ int trace_slot;
+    ggx_trace_begin(trace, &trace_slot);
+    ggx_pdl_wait();
+    ggx_trace_stamp(trace, &trace_slot, GGX_TRACE_WAITED);
     const float * xr = x + blockIdx.x * D;
     float bv = -INFINITY;
     int32_t bi = -1;
@@ -82,6 +89,7 @@ __global__ void k_argmax(const float * __restrict__ x, int32_t * __restrict__ y,
         }
         if (lane == 0) y[blockIdx.x] = bi < 0 ? 0 : bi;
     }
+    ggx_trace_stamp(trace, &trace_slot, GGX_TRACE_EXIT);
 }
 
 }  // namespace
@@ -100,7 +108,7 @@ ggx_status ggx_cuda_op_argmax(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
     const ggx_tensor * x = dst->src[0];
     const int64_t rows = ggx_nrows(x);
     if (rows == 0) return GGX_STATUS_OK;
-    k_argmax<<<(unsigned)rows, 1024, 0, ctx.stream>>>((const float *)x->data, (int32_t *)dst->data, x->ne[0]);
-    GGX_CUDA_LAUNCH_CHECK();
-    return GGX_STATUS_OK;
+    const ggx_trace_dev trace = ctx.trace ? ggx_cuda_trace_launch(ctx, "argmax") : ggx_trace_dev{};
+    return ggx_cuda_launch(ctx, k_argmax, dim3((unsigned)rows), dim3(1024), 0, (const float *)x->data, (int32_t *)dst->data,
+                           x->ne[0], trace);
 }
