@@ -93,6 +93,13 @@ struct ggx_cuda_ctx {
     // get_begin / get_end: a pinned host mailbox and the event recorded after the copy into it.
     unsigned char * mailbox = nullptr;
     cudaEvent_t    mailbox_ready = nullptr;
+    // Small uploads (token ids, positions) through pinned slots, each reused once the event
+    // recorded after its copy has passed (ggx-cuda.cu, be_set).
+    static constexpr int k_small_slots = 16, k_small_bytes = 256;
+    unsigned char * small = nullptr;
+    cudaEvent_t    small_done[k_small_slots] = {};
+    bool           small_used[k_small_slots] = {};
+    int            small_next = 0;
     char           name[16] = {0};
 };
 

@@ -8,6 +8,8 @@
 
 namespace {
 
+constexpr int GET_ROWS_PER_THREAD = 4;
+
 template <typename TT>
 __global__ void k_get_rows(const TT * __restrict__ table,   // [V][D]
                            const int32_t * __restrict__ ids, // [T]
@@ -17,7 +19,20 @@ __global__ void k_get_rows(const TT * __restrict__ table,   // [V][D]
     const int32_t id = ids[blockIdx.x];
     float * yr = y + blockIdx.x * D;
     const bool ok = id >= 0 && id < V;
-    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = ok ? ggx_load_f(table, (int64_t)id * D + i) : 0.0f;
+    // blockIdx.y: GET_ROWS_PER_THREAD x blockDim.x elements of the row, all loads issued before
+    // the stores (one block walking a 4096-wide row took 16 dependent round trips: 6 us per step)
+    const int64_t i0 = (int64_t)blockIdx.y * blockDim.x * GET_ROWS_PER_THREAD + threadIdx.x;
+    float v[GET_ROWS_PER_THREAD];
+#pragma unroll
+    for (int u = 0; u < GET_ROWS_PER_THREAD; u++) {
+        const int64_t i = i0 + (int64_t)u * blockDim.x;
+        v[u] = ok && i < D ? ggx_load_f(table, (int64_t)id * D + i) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < GET_ROWS_PER_THREAD; u++) {
+        const int64_t i = i0 + (int64_t)u * blockDim.x;
+        if (i < D) yr[i] = v[u];
+    }
     ggx_trace_stamp(trace, &trace_slot, GGX_TRACE_EXIT);
 }
 
@@ -51,9 +66,15 @@ ggx_status ggx_cuda_op_get_rows(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
     const ggx_tensor * ids = dst->src[1];
     const int64_t D = table->ne[0], V = ggx_nrows(table), T = ggx_nelements(ids);
     if (T == 0) return GGX_STATUS_OK;
+    const int64_t chunks = (D + 256 * GET_ROWS_PER_THREAD - 1) / (256 * GET_ROWS_PER_THREAD);
+    if (chunks > 65535 || T > 0x7fffffff) {
+        ggx_set_error("cuda: get_rows of %lld rows of %lld elements: too large for one launch", (long long)T, (long long)D);
+        return GGX_STATUS_UNSUPPORTED;
+    }
     const ggx_trace_dev trace = ctx.trace ? ggx_cuda_trace_launch(ctx, "get_rows") : ggx_trace_dev{};
     ggx_cuda_dispatch_ftype(table->type, table->data, [&](auto tp) {
-        k_get_rows<<<(unsigned)T, 256, 0, ctx.stream>>>(tp, (const int32_t *)ids->data, (float *)dst->data, D, V, trace);
+        const dim3 grid((unsigned)T, (unsigned)chunks);
+        k_get_rows<<<grid, 256, 0, ctx.stream>>>(tp, (const int32_t *)ids->data, (float *)dst->data, D, V, trace);
     });
     GGX_CUDA_LAUNCH_CHECK();
     return GGX_STATUS_OK;

@@ -384,9 +384,25 @@ void be_dealloc(ggx_backend * be, void * p) {
 #endif  // GGX_USE_HIP
 }
 
+// A copy from pageable memory may make the driver wait for the stream before staging it (CUDA's
+// "API synchronization behavior"), which would hold the host until the step queued before it is
+// done: greedy run-ahead uploads the next step's position while the current step runs. Small
+// uploads therefore go through pinned slots, which copy asynchronously.
 ggx_status be_set(ggx_backend * be, void * dst, const void * src, size_t n) {
     if (n == 0) return GGX_STATUS_OK;
-    GGX_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, ctx_of(be)->stream));
+    ggx_cuda_ctx & ctx = *ctx_of(be);
+    if (ctx.small && n <= (size_t)ggx_cuda_ctx::k_small_bytes) {
+        const int i = ctx.small_next;
+        ctx.small_next = (i + 1) % ggx_cuda_ctx::k_small_slots;
+        if (ctx.small_used[i]) GGX_CUDA_CHECK(cudaEventSynchronize(ctx.small_done[i]));   // its last copy has run
+        unsigned char * slot = ctx.small + (size_t)i * ggx_cuda_ctx::k_small_bytes;
+        memcpy(slot, src, n);
+        GGX_CUDA_CHECK(cudaMemcpyAsync(dst, slot, n, cudaMemcpyHostToDevice, ctx.stream));
+        GGX_CUDA_CHECK(cudaEventRecord(ctx.small_done[i], ctx.stream));
+        ctx.small_used[i] = true;
+        return GGX_STATUS_OK;
+    }
+    GGX_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, ctx.stream));
     return GGX_STATUS_OK;
 }
 
@@ -458,6 +474,9 @@ void be_free(ggx_backend * be) {
         (void)cudaFree(ctx->counters);
         if (ctx->mailbox_ready) (void)cudaEventDestroy(ctx->mailbox_ready);
         if (ctx->mailbox) (void)cudaFreeHost(ctx->mailbox);
+        for (cudaEvent_t ev : ctx->small_done)
+            if (ev) (void)cudaEventDestroy(ev);
+        if (ctx->small) (void)cudaFreeHost(ctx->small);
         for (void * p : ctx->retired) (void)cudaFree(p);
         if (ctx->stream) (void)cudaStreamDestroy(ctx->stream);
         delete ctx;
@@ -562,6 +581,10 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->step_counter = ctx->counters + ctx->n_counters;
     if ((err = cudaMallocHost((void **)&ctx->mailbox, GGX_BACKEND_MAILBOX_BYTES)) != cudaSuccess) return fail_init("pinned mailbox allocation", (int)err);
     if ((err = cudaEventCreateWithFlags(&ctx->mailbox_ready, cudaEventDisableTiming)) != cudaSuccess) return fail_init("event creation", (int)err);
+    if ((err = cudaMallocHost((void **)&ctx->small, (size_t)ggx_cuda_ctx::k_small_slots * ggx_cuda_ctx::k_small_bytes)) != cudaSuccess)
+        return fail_init("pinned upload slots allocation", (int)err);
+    for (cudaEvent_t & ev : ctx->small_done)
+        if ((err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) != cudaSuccess) return fail_init("event creation", (int)err);
 #if !defined(GGX_NO_BLAS)
     cublasStatus_t bs = cublasCreate(&ctx->cublas);
     if (bs != CUBLAS_STATUS_SUCCESS) return fail_init("cublasCreate", (int)bs);

@@ -12,14 +12,15 @@ using namespace cudatest;
 
 TEST_CASE("cuda: get_rows f32/f16/bf16 tables, exact") {
     REQUIRE_CUDA();
-    for (ggx_type tt : {GGX_TYPE_F32, GGX_TYPE_F16, GGX_TYPE_BF16}) {
-        auto o = run_both([&](GraphRun & r) {
-            ggx_tensor * tab = r.input_rand(tt, {100, 37});
-            ggx_tensor * ids = r.input_i32({9}, {0, 36, 5, 5, 17, 1, 30, 2, 36});
-            return ggx_get_rows(r.ctx, tab, ids);
-        });
-        check_close(o.cuda.f, o.cpu.f, 0, 0, std::string("get_rows ") + ggx_type_name(tt));
-    }
+    for (ggx_type tt : {GGX_TYPE_F32, GGX_TYPE_F16, GGX_TYPE_BF16})
+        for (int64_t D : {100, 2500}) {   // 2500: three chunks of the kernel's 1024, the last one partial
+            auto o = run_both([&](GraphRun & r) {
+                ggx_tensor * tab = r.input_rand(tt, {D, 37});
+                ggx_tensor * ids = r.input_i32({9}, {0, 36, 5, 5, 17, 1, 30, 2, 36});
+                return ggx_get_rows(r.ctx, tab, ids);
+            });
+            check_close(o.cuda.f, o.cpu.f, 0, 0, std::string("get_rows ") + ggx_type_name(tt) + " D " + std::to_string(D));
+        }
 }
 
 TEST_CASE("cuda: add/mul with full and broadcast operands") {
