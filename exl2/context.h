@@ -88,7 +88,6 @@ private:
     Graph & run_chunk(const int32_t * tokens, int n, bool all_logits, float * logits_out);
     Graph * single_step_graph();
     int32_t run_ahead(Graph & G);
-    void drop_ahead();
 
     Model & model_;
     KvCache cache_;

@@ -111,6 +111,7 @@ ggx_status cpu_get(ggx_backend *, void * dst, const void * src, size_t n) {
     if (n) memcpy(dst, src, n);
     return GGX_STATUS_OK;
 }
+
 // Graphs finish before graph_compute returns, so a mailbox read is a plain copy; the pair exists
 // so that code written for asynchronous devices (a context's greedy run-ahead) runs here too.
 ggx_status cpu_get_begin(ggx_backend * be, const void * src, size_t n) {
