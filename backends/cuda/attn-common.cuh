@@ -23,6 +23,7 @@ struct attn_args {
     float * part;          // [T][H][n_splits][hd + 4]   (m, l, -, -, acc...)
     int * counters;        // blocks done per merge group, zero between launches
     int hd, H, Hkv, C, T, chunk, n_splits;
+    int min_chunk;         // chunk 0 (decode): at least this many keys per split (a multiple of 64)
     int tile_keys;         // keys per shared-memory tile (k_attn_split)
     float scale, softcap;
     int window;

@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
         fresh = min(fresh, pt);   // rows at or past it are written by this step's qkv GEMV
     }
     end = min(end, a.C);
-    const int chunk = ((max(end - lo0, 1) + a.n_splits - 1) / a.n_splits + 63) / 64 * 64;
+    const int chunk = max(a.min_chunk, ((max(end - lo0, 1) + a.n_splits - 1) / a.n_splits + 63) / 64 * 64);
     const int k_lo = lo0 + split * chunk, k_hi = min(end, k_lo + chunk);
     const int n_active = max(1, (end - lo0 + chunk - 1) / chunk);
     if (split >= n_active) {   // no visible keys: the active splits do it all

@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(const __grid_constant_
     } else {   // split the visible keys evenly (multiples of 64)
         const int lo0 = a.window > 0 ? max(0, p_t - a.window + 1) : 0;
         const int end = min(a.C, p_vis + 1);
-        const int chunk = ((max(end - lo0, 1) + a.n_splits - 1) / a.n_splits + 63) / 64 * 64;
+        const int chunk = max(a.min_chunk, ((max(end - lo0, 1) + a.n_splits - 1) / a.n_splits + 63) / 64 * 64);
         k_lo = lo0 + split * chunk;
         k_hi = min(end, k_lo + chunk);
         n_active = max(1, (end - lo0 + chunk - 1) / chunk);
@@ -529,7 +529,7 @@ bool prefill_ok(const ggx_tensor *) { return false; }
 #endif  // GGX_ATTN_WMMA
 
 struct plan {
-    int chunk, n_splits;
+    int chunk, n_splits, min_chunk = 64;
 };
 
 // GGX_ATTN_DECODE_MMA=0 sends decode to k_attn_split even where the tensor-core kernel applies
@@ -547,6 +547,17 @@ int attn_qsplit(int G) {
     return v >= 1 && G % v == 0 ? v : 1;
 }
 
+// At least this many visible keys per decode split (GGX_ATTN_MIN_SPLIT_KEYS, a multiple of 64,
+// default 64; measurements). Past it, two or more splits run and merge their partials; below,
+// one split writes the output alone. tg128@16 walks 16..144 keys and so crosses 64 (session 20's
+// notes): whether a longer lone walk beats the merge there is what the knob measures. Read per
+// plan (host code, once per captured graph) so that a test can set it.
+static int min_split_keys() {
+    const char * v = getenv("GGX_ATTN_MIN_SPLIT_KEYS");
+    const int n = v ? atoi(v) : 64;
+    return std::max(64, std::min(1 << 16, (n + 63) / 64 * 64));
+}
+
 plan make_plan(const ggx_tensor * dst) {
     const ggx_tensor * kc = dst->src[1];
     const int C = (int)(ggx_nelements(kc) / (kc->ne[0] * kc->ne[1]));
@@ -562,6 +573,7 @@ plan make_plan(const ggx_tensor * dst) {
     // that short contexts take one split and skip the merge.
     p.chunk = 0;
     p.n_splits = std::max(1, std::min(32, (C + 63) / 64));
+    p.min_chunk = min_split_keys();
     return p;
 }
 
@@ -649,6 +661,7 @@ ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst, half * x16) {
     const plan p = make_plan(dst);
     a.chunk = p.chunk;
     a.n_splits = p.n_splits;
+    a.min_chunk = p.min_chunk;
     a.scale = dst->params.attn.scale;
     a.softcap = dst->params.attn.softcap;
     a.window = dst->params.attn.window;

@@ -189,7 +189,32 @@ TEST_CASE("cuda: kv_store into f32/f16/bf16 caches, exact") {
 
 namespace {
 struct AttnCase { int64_t hd, H, Hkv, C, T; ggx_type ct; float softcap; int window; int non_causal = 0; };
+
+void check_attn_case(const AttnCase & c) {
+    auto o = run_both([&](GraphRun & r) {
+        ggx_tensor * q = r.input_f32({c.hd, c.H, c.T});
+        ggx_tensor * k = r.input_rand(c.ct, {c.hd, c.Hkv, c.C});
+        ggx_tensor * v = r.input_rand(c.ct, {c.hd, c.Hkv, c.C});
+        std::vector<int32_t> pos(c.T);
+        // a prompt chunk at the end of the filled part of the cache, or scattered decodes
+        for (int64_t t = 0; t < c.T; t++) pos[t] = (int32_t)(c.C - c.T + t - (c.T == 1 ? c.C / 3 : 0));
+        ggx_tensor * p = r.input_i32({c.T}, pos);
+        ggx_params_attn ap = {};
+        ap.scale = 1.0f / std::sqrt((float)c.hd);
+        ap.softcap = c.softcap;
+        ap.window = c.window;
+        ap.non_causal = c.non_causal;
+        return ggx_attn(r.ctx, q, k, v, p, ap);
+    });
+    // the tensor-core kernels round q and p to fp16: prefill, and decode with T x G <= 16 rows
+    const bool tc = c.ct == GGX_TYPE_F16 && (c.hd == 64 || c.hd == 80 || c.hd == 96 || c.hd == 128) &&
+                    (c.T > 8 || c.T * (c.H / c.Hkv) <= 16);
+    check_close(o.cuda.f, o.cpu.f, tc ? 5e-3f : 2e-5f, tc ? 5e-3f : 2e-4f,
+                "attn hd " + std::to_string(c.hd) + " H " + std::to_string(c.H) + "/" + std::to_string(c.Hkv) + " C " +
+                    std::to_string(c.C) + " T " + std::to_string(c.T));
 }
+}  // namespace
+
 
 TEST_CASE("cuda: attention decode (split-K) and prefill paths, GQA, softcap, window") {
     REQUIRE_CUDA();
@@ -215,29 +240,22 @@ TEST_CASE("cuda: attention decode (split-K) and prefill paths, GQA, softcap, win
         {64, 4, 2, 100, 20, GGX_TYPE_F16, 0, 0, 1}, {64, 4, 2, 100, 3, GGX_TYPE_F16, 0, 0, 1},
         {128, 8, 2, 500, 200, GGX_TYPE_F16, 0, 0, 1},
     };
-    for (const AttnCase & c : cases) {
-        auto o = run_both([&](GraphRun & r) {
-            ggx_tensor * q = r.input_f32({c.hd, c.H, c.T});
-            ggx_tensor * k = r.input_rand(c.ct, {c.hd, c.Hkv, c.C});
-            ggx_tensor * v = r.input_rand(c.ct, {c.hd, c.Hkv, c.C});
-            std::vector<int32_t> pos(c.T);
-            // a prompt chunk at the end of the filled part of the cache, or scattered decodes
-            for (int64_t t = 0; t < c.T; t++) pos[t] = (int32_t)(c.C - c.T + t - (c.T == 1 ? c.C / 3 : 0));
-            ggx_tensor * p = r.input_i32({c.T}, pos);
-            ggx_params_attn ap = {};
-            ap.scale = 1.0f / std::sqrt((float)c.hd);
-            ap.softcap = c.softcap;
-            ap.window = c.window;
-            ap.non_causal = c.non_causal;
-            return ggx_attn(r.ctx, q, k, v, p, ap);
-        });
-        // the tensor-core kernels round q and p to fp16: prefill, and decode with T x G <= 16 rows
-        const bool tc = c.ct == GGX_TYPE_F16 && (c.hd == 64 || c.hd == 80 || c.hd == 96 || c.hd == 128) &&
-                        (c.T > 8 || c.T * (c.H / c.Hkv) <= 16);
-        check_close(o.cuda.f, o.cpu.f, tc ? 5e-3f : 2e-5f, tc ? 5e-3f : 2e-4f,
-                    "attn hd " + std::to_string(c.hd) + " H " + std::to_string(c.H) + "/" + std::to_string(c.Hkv) + " C " +
-                        std::to_string(c.C) + " T " + std::to_string(c.T));
-    }
+    for (const AttnCase & c : cases) check_attn_case(c);
+}
+
+// GGX_ATTN_MIN_SPLIT_KEYS (measurements): decode splits of at least 256 keys, so one split walks
+// up to 256 keys alone and longer contexts merge fewer, longer splits. The same bounds hold.
+TEST_CASE("cuda: attention decode with at least 256 keys per split") {
+    REQUIRE_CUDA();
+    const AttnCase cases[] = {
+        {128, 32, 8, 200, 1, GGX_TYPE_F16, 0, 0},  {128, 32, 8, 4096, 1, GGX_TYPE_F16, 0, 0},
+        {128, 32, 8, 700, 3, GGX_TYPE_F16, 0, 0},  {96, 8, 4, 500, 2, GGX_TYPE_F16, 15.0f, 0},
+        {80, 8, 1, 300, 2, GGX_TYPE_F16, 0, 50},   {64, 4, 4, 1000, 8, GGX_TYPE_F16, 0, 0},
+        {128, 8, 2, 700, 1, GGX_TYPE_F16, 0, 0},   {80, 6, 3, 300, 3, GGX_TYPE_F32, 0, 0},
+    };
+    setenv("GGX_ATTN_MIN_SPLIT_KEYS", "256", 1);
+    for (const AttnCase & c : cases) check_attn_case(c);
+    unsetenv("GGX_ATTN_MIN_SPLIT_KEYS");
 }
 
 TEST_CASE("cuda: a captured graph replays with new inputs") {
