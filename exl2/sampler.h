@@ -29,8 +29,10 @@ public:
         return (p_.temperature <= 0.0f || p_.top_k == 1) && (p_.repetition_penalty == 1.0f || history_.empty());
     }
 
-private:
     struct Cand { int32_t id; float logit; float p; };
+
+private:
+    size_t rank_candidates(const float * l, int n_vocab);
     SamplerParams p_;
     std::mt19937_64 rng_;
     std::vector<int32_t> history_;

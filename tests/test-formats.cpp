@@ -9,6 +9,7 @@
 #include "exl2/sampler.h"
 #include "ggx/fp16.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -152,4 +153,79 @@ TEST_CASE("sampler: greedy ties, top-k 1, seeded reproducibility, distribution")
         int x = d.sample(l.data(), 4);
         CHECK((x == 1 || x == 2));
     }
+}
+
+namespace {
+// The sampler's filters over a fully sorted vocabulary, as it first computed them: the reference
+// for its faster ranking (a heap of top-k; a partition by min-p; a widening window under top-p).
+int32_t sample_by_full_sort(const SamplerParams & p, std::mt19937_64 & rng, const std::vector<float> & l) {
+    struct C { int32_t id; float logit; float p; };
+    std::vector<C> c(l.size());
+    for (size_t i = 0; i < l.size(); i++) c[i] = {(int32_t)i, l[i] / p.temperature, 0.0f};
+    auto by = [](const C & a, const C & b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); };
+    std::sort(c.begin(), c.end(), by);
+    size_t n = p.top_k > 0 && (size_t)p.top_k < c.size() ? (size_t)p.top_k : c.size();
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) { c[i].p = std::exp(c[i].logit - c[0].logit); sum += c[i].p; }
+    for (size_t i = 0; i < n; i++) c[i].p = (float)(c[i].p / sum);
+    if (p.min_p > 0) {
+        size_t k = 1;
+        while (k < n && c[k].p >= c[0].p * p.min_p) k++;
+        n = k;
+    }
+    if (p.top_p > 0 && p.top_p < 1) {
+        double cum = 0;
+        size_t k = 0;
+        while (k < n) { cum += c[k].p; k++; if (cum >= p.top_p) break; }
+        n = k;
+    }
+    double total = 0;
+    for (size_t i = 0; i < n; i++) total += c[i].p;
+    std::uniform_real_distribution<double> U(0.0, total);
+    const double r = U(rng);
+    double acc = 0;
+    for (size_t i = 0; i < n; i++) {
+        acc += c[i].p;
+        if (r < acc) return c[i].id;
+    }
+    return c[n - 1].id;
+}
+}  // namespace
+
+// Exact for top-k (the same k candidates, order and sums). Without top-k the probabilities are
+// normalised over the vocabulary in id order rather than in rank order, which can move the sum
+// by an ulp of a double: a draw would differ only within ~1e-16 of a boundary, never in these.
+TEST_CASE("sampler: its ranking draws what a full sort of the vocabulary draws") {
+    struct P { int top_k; float top_p, min_p, temp; double sd, step; };
+    const P ps[] = {
+        {40, 0.95f, 0.05f, 0.8f, 3.0, 0},    // main's defaults
+        {40, 0.95f, 0.05f, 0.8f, 3.0, 0.5},  // logits on a 0.5 grid: ties, broken by id
+        {100, 1.0f, 0.0f, 1.3f, 1.0, 0},     {7, 0.5f, 0.0f, 0.7f, 2.0, 0.25},
+        {0, 0.9f, 0.0f, 1.0f, 2.0, 0},       {0, 1.0f, 0.05f, 0.8f, 3.0, 0},
+        {0, 0.5f, 0.0f, 1.0f, 0.05, 0},      // nearly flat: top-p's prefix spans thousands
+        {0, 0.95f, 0.02f, 1.0f, 0.3, 0.1},
+    };
+    for (int V : {50, 5000, 128256})
+        for (const P & q : ps) {
+            std::mt19937_64 gen((uint64_t)V * 31 + (uint64_t)q.top_k);
+            std::normal_distribution<double> d(0.0, q.sd);
+            std::vector<float> l((size_t)V);
+            SamplerParams sp;
+            sp.top_k = q.top_k;
+            sp.top_p = q.top_p;
+            sp.min_p = q.min_p;
+            sp.temperature = q.temp;
+            sp.seed = 7;
+            Sampler s(sp);
+            std::mt19937_64 ref_rng(sp.seed);
+            for (int draw = 0; draw < (V > 10000 ? 10 : 40); draw++) {
+                for (float & x : l) {
+                    const double v = d(gen);
+                    x = (float)(q.step > 0 ? std::round(v / q.step) * q.step : v);
+                }
+                const int32_t want = sample_by_full_sort(sp, ref_rng, l);
+                REQUIRE_MESSAGE(s.sample(l.data(), V) == want, "V " << V << " top_k " << q.top_k << " top_p " << q.top_p
+                                                                    << " min_p " << q.min_p << " draw " << draw);
+            }
+        }
 }
