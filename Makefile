@@ -131,6 +131,12 @@ bench-qmatmul-cpu: $(BUILD)/bench-qmatmul-cpu
 $(BUILD)/bench-qmatmul-cpu: $(BUILD)/bench/qmatmul-cpu.o $(LIB)
 	$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+# Host sampling time per token (bench/sampler-cpu.cpp): make bench-sampler-cpu
+.PHONY: bench-sampler-cpu
+bench-sampler-cpu: $(BUILD)/bench-sampler-cpu
+$(BUILD)/bench-sampler-cpu: $(BUILD)/bench/sampler-cpu.o $(LIB)
+	$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
 clean:
 	rm -rf build build-asan $(TOOLS) $(BENCH)
 
