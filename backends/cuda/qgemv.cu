@@ -165,8 +165,9 @@ __device__ __forceinline__ void sum_partials(const gemv_mat * const (&Ms)[NM], i
     for (int m = 0; m < NM; m++) add_bias<T>(*Ms[m], n, v[m]);
 }
 
-// One piece (at most 32 rows of one group; qmatrix.cu cuts them so) for a thread's 4 columns:
-// its packed words (a 32-row piece is `bits` words per column, at most 8) and its scale.
+// One piece (at most 32 rows of one group, or 64 of 4 bits in the paired tables; qmatrix.cu cuts
+// them so) for a thread's 4 columns: its packed words (rows x bits / 32 per column, at most 8)
+// and its scale.
 struct piece_regs {
     uint4    w[8];
     int4     pc;   // {k0, qrow0, group << 4 | bits, rows}
