@@ -246,6 +246,7 @@ int main(int argc, char ** argv) {
         printf("{\n  \"model\": \"%s\",\n  \"desc\": \"%s\",\n  \"device\": \"%s\",\n", json_escape(name).c_str(),
                json_escape(exl2_model_desc(model)).c_str(), json_escape(o.device).c_str());
         if (!o.synthetic.empty()) printf("  \"bpw\": %.3f,\n  \"layers\": %d,\n", o.bpw, exl2_model_n_layer(model));
+        printf("  \"run_ahead\": %d,\n", o.run_ahead);
         printf("  \"load_s\": %.3f,\n  \"weight_bytes_per_token\": %llu,\n  \"weights_device_bytes\": %llu,\n"
                "  \"kv_cache_bytes\": %llu,\n  \"compute_buffer_bytes\": %llu,\n  \"vram_used_bytes\": %.0f,\n"
                "  \"vram_model_bytes\": %.0f,\n  \"vram_after_tests_bytes\": %.0f,\n  \"copy_bandwidth_bytes_per_s\": %.0f,\n"
@@ -266,7 +267,8 @@ int main(int argc, char ** argv) {
         printf("  ]\n}\n");
     } else {
         printf("model:   %s\n", exl2_model_desc(model));
-        printf("device:  %s   load %.1f s\n", o.device.c_str(), t_load);
+        printf("device:  %s   load %.1f s   run-ahead %s\n", o.device.c_str(), t_load,
+               o.run_ahead < 0 ? "off" : o.run_ahead > 0 ? "on" : "on for GPUs");
         printf("weights: %.1f MiB read per token", wbytes / 1048576.0);
         if (have_mem1) printf("   VRAM used (model + context): %.1f MiB of %.1f GiB", vram / 1048576.0, total / 1073741824.0);
         if (have_mem2 && o.device != "cpu") printf(", %.1f MiB after the tests (with scratch)", vram_after / 1048576.0);
