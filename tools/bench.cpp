@@ -268,7 +268,7 @@ int main(int argc, char ** argv) {
     } else {
         printf("model:   %s\n", exl2_model_desc(model));
         printf("device:  %s   load %.1f s   run-ahead %s\n", o.device.c_str(), t_load,
-               o.run_ahead < 0 ? "off" : o.run_ahead > 0 ? "on" : "on for GPUs");
+               o.run_ahead < 0 ? "off" : o.run_ahead > 0 ? "on" : "auto (GPUs only)");
         printf("weights: %.1f MiB read per token", wbytes / 1048576.0);
         if (have_mem1) printf("   VRAM used (model + context): %.1f MiB of %.1f GiB", vram / 1048576.0, total / 1073741824.0);
         if (have_mem2 && o.device != "cpu") printf(", %.1f MiB after the tests (with scratch)", vram_after / 1048576.0);
