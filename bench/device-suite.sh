@@ -1,0 +1,41 @@
+#!/bin/bash
+# The GPU work of a session in one call (the device tool runs it from the repository root):
+# build for sm_90, then the named parts in order. Fixtures do not travel by themselves: copy
+# ../shared/fixtures/exl2 to fixtures-local/fx/exl2 (git-ignored) and carry fixtures-local.
+#
+#   bench/device-suite.sh tests figures            # full test-cuda, then the decode/prefill table
+#   bench/device-suite.sh tests:'*attention*' attn-sweep
+#
+# Parts:
+#   tests[:FILTER]  build-dev/test-cuda (doctest -tc FILTER when given)
+#   figures         tg128@16 for llama3-8b at 2.5-8.0 bpw, llama3.2-1b, 4.0 @4096, pp512/pp2048
+#   attn-sweep      GGX_ATTN_MIN_SPLIT_KEYS = 64, 128, 256, 512 at --ctx 16,512,4096
+#   trace           GGX_CUDA_TRACE=4 summaries at 4.0 bpw and for llama3.2-1b
+set -u
+nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
+git log --oneline -1 2>/dev/null | cut -c1-72
+if ! make -j"$(nproc)" BUILD=build-dev CUDA_ARCH=90 build-dev/test-cuda bench/bench >/tmp/device-build.log 2>&1; then
+    tail -30 /tmp/device-build.log
+    exit 1
+fi
+[ -d fixtures-local/fx ] && export EXL2_FIXTURES=$PWD/fixtures-local/fx
+B=bench/bench
+tg() { $B "$@" -p 0 -n 128 -r 3 2>&1 | grep -E '^\| tg|^copy bandwidth'; }
+for part in "$@"; do
+    echo "== $part"
+    case "$part" in
+        tests) build-dev/test-cuda 2>&1 | grep -E 'ERROR|FAILED|test cases|assertions|Status' ;;
+        tests:*) build-dev/test-cuda -tc="${part#tests:}" 2>&1 | grep -E 'ERROR|FAILED|test cases|assertions|Status' ;;
+        figures)
+            for b in 4.0 2.5 3.0 5.0 6.0 8.0; do echo "-- llama3-8b $b @16"; tg --synthetic llama3-8b --bpw "$b" --ctx 16; done
+            echo "-- llama3.2-1b 4.0 @16"; tg --synthetic llama3.2-1b --bpw 4.0 --ctx 16
+            echo "-- llama3-8b 4.0 @4096"; tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
+            echo "-- prefill"; $B --synthetic llama3-8b --bpw 4.0 -p 512,2048 -n 0 -r 3 2>&1 | grep -E '^\| pp|^memory:' ;;
+        attn-sweep)
+            for k in 64 128 256 512; do echo "-- GGX_ATTN_MIN_SPLIT_KEYS=$k"; GGX_ATTN_MIN_SPLIT_KEYS=$k tg --synthetic llama3-8b --bpw 4.0 --ctx 16,512,4096; done ;;
+        trace)
+            GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -20
+            GGX_CUDA_TRACE=4 $B --synthetic llama3.2-1b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | grep -E 'trace, step|^\| tg' ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace)"; exit 2 ;;
+    esac
+done
