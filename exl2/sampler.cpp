@@ -20,6 +20,14 @@ static bool by_logit(const Sampler::Cand & a, const Sampler::Cand & b) {
     return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
 }
 
+// c[i].p = exp(c[i].logit - mx) / sum over c[0, n), the sum taken in double in c's order; returns it.
+static double to_probabilities(Sampler::Cand * c, size_t n, float mx) {
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) { c[i].p = std::exp(c[i].logit - mx); sum += c[i].p; }
+    for (size_t i = 0; i < n; i++) c[i].p = (float)(c[i].p / sum);
+    return sum;
+}
+
 // Fills cands_[0, n) best first with their probabilities and returns n. With top-k, the k best
 // (one pass keeping a heap of k: sorting the whole vocabulary cost ~11 ms per token at 128k
 // entries), their probabilities over the k. Without, the probabilities over the whole vocabulary;
@@ -48,10 +56,7 @@ size_t Sampler::rank_candidates(const float * l, int n_vocab) {
             if (cands_.size() == k) worst = l[cands_.front().id];
         }
         std::sort_heap(cands_.begin(), cands_.end(), by_logit);
-        const float mx = cands_[0].logit;
-        double sum = 0;
-        for (size_t i = 0; i < k; i++) { cands_[i].p = std::exp(cands_[i].logit - mx); sum += cands_[i].p; }
-        for (size_t i = 0; i < k; i++) cands_[i].p = (float)(cands_[i].p / sum);
+        to_probabilities(cands_.data(), k, cands_[0].logit);
         return k;
     }
     cands_.resize((size_t)n_vocab);
@@ -60,9 +65,7 @@ size_t Sampler::rank_candidates(const float * l, int n_vocab) {
         cands_[i] = {i, l[i] / t, 0.0f};
         mx = std::max(mx, cands_[i].logit);
     }
-    double sum = 0;
-    for (Cand & c : cands_) { c.p = std::exp(c.logit - mx); sum += c.p; }
-    for (Cand & c : cands_) c.p = (float)(c.p / sum);
+    const double sum = to_probabilities(cands_.data(), cands_.size(), mx);
     size_t n = cands_.size();
     if (p_.min_p > 0) {
         const float thr = (float)(1.0 / sum) * p_.min_p;   // the best one's p times min_p
