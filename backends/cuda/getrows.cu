@@ -8,7 +8,7 @@
 
 namespace {
 
-constexpr int GET_ROWS_PER_THREAD = 4;
+constexpr int GET_ROWS_PER_THREAD = 4, GET_ROWS_THREADS = 256;
 
 template <typename TT>
 __global__ void k_get_rows(const TT * __restrict__ table,   // [V][D]
@@ -66,7 +66,8 @@ ggx_status ggx_cuda_op_get_rows(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
     const ggx_tensor * ids = dst->src[1];
     const int64_t D = table->ne[0], V = ggx_nrows(table), T = ggx_nelements(ids);
     if (T == 0) return GGX_STATUS_OK;
-    const int64_t chunks = (D + 256 * GET_ROWS_PER_THREAD - 1) / (256 * GET_ROWS_PER_THREAD);
+    constexpr int per_block = GET_ROWS_THREADS * GET_ROWS_PER_THREAD;
+    const int64_t chunks = (D + per_block - 1) / per_block;
     if (chunks > 65535 || T > 0x7fffffff) {
         ggx_set_error("cuda: get_rows of %lld rows of %lld elements: too large for one launch", (long long)T, (long long)D);
         return GGX_STATUS_UNSUPPORTED;
@@ -74,7 +75,7 @@ ggx_status ggx_cuda_op_get_rows(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
     const ggx_trace_dev trace = ctx.trace ? ggx_cuda_trace_launch(ctx, "get_rows") : ggx_trace_dev{};
     ggx_cuda_dispatch_ftype(table->type, table->data, [&](auto tp) {
         const dim3 grid((unsigned)T, (unsigned)chunks);
-        k_get_rows<<<grid, 256, 0, ctx.stream>>>(tp, (const int32_t *)ids->data, (float *)dst->data, D, V, trace);
+        k_get_rows<<<grid, GET_ROWS_THREADS, 0, ctx.stream>>>(tp, (const int32_t *)ids->data, (float *)dst->data, D, V, trace);
     });
     GGX_CUDA_LAUNCH_CHECK();
     return GGX_STATUS_OK;
