@@ -548,13 +548,15 @@ int attn_qsplit(int G) {
 }
 
 // At least this many visible keys per decode split (GGX_ATTN_MIN_SPLIT_KEYS, a multiple of 64,
-// default 64; measurements). Past it, two or more splits run and merge their partials; below,
-// one split writes the output alone. tg128@16 walks 16..144 keys and so crosses 64 (session 20's
-// notes): whether a longer lone walk beats the merge there is what the knob measures. Read per
-// plan (host code, once per captured graph) so that a test can set it.
+// default 128). Past it, two or more splits run and merge their partials; below, one split
+// writes the output alone. Run 132 (H200, llama3-8b 4.0 bpw, tg128 at ctx 16 / 512 / 4096):
+// 64 -> 411.3 / 396.4 / 365.1 t/s, 128 -> 420.4 / 397.3 / 365.0, 256 -> 421.6 / 384.8 / 364.9,
+// 512 -> 421.8 / 368.5 / 356.0: one split up to 128 keys saves the merge at short contexts, and
+// longer lone walks lose at 512. Read per plan (host code, once per captured graph) so that a
+// test can set it.
 static int min_split_keys() {
     const char * v = getenv("GGX_ATTN_MIN_SPLIT_KEYS");
-    const int n = v ? atoi(v) : 64;
+    const int n = v ? atoi(v) : 128;
     return std::max(64, std::min(1 << 16, (n + 63) / 64 * 64));
 }
 
@@ -569,8 +571,8 @@ plan make_plan(const ggx_tensor * dst) {
         return p;
     }
     // Up to 32 splits of the keys actually visible (chunk 0: each block sizes its chunk from pos on
-    // the device, so a captured graph fits every cache depth); at least 64 keys per split, so
-    // that short contexts take one split and skip the merge.
+    // the device, so a captured graph fits every cache depth); at least min_split_keys() keys per
+    // split, so that short contexts take one split and skip the merge.
     p.chunk = 0;
     p.n_splits = std::max(1, std::min(32, (C + 63) / 64));
     p.min_chunk = min_split_keys();

@@ -243,9 +243,10 @@ TEST_CASE("cuda: attention decode (split-K) and prefill paths, GQA, softcap, win
     for (const AttnCase & c : cases) check_attn_case(c);
 }
 
-// GGX_ATTN_MIN_SPLIT_KEYS (measurements): decode splits of at least 256 keys, so one split walks
-// up to 256 keys alone and longer contexts merge fewer, longer splits. The same bounds hold.
-TEST_CASE("cuda: attention decode with at least 256 keys per split") {
+// GGX_ATTN_MIN_SPLIT_KEYS (measurements): decode splits of at least 64 keys (the default before
+// run 132) and 256 keys, so one split walks up to that many keys alone and longer contexts merge
+// more or fewer splits than the default's. The same bounds hold.
+TEST_CASE("cuda: attention decode with 64 and 256 keys at least per split (the default is 128)") {
     REQUIRE_CUDA();
     const AttnCase cases[] = {
         {128, 32, 8, 200, 1, GGX_TYPE_F16, 0, 0},  {128, 32, 8, 4096, 1, GGX_TYPE_F16, 0, 0},
@@ -253,8 +254,11 @@ TEST_CASE("cuda: attention decode with at least 256 keys per split") {
         {80, 8, 1, 300, 2, GGX_TYPE_F16, 0, 50},   {64, 4, 4, 1000, 8, GGX_TYPE_F16, 0, 0},
         {128, 8, 2, 700, 1, GGX_TYPE_F16, 0, 0},   {80, 6, 3, 300, 3, GGX_TYPE_F32, 0, 0},
     };
-    setenv("GGX_ATTN_MIN_SPLIT_KEYS", "256", 1);
-    for (const AttnCase & c : cases) check_attn_case(c);
+    for (const char * keys : {"64", "256"}) {
+        CAPTURE(keys);
+        setenv("GGX_ATTN_MIN_SPLIT_KEYS", keys, 1);
+        for (const AttnCase & c : cases) check_attn_case(c);
+    }
     unsetenv("GGX_ATTN_MIN_SPLIT_KEYS");
 }
 
