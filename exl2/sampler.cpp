@@ -84,50 +84,93 @@ size_t Sampler::rank_candidates(const float * l, int n_vocab) {
     return n;
 }
 
+std::vector<int32_t> Sampler::penalty_window() const {
+    const size_t start = p_.repetition_range > 0 && history_.size() > (size_t)p_.repetition_range
+                             ? history_.size() - (size_t)p_.repetition_range : 0;
+    std::unordered_set<int32_t> seen(history_.begin() + (long)start, history_.end());
+    return std::vector<int32_t>(seen.begin(), seen.end());
+}
+
+int32_t Sampler::draw(size_t n) {
+    if (p_.min_p > 0) {
+        const float thr = cands_[0].p * p_.min_p;
+        size_t k = 1;
+        while (k < n && cands_[k].p >= thr) k++;
+        n = k;
+    }
+    if (p_.top_p > 0 && p_.top_p < 1) {
+        double cum = 0;
+        size_t k = 0;
+        while (k < n) { cum += cands_[k].p; k++; if (cum >= p_.top_p) break; }
+        n = k;
+    }
+    double total = 0;
+    for (size_t i = 0; i < n; i++) total += cands_[i].p;
+    std::uniform_real_distribution<double> U(0.0, total);
+    double r = U(rng_), acc = 0;
+    int32_t chosen = cands_[n - 1].id;
+    for (size_t i = 0; i < n; i++) {
+        acc += cands_[i].p;
+        if (r < acc) { chosen = cands_[i].id; break; }
+    }
+    return chosen;
+}
+
 int32_t Sampler::sample(const float * logits, int n_vocab) {
     const float * l = logits;
     // Repetition penalty (HF style: positive logits divided, negative multiplied) over the window.
-    if (p_.repetition_penalty != 1.0f && !history_.empty()) {
+    if (penalized()) {
         work_.assign(logits, logits + n_vocab);
-        const size_t start = p_.repetition_range > 0 && history_.size() > (size_t)p_.repetition_range
-                                 ? history_.size() - (size_t)p_.repetition_range : 0;
-        std::unordered_set<int32_t> seen(history_.begin() + (long)start, history_.end());
-        for (int32_t id : seen) {
-            if (id < 0 || id >= n_vocab) continue;
-            float & x = work_[id];
-            x = x > 0 ? x / p_.repetition_penalty : x * p_.repetition_penalty;
-        }
+        for (int32_t id : penalty_window())
+            if (id >= 0 && id < n_vocab) work_[id] = penalize(work_[id]);
         l = work_.data();
     }
-    int32_t chosen;
-    if (p_.temperature <= 0.0f || p_.top_k == 1) {
-        chosen = argmax(l, n_vocab);
-    } else {
-        size_t n = rank_candidates(l, n_vocab);
-        if (p_.min_p > 0) {
-            const float thr = cands_[0].p * p_.min_p;
-            size_t k = 1;
-            while (k < n && cands_[k].p >= thr) k++;
-            n = k;
-        }
-        if (p_.top_p > 0 && p_.top_p < 1) {
-            double cum = 0;
-            size_t k = 0;
-            while (k < n) { cum += cands_[k].p; k++; if (cum >= p_.top_p) break; }
-            n = k;
-        }
-        double total = 0;
-        for (size_t i = 0; i < n; i++) total += cands_[i].p;
-        std::uniform_real_distribution<double> U(0.0, total);
-        double r = U(rng_), acc = 0;
-        chosen = cands_[n - 1].id;
-        for (size_t i = 0; i < n; i++) {
-            acc += cands_[i].p;
-            if (r < acc) { chosen = cands_[i].id; break; }
-        }
-    }
+    const int32_t chosen = p_.temperature <= 0.0f || p_.top_k == 1 ? argmax(l, n_vocab) : draw(rank_candidates(l, n_vocab));
     history_.push_back(chosen);
     return chosen;
+}
+
+int Sampler::top_needed(int n_vocab, int cap) const {
+    if (p_.temperature <= 0.0f || p_.top_k <= 1 || p_.top_k >= n_vocab) return 0;
+    // A penalty of at least 1 only lowers logits, so the k best after it are among the k + P best
+    // before it (P penalized ids), plus one more to show that nothing left out ties with them.
+    size_t need = (size_t)p_.top_k + 1;
+    if (penalized()) {
+        if (p_.repetition_penalty < 1.0f) return 0;   // it raises logits: any id could rise
+        need += penalty_window().size();
+    }
+    return need <= (size_t)cap ? (int)std::min(need, (size_t)n_vocab) : 0;
+}
+
+// The k best of the whole row by (l / t, then id) are the k best of these n when the k-th of them
+// is strictly better than any logit left out: those are at most vals[n - 1] before the penalty
+// (which only lowers them) and so at most vals[n - 1] / t after it. Ties and NaN fall back.
+bool Sampler::sample_top(const int32_t * ids, const float * vals, int n, int n_vocab, int32_t * chosen) {
+    const size_t k = (size_t)p_.top_k;
+    if (p_.temperature <= 0.0f || p_.top_k <= 1 || k >= (size_t)n_vocab || n < 1 || (size_t)n < std::min(k + 1, (size_t)n_vocab) ||
+        (penalized() && p_.repetition_penalty < 1.0f))
+        return false;
+    const float t = p_.temperature;
+    std::vector<int32_t> window;
+    if (penalized()) {
+        window = penalty_window();
+        std::sort(window.begin(), window.end());
+    }
+    cands_.resize((size_t)n);
+    float lowest = INFINITY;   // the n-th best raw logit: nothing left out is above it
+    for (int i = 0; i < n; i++) {
+        if (std::isnan(vals[i]) || ids[i] < 0 || ids[i] >= n_vocab) return false;
+        float x = vals[i];
+        lowest = std::min(lowest, x);
+        if (std::binary_search(window.begin(), window.end(), ids[i])) x = penalize(x);
+        cands_[(size_t)i] = {ids[i], x / t, 0.0f};
+    }
+    std::sort(cands_.begin(), cands_.end(), by_logit);
+    if ((size_t)n < (size_t)n_vocab && !(cands_[k - 1].logit > lowest / t)) return false;
+    to_probabilities(cands_.data(), k, cands_[0].logit);
+    *chosen = draw(k);
+    history_.push_back(*chosen);
+    return true;
 }
 
 }  // namespace exl2

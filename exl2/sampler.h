@@ -23,6 +23,15 @@ public:
     explicit Sampler(const SamplerParams & p);
     int32_t sample(const float * logits, int n_vocab);
     void accept(int32_t id) { history_.push_back(id); }
+    // A top-k draw depends only on the best logits of the row, so a backend can rank the row where
+    // it is and hand over a few candidates instead of the whole vocabulary. top_needed: how many of
+    // the row's best raw logits (at most `cap`) sample_top wants, or 0 when the draw needs the
+    // whole row (greedy, no top-k, a penalty below 1, or more than cap).
+    int top_needed(int n_vocab, int cap) const;
+    // Draws from the n best raw logits of a row of n_vocab (ids / vals best first: larger value,
+    // then lower id) exactly what sample() draws from the whole row. False, with nothing drawn or
+    // recorded, when those n do not decide it (a tie with the logits left out, or a NaN).
+    bool sample_top(const int32_t * ids, const float * vals, int n, int n_vocab, int32_t * chosen);
     const SamplerParams & params() const { return p_; }
     // The choice is the argmax of the logits as they are (no penalty applies to them).
     bool greedy() const {
@@ -33,6 +42,10 @@ public:
 
 private:
     size_t rank_candidates(const float * l, int n_vocab);
+    bool penalized() const { return p_.repetition_penalty != 1.0f && !history_.empty(); }
+    std::vector<int32_t> penalty_window() const;   // the distinct ids the penalty applies to
+    float penalize(float x) const { return x > 0 ? x / p_.repetition_penalty : x * p_.repetition_penalty; }
+    int32_t draw(size_t n);   // min-p, top-p and the seeded draw over cands_[0, n)
     SamplerParams p_;
     std::mt19937_64 rng_;
     std::vector<int32_t> history_;

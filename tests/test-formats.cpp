@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <set>
 #include <string>
 #include <unistd.h>
 
@@ -228,4 +229,92 @@ TEST_CASE("sampler: its ranking draws what a full sort of the vocabulary draws")
                                                                     << " min_p " << q.min_p << " draw " << draw);
             }
         }
+}
+
+// A backend's ranking of a row (larger value, then lower id), as Context::top_candidates returns it.
+static void best_raw(const std::vector<float> & l, int n, std::vector<int32_t> & ids, std::vector<float> & vals) {
+    std::vector<int32_t> order(l.size());
+    for (size_t i = 0; i < l.size(); i++) order[i] = (int32_t)i;
+    std::partial_sort(order.begin(), order.begin() + n, order.end(),
+                      [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+    ids.assign(order.begin(), order.begin() + n);
+    vals.resize((size_t)n);
+    for (int i = 0; i < n; i++) vals[(size_t)i] = l[(size_t)ids[(size_t)i]];
+}
+
+// sample_top must draw exactly what sample() draws from the whole row, or decline. Continuous
+// logits never tie, so there it must always decide; on a coarse grid ties at the k-th place are
+// common and it must decline those (never draw something else).
+TEST_CASE("sampler: a top-k draw from the row's best candidates is the draw from the whole row") {
+    struct P { int top_k; float top_p, min_p, temp, pen; double step; };
+    const P ps[] = {
+        {40, 0.95f, 0.05f, 0.8f, 1.0f, 0},   // main's defaults
+        {40, 0.95f, 0.05f, 0.8f, 1.0f, 0.5}, // ties
+        {100, 1.0f, 0.0f, 1.3f, 1.3f, 0},    // a penalty over the last 64 draws
+        {7, 0.5f, 0.0f, 0.7f, 1.1f, 0.25},
+        {2, 1.0f, 0.0f, 1.0f, 1.0f, 0},
+    };
+    int declined = 0, drawn = 0;
+    for (int V : {60, 5000, 128256})
+        for (const P & q : ps) {
+            SamplerParams sp;
+            sp.top_k = q.top_k;
+            sp.top_p = q.top_p;
+            sp.min_p = q.min_p;
+            sp.temperature = q.temp;
+            sp.repetition_penalty = q.pen;
+            sp.seed = 11;
+            Sampler whole(sp), top(sp);
+            std::mt19937_64 gen((uint64_t)V * 7 + (uint64_t)q.top_k);
+            std::normal_distribution<double> d(0.0, 2.0);
+            std::vector<float> l((size_t)V);
+            std::vector<int32_t> ids;
+            std::vector<float> vals;
+            std::vector<int32_t> history;
+            for (int step = 0; step < (V > 10000 ? 12 : 80); step++) {
+                for (float & x : l) {
+                    const double v = d(gen);
+                    x = (float)(q.step > 0 ? std::round(v / q.step) * q.step : v);
+                }
+                // the last draws' ids near the top, so that the penalty changes the ranking
+                if (step > 0) l[(size_t)history.back()] = 9.0f;
+                const std::set<int32_t> window(history.end() - std::min<long>(64, (long)history.size()), history.end());
+                const int n = top.top_needed(V, 256);
+                const int32_t want = whole.sample(l.data(), V);
+                history.push_back(want);
+                if (q.top_k >= V) {   // no top-k filter at all: the whole row decides
+                    REQUIRE(n == 0);
+                    CHECK(top.sample(l.data(), V) == want);
+                    continue;
+                }
+                REQUIRE(n == std::min(V, q.top_k + 1 + (q.pen != 1.0f ? (int)window.size() : 0)));
+                best_raw(l, n, ids, vals);
+                int32_t got = -1;
+                if (top.sample_top(ids.data(), vals.data(), n, V, &got)) {
+                    REQUIRE_MESSAGE(got == want, "V " << V << " top_k " << q.top_k << " step " << step);
+                    drawn++;
+                } else {
+                    CHECK_MESSAGE(q.step > 0, "declined with untied logits: V " << V << " top_k " << q.top_k);
+                    CHECK(top.sample(l.data(), V) == want);   // what the API falls back to
+                    declined++;
+                }
+            }
+        }
+    CHECK(drawn > 500);   // untied rows always decide; the grids' rows tie at the k-th place often
+    CHECK(declined > 0);
+    // what it cannot decide from candidates: greedy, no top-k, a penalty below 1, beyond the cap
+    SamplerParams sp;
+    sp.temperature = 0;
+    CHECK(Sampler(sp).top_needed(1000, 256) == 0);
+    sp.temperature = 0.8f;
+    sp.top_k = 0;
+    CHECK(Sampler(sp).top_needed(1000, 256) == 0);
+    sp.top_k = 300;
+    CHECK(Sampler(sp).top_needed(1000, 256) == 0);
+    sp.top_k = 40;
+    sp.repetition_penalty = 0.9f;
+    Sampler low(sp);
+    CHECK(low.top_needed(1000, 256) == 41);   // no history yet: no penalty applies
+    low.accept(3);
+    CHECK(low.top_needed(1000, 256) == 0);
 }

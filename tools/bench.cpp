@@ -26,6 +26,7 @@ struct Options {
     float bpw = 4.0f;
     int layers = 0, n_gen = 128, reps = 3, threads = 0;
     int run_ahead = 0;   // exl2_context_params.run_ahead
+    bool sample = false; // decode tests draw with main's default sampler instead of greedy
     uint64_t seed = 1;
     std::vector<int> pp = {512, 2048};
     std::vector<int> depths = {16, 4096};
@@ -46,6 +47,8 @@ void usage() {
         "  --ctx LIST           cache depths for decode tests (default 16,4096)\n"
         "  -r N                 repetitions, the median is reported (default 3)\n"
         "  --run-ahead N        greedy run-ahead: 0 = on for GPUs (default), 1 = on, -1 = off\n"
+        "  --sample             decode tests draw tokens as main does by default (temperature 0.8,\n"
+        "                       top-k 40, top-p 0.95, min-p 0.05) instead of greedily\n"
         "  -t N                 CPU threads (default all)\n"
         "  -o md|json           output format (default md)\n"
         "  -h, --help           this text\n",
@@ -106,6 +109,7 @@ Options parse(int argc, char ** argv) {
         else if (a == "-n") { if (!parse_int(val(), 0, 1 << 20, &x)) die("bad -n (0..1048576)"); o.n_gen = (int)x; }
         else if (a == "--ctx") o.depths = parse_list(a, val(), 0, 1 << 22);
         else if (a == "--run-ahead") { if (!parse_int(val(), -1, 1, &x)) die("bad --run-ahead (-1, 0 or 1)"); o.run_ahead = (int)x; }
+        else if (a == "--sample") o.sample = true;
         else if (a == "-r") { if (!parse_int(val(), 1, 1000, &x)) die("bad -r (1..1000)"); o.reps = (int)x; }
         else if (a == "-t") { if (!parse_int(val(), 0, 1024, &x)) die("bad -t (0..1024)"); o.threads = (int)x; }
         else if (a == "-o") { o.output = val(); if (o.output != "md" && o.output != "json") die("bad -o '" + o.output + "' (md or json)"); }
@@ -203,6 +207,12 @@ int main(int argc, char ** argv) {
     sp.repetition_penalty = 1.0f;
     exl2_sampler * greedy = exl2_sampler_new(sp);
     if (!greedy) die(exl2_last_error());
+    // --sample: the decode tests draw as main does by default, so their figures include reading
+    // the logits back and the host sampler, which greedy decoding (and run-ahead) avoid.
+    struct exl2_sampler_params dp = exl2_sampler_default_params();
+    dp.seed = 1;
+    exl2_sampler * drawing = o.sample ? exl2_sampler_new(dp) : greedy;
+    if (!drawing) die(exl2_last_error());
     for (int n : o.pp) {
         std::vector<double> ts;
         for (int r = -1; r < o.reps; r++) {   // r = -1: warm-up (graph planning and capture)
@@ -226,13 +236,14 @@ int main(int argc, char ** argv) {
             const double t0 = now_s();
             for (int i = 0; i < o.n_gen; i++) {
                 if (exl2_decode(ctx, &next, 1, 0) != EXL2_OK) die(exl2_last_error());
-                next = exl2_sampler_sample(greedy, ctx, -1);
+                next = exl2_sampler_sample(drawing, ctx, -1);
                 if (next < 0) die(exl2_last_error());
             }
             if (r >= 0) ts.push_back(now_s() - t0);
         }
         const double s = median(ts);
-        results.push_back({"tg" + std::to_string(o.n_gen) + "@" + std::to_string(d), o.n_gen, s, o.n_gen / s, (double)wbytes});
+        results.push_back({"tg" + std::to_string(o.n_gen) + "@" + std::to_string(d) + (o.sample ? " sampled" : ""), o.n_gen, s,
+                           o.n_gen / s, (double)wbytes});
     }
 
     const double vram = have_mem1 ? (double)(free0 - free1) : 0;
@@ -299,6 +310,7 @@ int main(int argc, char ** argv) {
             }
         }
     }
+    if (drawing != greedy) exl2_sampler_free(drawing);
     exl2_sampler_free(greedy);
     exl2_context_free(ctx);
     exl2_model_free(model);
