@@ -11,6 +11,8 @@
 #   figures         tg128@16 for llama3-8b at 2.5-8.0 bpw, llama3.2-1b, 4.0 @4096, pp512/pp2048
 #   attn-sweep      GGX_ATTN_MIN_SPLIT_KEYS = 64, 128, 256, 512 at --ctx 16,512,4096
 #   trace           GGX_CUDA_TRACE=4 summaries at 4.0 bpw and for llama3.2-1b
+#   sample          tg128@16 drawing with main's default sampler (bench --sample), candidates ranked
+#                   on the device and with GGX_CUDA_NO_TOP_N=1 (the whole row read back), and greedy
 set -u
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
 git log --oneline -1 2>/dev/null | cut -c1-72
@@ -36,6 +38,13 @@ for part in "$@"; do
         trace)
             GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -20
             GGX_CUDA_TRACE=4 $B --synthetic llama3.2-1b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | grep -E 'trace, step|^\| tg' ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace)"; exit 2 ;;
+        sample)
+            for m in llama3-8b llama3.2-1b; do
+                echo "-- $m 4.0 @16: greedy, sampled, sampled with GGX_CUDA_NO_TOP_N=1"
+                tg --synthetic $m --bpw 4.0 --ctx 16
+                tg --synthetic $m --bpw 4.0 --ctx 16 --sample
+                GGX_CUDA_NO_TOP_N=1 tg --synthetic $m --bpw 4.0 --ctx 16 --sample
+            done ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, sample)"; exit 2 ;;
     esac
 done

@@ -220,6 +220,15 @@ int32_t exl2_sampler_sample(exl2_sampler * smp, exl2_context * ctx, int32_t i) {
         smp->s->accept(id);
         return id;
     }
+    if (smp && rows > 0 && (i == -1 || i == rows - 1)) {
+        // a top-k draw from the few best logits, ranked where they are (exactly the whole row's
+        // draw, or declined, when a tie with the rest could matter: then the row is read)
+        const int n = smp->s->top_needed(ctx->model->m->cfg.n_vocab, GGX_BACKEND_TOP_MAX);
+        int32_t ids[GGX_BACKEND_TOP_MAX], chosen = -1;
+        float vals[GGX_BACKEND_TOP_MAX];
+        if (n > 0 && c.top_candidates(n, ids, vals) && smp->s->sample_top(ids, vals, n, ctx->model->m->cfg.n_vocab, &chosen))
+            return chosen;
+    }
     const float * l = c.logits(i);
     if (!l) {
         exl2_api_set_error(exl2::strfmt("exl2_sampler_sample: no logits for row %d of the last decode", i).c_str());

@@ -215,6 +215,17 @@ const float * Context::logits(int i) {
     return logits_.data() + (size_t)i * model_.cfg.n_vocab;
 }
 
+bool Context::top_candidates(int n, int32_t * ids, float * vals) {
+    ggx_backend * be = model_.backend;
+    const int V = model_.cfg.n_vocab;
+    if (!pending_ || !be->iface.top_n || n < 1 || n > GGX_BACKEND_TOP_MAX || n > V) return false;
+    const void * row = logits_saved_ ? saved_logits_ : pending_->out->data;
+    const ggx_status st = be->iface.top_n(be, row, V, n, ids, vals);
+    if (st == GGX_STATUS_UNSUPPORTED) return false;
+    if (st != GGX_STATUS_OK) fail("ranking the logits failed: %s", ggx_last_error());
+    return true;
+}
+
 Context::Graph * Context::single_step_graph() {
     auto it = graphs_.find({1, false});
     return it == graphs_.end() ? nullptr : &it->second;

@@ -61,6 +61,11 @@ public:
     // drops it (its cache row lies past n_past and is written again before it is read). The
     // sampled step's logits stay readable through logits() either way.
     int32_t greedy_last();
+    // The n best logits of the last row (ids / vals best first: larger value, then lower id),
+    // ranked where they are, so that a top-k sampler reads n candidates instead of the vocabulary.
+    // False when the backend cannot (no top_n, a row too long) or the logits are already on the
+    // host: the caller then samples from logits(-1).
+    bool top_candidates(int n, int32_t * ids, float * vals);
     int n_logit_rows() const { return n_rows_; }
 
     int n_past() const { return n_past_; }

@@ -54,9 +54,15 @@ struct ggx_backend_i {
     // one step's result (a sampled token) while the device already runs the next step.
     enum ggx_status (*get_begin)(struct ggx_backend * be, const void * src, size_t n);
     enum ggx_status (*get_end)(struct ggx_backend * be, void * dst, size_t n);
+    // optional: the n best of `count` floats at src in backend memory, best first (the larger
+    // value, then the lower index; NaN after every number), into the host arrays ids and values;
+    // 1 <= n <= GGX_BACKEND_TOP_MAX, n <= count. Waits. A sampler limited to the top k reads these
+    // few candidates instead of the whole vocabulary. GGX_STATUS_UNSUPPORTED for a row too long.
+    enum ggx_status (*top_n)(struct ggx_backend * be, const void * src, int64_t count, int n, int32_t * ids, float * values);
 };
 
 #define GGX_BACKEND_MAILBOX_BYTES 64
+#define GGX_BACKEND_TOP_MAX 256
 
 struct ggx_backend {
     int                  api_version;  // GGX_BACKEND_API_VERSION

@@ -100,6 +100,11 @@ struct ggx_cuda_ctx {
     cudaEvent_t    small_done[k_small_slots] = {};
     bool           small_used[k_small_slots] = {};
     int            small_next = 0;
+    // top_n (topn.cu): the first level's candidates, the result on the device and its pinned copy.
+    unsigned long long * top_keys = nullptr;
+    size_t         top_keys_n = 0;
+    int2 *         top_out = nullptr;
+    int2 *         top_host = nullptr;
     char           name[16] = {0};
 };
 

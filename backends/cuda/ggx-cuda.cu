@@ -21,6 +21,7 @@
 #include "strip-plan.cuh"
 #include "strip-step.h"
 #include "tile-step.h"
+#include "topn.cuh"
 #include "trace.cuh"
 
 #include <algorithm>
@@ -441,6 +442,10 @@ ggx_status be_get_end(ggx_backend * be, void * dst, size_t n) {
     return GGX_STATUS_OK;
 }
 
+ggx_status be_top_n(ggx_backend * be, const void * src, int64_t count, int n, int32_t * ids, float * values) {
+    return ggx_cuda_top_n(*ctx_of(be), (const float *)src, count, n, ids, values);
+}
+
 ggx_status be_synchronize(ggx_backend * be) {
     GGX_CUDA_CHECK(cudaStreamSynchronize(ctx_of(be)->stream));
     return GGX_STATUS_OK;
@@ -472,6 +477,7 @@ void be_free(ggx_backend * be) {
         (void)cudaFree(ctx->cublas_ws);
         (void)cudaFree(ctx->scratch);
         (void)cudaFree(ctx->counters);
+        ggx_cuda_top_n_release(*ctx);
         if (ctx->mailbox_ready) (void)cudaEventDestroy(ctx->mailbox_ready);
         if (ctx->mailbox) (void)cudaFreeHost(ctx->mailbox);
         for (cudaEvent_t ev : ctx->small_done)
@@ -617,5 +623,7 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     be->iface.copy = be_copy;
     be->iface.get_begin = be_get_begin;
     be->iface.get_end = be_get_end;
+    // GGX_CUDA_NO_TOP_N=1: samplers read the whole row of logits instead (measurements)
+    be->iface.top_n = env_flag("GGX_CUDA_NO_TOP_N") ? nullptr : be_top_n;
     return be;
 }

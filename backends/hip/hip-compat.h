@@ -79,6 +79,7 @@ static inline hipError_t cudaGraphInstantiate(hipGraphExec_t * exec, hipGraph_t 
 // ---- device intrinsics --------------------------------------------------------------------------
 #define __shfl_xor_sync(mask, v, o) __shfl_xor((v), (o))
 #define __shfl_sync(mask, v, src) __shfl((v), (src))
+#define __shfl_up_sync(mask, v, o) __shfl_up((v), (o))
 #define __syncwarp(...)             __syncthreads()
 
 typedef __half half;

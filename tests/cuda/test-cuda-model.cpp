@@ -9,6 +9,7 @@
 
 #include "cuda-harness.h"
 
+#include "exl2.h"
 #include "exl2/context.h"
 #include "exl2/model.h"
 #include "exl2/synthetic-model.h"
@@ -225,4 +226,65 @@ TEST_CASE("cuda: the tile step (GGX_CUDA_STEP=tile) matches the CPU backend and 
     setenv("GGX_CUDA_STEP_TILE_QKV", "0", 1);   // q/k/v by the fused GEMV: the sharp bound for the other stages
     compare_synthetic_step("llama3.2-1b", 4.0, 2, "tile", 3);
     unsetenv("GGX_CUDA_STEP_TILE_QKV");
+}
+
+// A top-k sampler through the C API ranks the logits on the device (ggx_backend_i::top_n) and
+// reads a few candidates; the same sampler given the whole row of logits must draw the same ids,
+// step after step (same seed), with and without a repetition penalty.
+TEST_CASE("cuda: top-k sampling from candidates ranked on the device draws what the whole row draws") {
+    REQUIRE_CUDA();
+    struct exl2_model_params mp = exl2_model_default_params();
+    mp.device = "cuda:0";
+    exl2_model * models[2] = {exl2_model_load("models/kjv-6m", mp), exl2_model_load_synthetic("llama3.2-1b", 4.0f, 2, 5, mp)};
+    for (exl2_model * m : models) {
+        REQUIRE_MESSAGE(m, exl2_last_error());
+        const int V = exl2_model_n_vocab(m);
+        exl2_context * ctx = exl2_context_new(m, exl2_context_default_params());
+        REQUIRE(ctx);
+        struct P { int top_k; float temp, pen; };
+        for (const P & q : {P{40, 0.8f, 1.0f}, P{5, 1.0f, 1.3f}, P{200, 1.5f, 1.0f}}) {
+            struct exl2_sampler_params sp = exl2_sampler_default_params();
+            sp.top_k = q.top_k;
+            sp.temperature = q.temp;
+            sp.repetition_penalty = q.pen;
+            sp.seed = 3;
+            exl2_sampler * on_device = exl2_sampler_new(sp), * whole_row = exl2_sampler_new(sp);
+            exl2_context_truncate(ctx, 0);
+            std::vector<int32_t> prompt;
+            for (int i = 0; i < 12; i++) prompt.push_back((int32_t)((i * 53 + 7) % std::min(V, 300)));
+            REQUIRE(exl2_decode(ctx, prompt.data(), (int32_t)prompt.size(), 0) == EXL2_OK);
+            for (int step = 0; step < 48; step++) {
+                const int32_t a = exl2_sampler_sample(on_device, ctx, -1);
+                const int32_t b = exl2_sampler_sample_logits(whole_row, exl2_get_logits(ctx, -1), V);
+                REQUIRE_MESSAGE(a == b, "vocab " << V << " top_k " << q.top_k << " penalty " << q.pen << " step " << step);
+                REQUIRE(exl2_decode(ctx, &a, 1, 0) == EXL2_OK);
+            }
+            exl2_sampler_free(on_device);
+            exl2_sampler_free(whole_row);
+        }
+        exl2_context_free(ctx);
+        exl2_model_free(m);
+    }
+    // the context hands over exactly the row's best, as a sort on the host ranks them
+    ModelParams gpu_p;
+    gpu_p.device = "cuda:0";
+    SyntheticModel sm = synthetic_build("llama3.2-1b", 4.0, 2, 3);
+    auto syn = Model::load_tensors(std::move(sm.st), sm.config, gpu_p, "", false);
+    Context c(*syn, ContextParams());
+    const int32_t tok[3] = {5, 900, 77};
+    REQUIRE(c.decode(tok, 3, false));
+    int32_t ids[64];
+    float vals[64];
+    REQUIRE(c.top_candidates(64, ids, vals));
+    const float * l = c.logits(-1);
+    const int V = syn->cfg.n_vocab;
+    std::vector<int32_t> order((size_t)V);
+    for (int i = 0; i < V; i++) order[(size_t)i] = i;
+    std::partial_sort(order.begin(), order.begin() + 64, order.end(),
+                      [&](int32_t x, int32_t y) { return l[x] > l[y] || (l[x] == l[y] && x < y); });
+    for (int i = 0; i < 64; i++) {
+        CHECK(ids[i] == order[(size_t)i]);
+        CHECK(vals[i] == l[order[(size_t)i]]);
+    }
+    CHECK_FALSE(c.top_candidates(64, ids, vals));   // the logits are on the host now
 }

@@ -174,6 +174,60 @@ TEST_CASE("cuda: softmax and argmax (ties to the lowest index)") {
     CHECK(a4.cuda.f[0] == 4101.0f);   // the lowest of the four maxima
 }
 
+// top_n against a sort on the host by the same order (larger value, then lower index, NaN last):
+// ids and values exact. Rows on a coarse grid tie at the n-th place; -inf and NaN fill others.
+TEST_CASE("cuda: top_n of a row, exact, ties to the lower index") {
+    REQUIRE_CUDA();
+    ggx_backend * be = cuda_backend();
+    REQUIRE((be->iface.top_n != nullptr));
+    std::mt19937_64 rng(99);
+    // kind 0 normal, 1 grid of 0.5, 2 -inf/NaN mixed in, 3 all equal, 4 -0, +0 and 1
+    struct Row { int64_t count; int n; int kind; };
+    const Row rows[] = {{1, 1, 0},      {50, 50, 0},     {50, 7, 1},     {4096, 41, 0},   {4097, 41, 1},
+                        {5000, 256, 2}, {128256, 41, 0}, {128256, 41, 1}, {128256, 256, 0}, {152064, 100, 2},
+                        {262144, 256, 0}, {9000, 3, 3}, {300, 256, 2}, {6000, 200, 4}};
+    for (const Row & R : rows) {
+        std::vector<float> v((size_t)R.count);
+        std::normal_distribution<double> d(0.0, 3.0);
+        for (size_t i = 0; i < v.size(); i++) {
+            const double x = d(rng);
+            v[i] = R.kind == 1 ? (float)(std::round(x * 2) / 2) : R.kind == 3 ? 1.25f : (float)x;
+            if (R.kind == 4) v[i] = i % 7 == 0 ? 1.0f : i % 2 ? -0.0f : 0.0f;
+            if (R.kind == 2 && i % 3 == 1) v[i] = i % 2 ? -INFINITY : NAN;
+        }
+        std::vector<int32_t> order((size_t)R.count);
+        for (size_t i = 0; i < order.size(); i++) order[i] = (int32_t)i;
+        auto better = [&](int32_t a, int32_t b) {
+            const float x = v[(size_t)a], y = v[(size_t)b];
+            const bool nx = std::isnan(x), ny = std::isnan(y);
+            if (nx != ny) return ny;   // a number before NaN
+            if (nx) return a < b;
+            return x > y || (x == y && a < b);   // -0 == +0: a tie
+        };
+        std::partial_sort(order.begin(), order.begin() + R.n, order.end(), better);
+        void * buf = nullptr;
+        REQUIRE(be->iface.alloc(be, v.size() * 4, &buf) == GGX_STATUS_OK);
+        REQUIRE(be->iface.set(be, buf, v.data(), v.size() * 4) == GGX_STATUS_OK);
+        std::vector<int32_t> ids((size_t)R.n, -1);
+        std::vector<float> vals((size_t)R.n, 0.0f);
+        REQUIRE(be->iface.top_n(be, buf, R.count, R.n, ids.data(), vals.data()) == GGX_STATUS_OK);
+        be->iface.dealloc(be, buf);
+        for (int i = 0; i < R.n; i++) {
+            const float want = v[(size_t)order[(size_t)i]];
+            REQUIRE_MESSAGE(ids[(size_t)i] == order[(size_t)i], "count " << R.count << " n " << R.n << " kind " << R.kind << " place " << i);
+            REQUIRE_MESSAGE((std::isnan(want) ? std::isnan(vals[(size_t)i]) : vals[(size_t)i] == want), "place " << i);
+        }
+    }
+    // a row too long for the two levels: unsupported (the sampler reads the row instead)
+    void * buf = nullptr;
+    REQUIRE(be->iface.alloc(be, 300000 * 4, &buf) == GGX_STATUS_OK);
+    int32_t ids[256];
+    float vals[256];
+    CHECK(be->iface.top_n(be, buf, 300000, 256, ids, vals) == GGX_STATUS_UNSUPPORTED);
+    CHECK(be->iface.top_n(be, buf, 10, 11, ids, vals) == GGX_STATUS_FAILED);
+    be->iface.dealloc(be, buf);
+}
+
 TEST_CASE("cuda: kv_store into f32/f16/bf16 caches, exact") {
     REQUIRE_CUDA();
     for (ggx_type ct : {GGX_TYPE_F32, GGX_TYPE_F16, GGX_TYPE_BF16}) {
