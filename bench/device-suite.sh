@@ -11,6 +11,8 @@
 #   figures         tg128@16 for llama3-8b at 2.5-8.0 bpw, llama3.2-1b, 4.0 @4096, pp512/pp2048
 #   attn-sweep      GGX_ATTN_MIN_SPLIT_KEYS = 64, 128, 256, 512 at --ctx 16,512,4096
 #   trace           GGX_CUDA_TRACE=4 summaries at 4.0 bpw and for llama3.2-1b
+#   pairs           tg128@16 at 2.5, 3.0, 4.0 bpw and llama3.2-1b with GGX_QGEMV_PAIR_BITS=4 (only
+#                   4-bit pieces paired, as before session 21) and with the default (2, 3 and 4)
 #   sample          tg128@16 drawing with main's default sampler (bench --sample), candidates ranked
 #                   on the device and with GGX_CUDA_NO_TOP_N=1 (the whole row read back), and greedy
 set -u
@@ -38,6 +40,15 @@ for part in "$@"; do
         trace)
             GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -20
             GGX_CUDA_TRACE=4 $B --synthetic llama3.2-1b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | grep -E 'trace, step|^\| tg' ;;
+        pairs)
+            for b in 2.5 3.0 4.0; do
+                echo "-- llama3-8b $b @16: 4-bit pairs only, then 2-4-bit pairs"
+                GGX_QGEMV_PAIR_BITS=4 tg --synthetic llama3-8b --bpw $b --ctx 16
+                tg --synthetic llama3-8b --bpw $b --ctx 16
+            done
+            echo "-- llama3.2-1b 4.0 @16: 4-bit pairs only, then 2-4-bit pairs"
+            GGX_QGEMV_PAIR_BITS=4 tg --synthetic llama3.2-1b --bpw 4.0 --ctx 16
+            tg --synthetic llama3.2-1b --bpw 4.0 --ctx 16 ;;
         sample)
             for m in llama3-8b llama3.2-1b; do
                 echo "-- $m 4.0 @16: greedy, sampled, sampled with GGX_CUDA_NO_TOP_N=1"
@@ -45,6 +56,6 @@ for part in "$@"; do
                 tg --synthetic $m --bpw 4.0 --ctx 16 --sample
                 GGX_CUDA_NO_TOP_N=1 tg --synthetic $m --bpw 4.0 --ctx 16 --sample
             done ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, sample)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample)"; exit 2 ;;
     esac
 done

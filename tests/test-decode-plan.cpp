@@ -281,7 +281,7 @@ static int4 i4(int x, int y, int z, int w) {
     return r;
 }
 
-TEST_CASE("decode plan: paired piece tables are the plain ones with 4-bit pieces joined across each pair") {
+TEST_CASE("decode plan: paired piece tables are the plain ones with 2-4-bit pieces joined across each pair") {
     struct Layout { std::vector<std::pair<int, int>> groups; };   // (bits, rows) in order
     const Layout layouts[] = {
         {{{4, 128}, {4, 128}, {4, 128}, {4, 128}}},                          // all 4-bit, groups of 128
@@ -290,8 +290,11 @@ TEST_CASE("decode plan: paired piece tables are the plain ones with 4-bit pieces
         {{{4, 64}, {2, 48}, {4, 96}, {2, 16}, {2, 32}}},                     // 2-bit groups of 16: 4-bit off the pairs' grid
         {{{4, 96}, {3, 32}}},                                                // K = 128 = two whole pairs
         {{{4, 160}}},                                                        // K = 160: an odd number of slices
+        {{{3, 96}, {2, 128}, {2, 16}, {2, 48}}},                            // 3 and 2 bits only
     };
-    for (const Layout & L : layouts) {
+    const int joins[] = {1 << 4, (1 << 2) | (1 << 3) | (1 << 4), 1 << 3, 0};
+    for (const Layout & L : layouts)
+    for (int join : joins) {
         std::vector<int4> gtab;
         int k = 0, qrow = 0;
         for (auto g : L.groups) {
@@ -301,8 +304,8 @@ TEST_CASE("decode plan: paired piece tables are the plain ones with 4-bit pieces
         }
         std::vector<int4> plain, paired;
         std::vector<int> pf, qf;
-        ggx_cuda_list_pieces(gtab, k, false, &plain, &pf);
-        ggx_cuda_list_pieces(gtab, k, true, &paired, &qf);
+        ggx_cuda_list_pieces(gtab, k, false, 0, &plain, &pf);
+        ggx_cuda_list_pieces(gtab, k, true, join, &paired, &qf);
         const int n_slices = (k + 31) / 32;
         REQUIRE(pf.size() == (size_t)n_slices + 1);
         REQUIRE(qf.size() == (size_t)(n_slices + 1) / 2 + 1);
@@ -315,11 +318,13 @@ TEST_CASE("decode plan: paired piece tables are the plain ones with 4-bit pieces
             for (int p = qf[j]; p < qf[j + 1]; p++) {
                 const int4 a = paired[p];
                 if (a.w > 32) {
+                    const int bits = a.z & 15;
                     REQUIRE(a.w == 64);
-                    CHECK((a.z & 15) == 4);
+                    CHECK((join >> bits & 1) == 1);
+                    CHECK(bits <= 4);
                     CHECK(a.x == 64 * j);   // a whole pair
                     got.push_back(i4(a.x, a.y, a.z, 32));
-                    got.push_back(i4(a.x + 32, a.y + 4, a.z, 32));
+                    got.push_back(i4(a.x + 32, a.y + bits, a.z, 32));   // 32 rows of `bits` are `bits` words
                     joined++;
                 } else {
                     got.push_back(a);
@@ -333,8 +338,11 @@ TEST_CASE("decode plan: paired piece tables are the plain ones with 4-bit pieces
                 CHECK(got[i].w == want[i].w);
             }
         }
-        // the layouts above each hold at least one 4-bit run across a pair's middle
-        CHECK(joined > 0);
+        // every layout holds a whole pair of one 2-4-bit group, all but the last one of 4 bits
+        bool has4 = false;
+        for (auto g : L.groups) has4 |= g.first == 4;
+        if (join == 0) CHECK(joined == 0);
+        if (join == ((1 << 2) | (1 << 3) | (1 << 4)) || (join == (1 << 4) && has4)) CHECK(joined > 0);
     }
 }
 

@@ -45,8 +45,8 @@ struct ggx_cuda_qextra {
     int    n_slices = 0;
     int4 * pieces = nullptr;
     int *  slice_first = nullptr;   // [n_slices + 1]
-    // The same over pairs of slices (EXL2): a 4-bit group's two 32-row pieces that meet at the
-    // pair's middle are one piece of 64 rows. One-row GEMVs whose warp groups own whole pairs walk
+    // The same over pairs of slices (EXL2): a 2-, 3- or 4-bit group's two 32-row pieces that meet
+    // at the pair's middle are one piece of 64 rows. One-row GEMVs whose warp groups own whole pairs walk
     // it (fewer pieces, twice the bytes per piece in flight); results are the same bits.
     int4 * pieces2 = nullptr;
     int *  slice_first2 = nullptr;  // [(n_slices + 1) / 2 + 1]
@@ -105,10 +105,11 @@ struct ggx_cuda_plan {
 
 // The pieces of an EXL2 matrix (groups: per group {k0, qrow0, bits, rows}, in order) over its
 // 32-row slices, first[s] .. first[s + 1] for slice s; paired: over pairs of slices (pair j =
-// slices 2j, 2j + 1), with a 4-bit group's 32-row pieces on either side of a pair's middle joined
-// into one of 64 rows (qmatrix.cu; host code, tested without a GPU).
-void          ggx_cuda_list_pieces(const std::vector<int4> & groups, int K, bool paired, std::vector<int4> * pieces,
-                                   std::vector<int> * first);
+// slices 2j, 2j + 1), with a group's 32-row pieces on either side of a pair's middle joined into
+// one of 64 rows when its width w (2, 3 or 4) has bit w set in join_bits (qmatrix.cu; host code,
+// tested without a GPU).
+void          ggx_cuda_list_pieces(const std::vector<int4> & groups, int K, bool paired, int join_bits,
+                                   std::vector<int4> * pieces, std::vector<int> * first);
 // Plans a bound graph (data pointers set). With fuse false every decode matmul is its own job.
 void          ggx_cuda_plan_graph(bool fuse, struct ggx_graph * g, ggx_cuda_plan & plan);
 // Whether a MUL_MAT node can run as a decode GEMV job (EXL2 weights prepared for CUDA, f32 input

@@ -204,6 +204,19 @@ __device__ __forceinline__ void piece_scale(const piece_regs & s, const half2 (&
     }
 }
 
+// A one-row piece of at most 64 rows of B <= 4 bits: its first 32 rows, then (a paired table's
+// 64-row piece) the next 32 from word row B, each half scaled on its own.
+template <int B>
+__device__ __forceinline__ void piece_halves(const piece_regs & s, const half * xp, int ld, half2 (&acc)[1][4], float (&v)[1][4]) {
+    piece_dot<B, 1>(s.w, min(s.pc.w, 32), xp, ld, acc);
+    piece_scale<1>(s, acc, v);
+    if (s.pc.w > 32) {
+        acc[0][0] = acc[0][1] = acc[0][2] = acc[0][3] = __float2half2_rn(0.0f);
+        piece_dot<B, 1, B>(s.w, 32, xp + 32, ld, acc);
+        piece_scale<1>(s, acc, v);
+    }
+}
+
 template <int T>
 __device__ __forceinline__ void piece_apply(const piece_regs & s, const half * xb, int ld, float (&v)[T][4]) {
     half2 acc[T][4];
@@ -211,24 +224,17 @@ __device__ __forceinline__ void piece_apply(const piece_regs & s, const half * x
     for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = __float2half2_rn(0.0f);
     const half * xp = xb + s.pc.x;
     if constexpr (T == 1) {
-        // One-row jobs may walk the paired table: a 4-bit piece of 64 rows is summed as its two
-        // 32-row halves, each scaled on its own, which is what the plain table's two pieces do.
-        // Each width scales in its own case (one shared tail after the switch spilled here).
+        // One-row jobs may walk the paired table: a 2-, 3- or 4-bit piece of 64 rows is summed as
+        // its two 32-row halves (the second from word row `bits`), each scaled on its own, which
+        // is what the plain table's two pieces do. Each width scales in its own case (one shared
+        // tail after the switch spilled here).
         switch (s.pc.z & 15) {
             case 8: piece_dot<8, T>(s.w, s.pc.w, xp, ld, acc); piece_scale<T>(s, acc, v); break;
             case 6: piece_dot<6, T>(s.w, s.pc.w, xp, ld, acc); piece_scale<T>(s, acc, v); break;
             case 5: piece_dot<5, T>(s.w, s.pc.w, xp, ld, acc); piece_scale<T>(s, acc, v); break;
-            case 4:
-                piece_dot<4, T>(s.w, min(s.pc.w, 32), xp, ld, acc);
-                piece_scale<T>(s, acc, v);
-                if (s.pc.w > 32) {
-                    acc[0][0] = acc[0][1] = acc[0][2] = acc[0][3] = __float2half2_rn(0.0f);
-                    piece_dot<4, T, 4>(s.w, 32, xp + 32, ld, acc);
-                    piece_scale<T>(s, acc, v);
-                }
-                break;
-            case 3: piece_dot<3, T>(s.w, s.pc.w, xp, ld, acc); piece_scale<T>(s, acc, v); break;
-            default: piece_dot<2, T>(s.w, s.pc.w, xp, ld, acc); piece_scale<T>(s, acc, v); break;
+            case 4: piece_halves<4>(s, xp, ld, acc, v); break;
+            case 3: piece_halves<3>(s, xp, ld, acc, v); break;
+            default: piece_halves<2>(s, xp, ld, acc, v); break;
         }
     } else {
         switch (s.pc.z & 15) {

@@ -274,6 +274,20 @@ bool ggx_cuda_supports_qmatmul(const ggx_tensor * dst) {
     return false;
 }
 
+// Widths whose 32-row pieces the paired tables join into 64-row pieces (bit w set for w bits):
+// GGX_QGEMV_PAIR_BITS lists them (digits of 2, 3, 4; measurements), all three by default.
+static int paired_widths() {
+    static const int mask = [] {
+        const char * e = getenv("GGX_QGEMV_PAIR_BITS");
+        if (!e) return (1 << 2) | (1 << 3) | (1 << 4);
+        int m = 0;
+        for (const char * c = e; *c; c++)
+            if (*c == '2' || *c == '3' || *c == '4') m |= 1 << (*c - '0');
+        return m;
+    }();
+    return mask;
+}
+
 ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     ggx_qmatrix * q = (ggx_qmatrix *)t->extra;
     if (!q) { ggx_set_error("cuda: tensor %s has no qmatrix descriptor", t->name); return GGX_STATUS_FAILED; }
@@ -327,8 +341,8 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     const int n_slices = (q->K + R - 1) / R;
     std::vector<int4> pieces, pieces2;
     std::vector<int> first, first2;
-    ggx_cuda_list_pieces(gtab, q->K, false, &pieces, &first);
-    ggx_cuda_list_pieces(gtab, q->K, true, &pieces2, &first2);
+    ggx_cuda_list_pieces(gtab, q->K, false, 0, &pieces, &first);
+    ggx_cuda_list_pieces(gtab, q->K, true, paired_widths(), &pieces2, &first2);
     e->slice_rows = R;
     e->n_slices = n_slices;
     e->n_groups = q->n_groups;
@@ -350,7 +364,7 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     return GGX_STATUS_OK;
 }
 
-void ggx_cuda_list_pieces(const std::vector<int4> & gtab, int K, bool paired, std::vector<int4> * pieces,
+void ggx_cuda_list_pieces(const std::vector<int4> & gtab, int K, bool paired, int join_bits, std::vector<int4> * pieces,
                           std::vector<int> * first) {
     const int R = GGX_QGEMV_FINE_ROWS;
     const int n_slices = (K + R - 1) / R;
@@ -373,7 +387,8 @@ void ggx_cuda_list_pieces(const std::vector<int4> & gtab, int K, bool paired, st
     (*first)[n_slices] = (int)pieces->size();
     if (!paired) return;
     // Pairs of slices: the last piece of slice 2j and the first of slice 2j + 1 become one when
-    // both are 32 rows of 4 bits of one group (they are then contiguous in rows and words).
+    // both are 32 rows of one group whose width is in join_bits (they are then contiguous in rows
+    // and words; 64 rows of 2, 3 or 4 bits are 4, 6 or 8 words, within a piece's 8).
     std::vector<int4> out;
     std::vector<int> out_first((size_t)(n_slices + 1) / 2 + 1);
     for (int j = 0; 2 * j < n_slices; j++) {
@@ -383,7 +398,7 @@ void ggx_cuda_list_pieces(const std::vector<int4> & gtab, int K, bool paired, st
             const int4 a = (*pieces)[p];
             if (p == p1 - 1 && p1 < p2) {
                 const int4 b = (*pieces)[p1];
-                if ((a.z & 15) == 4 && a.z == b.z && a.w == 32 && b.w == 32) {
+                if ((join_bits >> (a.z & 15) & 1) && (a.z & 15) <= 4 && a.z == b.z && a.w == 32 && b.w == 32) {
                     out.push_back(make_int4(a.x, a.y, a.z, 64));
                     p++;
                     continue;
