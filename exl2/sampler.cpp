@@ -143,8 +143,8 @@ int Sampler::top_needed(int n_vocab, int cap) const {
 }
 
 // The k best of the whole row by (l / t, then id) are the k best of these n when the k-th of them
-// is strictly better than any logit left out: those are at most vals[n - 1] before the penalty
-// (which only lowers them) and so at most vals[n - 1] / t after it. Ties and NaN fall back.
+// is strictly better than any logit left out: those are at most the lowest of the n before the
+// penalty (which only lowers them), and so at most that / t after it. Ties and NaN fall back.
 bool Sampler::sample_top(const int32_t * ids, const float * vals, int n, int n_vocab, int32_t * chosen) {
     const size_t k = (size_t)p_.top_k;
     if (p_.temperature <= 0.0f || p_.top_k <= 1 || k >= (size_t)n_vocab || n < 1 || (size_t)n < std::min(k + 1, (size_t)n_vocab) ||

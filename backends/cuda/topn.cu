@@ -96,6 +96,18 @@ __device__ unsigned long long select_threshold(const unsigned long long (&key)[k
     return prefix;
 }
 
+// Appends this thread's keys >= thr (pads excepted) to out through the block's counter `filled`,
+// at most n of them in all.
+__device__ __forceinline__ void keep_selected(const unsigned long long (&key)[k_per_thread], unsigned long long thr, int n,
+                                              int * filled, unsigned long long * out) {
+#pragma unroll
+    for (int e = 0; e < k_per_thread; e++)
+        if (key[e] >= thr && key[e] != 0ull) {
+            const int slot = atomicAdd(filled, 1);
+            if (slot < n) out[slot] = key[e];
+        }
+}
+
 // Level one: block b's n largest keys (pads of 0 where it has fewer) into cand[b * n ..).
 __global__ void __launch_bounds__(k_block1) k_top_level1(const float * __restrict__ x, int64_t count, int n,
                                                          unsigned long long * __restrict__ cand) {
@@ -111,12 +123,7 @@ __global__ void __launch_bounds__(k_block1) k_top_level1(const float * __restric
     if (threadIdx.x == 0) filled = 0;
     const unsigned long long thr = select_threshold<k_block1>(key, n, s);
     unsigned long long * out = cand + (size_t)blockIdx.x * n;
-#pragma unroll
-    for (int e = 0; e < k_per_thread; e++)
-        if (key[e] >= thr && key[e] != 0ull) {
-            const int slot = atomicAdd(&filled, 1);
-            if (slot < n) out[slot] = key[e];
-        }
+    keep_selected(key, thr, n, &filled, out);
     __syncthreads();
     for (int i = filled + threadIdx.x; i < n; i += k_block1) out[i] = 0ull;
 }
@@ -135,12 +142,7 @@ __global__ void __launch_bounds__(k_block2) k_top_level2(const unsigned long lon
     }
     if (threadIdx.x == 0) filled = 0;
     const unsigned long long thr = select_threshold<k_block2>(key, n, s);
-#pragma unroll
-    for (int e = 0; e < k_per_thread; e++)
-        if (key[e] >= thr && key[e] != 0ull) {
-            const int slot = atomicAdd(&filled, 1);
-            if (slot < n) best[slot] = key[e];
-        }
+    keep_selected(key, thr, n, &filled, best);
     __syncthreads();
     // rank of each (unique) key among the n: its place in the answer
     const int t = threadIdx.x;
