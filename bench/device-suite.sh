@@ -1,7 +1,9 @@
 #!/bin/bash
 # The GPU work of a session in one call (the device tool runs it from the repository root):
 # build for sm_90, then the named parts in order. Fixtures do not travel by themselves: copy
-# ../shared/fixtures/exl2 to fixtures-local/fx/exl2 (git-ignored) and carry fixtures-local.
+# ../shared/fixtures/exl2 to fixtures-local/fx/exl2 (git-ignored) and carry fixtures-local. The
+# device's copy of .git may be stale (session 21 saw an old HEAD there): write the commit first,
+# `git describe --always --dirty > fixtures-local/COMMIT`, and the suite prints it.
 #
 #   bench/device-suite.sh tests figures            # full test-cuda, then the decode/prefill table
 #   bench/device-suite.sh tests:'*attention*' attn-sweep
@@ -17,7 +19,7 @@
 #                   on the device and with GGX_CUDA_NO_TOP_N=1 (the whole row read back), and greedy
 set -u
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
-git log --oneline -1 2>/dev/null | cut -c1-72
+if [ -f fixtures-local/COMMIT ]; then echo "commit $(cat fixtures-local/COMMIT)"; else echo "commit unknown (no fixtures-local/COMMIT)"; fi
 if ! make -j"$(nproc)" BUILD=build-dev CUDA_ARCH=90 build-dev/test-cuda bench/bench >/tmp/device-build.log 2>&1; then
     tail -30 /tmp/device-build.log
     exit 1
