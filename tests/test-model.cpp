@@ -13,6 +13,7 @@
 #include "exl2/model.h"
 #include "exl2/sampler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -176,4 +177,45 @@ TEST_CASE("prefill in chunks equals one pass; f16 cache stays close") {
     Context e(*model, small);
     CHECK_FALSE(e.decode(c.ids.data(), (int)c.ids.size(), false));
     CHECK(e.n_past() == 0);
+}
+
+// On a trained model's logits (kjv-6m, 4096 ids) a top-k draw from the k + 1 best candidates
+// decides every step: ties at the k-th place, which make sample_top decline and the API read
+// the whole row, do not occur in practice. The draws equal the whole row's.
+TEST_CASE("sampler: candidate draws on a real model's logits never need the whole row") {
+    ModelParams mp;
+    auto model = Model::load("models/kjv-6m", mp, false);
+    const int V = model->cfg.n_vocab;
+    Context ctx(*model, ContextParams());
+    SamplerParams sp;   // main's defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05
+    sp.seed = 9;
+    for (float pen : {1.0f, 1.15f}) {
+        sp.repetition_penalty = pen;
+        Sampler whole(sp), top(sp);
+        ctx.truncate(0);
+        const int32_t prompt[4] = {1, 200, 31, 7};
+        REQUIRE(ctx.decode(prompt, 4, false));
+        int decided = 0;
+        for (int step = 0; step < 150; step++) {
+            const float * l = ctx.logits(-1);
+            const int n = top.top_needed(V, 256);
+            REQUIRE(n > 0);
+            std::vector<int32_t> ids((size_t)V);
+            for (int i = 0; i < V; i++) ids[(size_t)i] = i;
+            std::partial_sort(ids.begin(), ids.begin() + n, ids.end(),
+                              [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+            std::vector<float> vals((size_t)n);
+            for (int i = 0; i < n; i++) vals[(size_t)i] = l[ids[(size_t)i]];
+            int32_t got = -1;
+            const int32_t want = whole.sample(l, V);
+            if (top.sample_top(ids.data(), vals.data(), n, V, &got)) {
+                REQUIRE(got == want);
+                decided++;
+            } else {
+                CHECK(top.sample(l, V) == want);   // what the API falls back to (keeps the RNGs in step)
+            }
+            REQUIRE(ctx.decode(&want, 1, false));
+        }
+        CHECK_MESSAGE(decided == 150, "penalty " << pen << ": " << 150 - decided << " of 150 draws needed the whole row");
+    }
 }
