@@ -16,7 +16,8 @@
 #   pairs           tg128@16 at 2.5, 3.0, 4.0 bpw and llama3.2-1b with GGX_QGEMV_PAIR_BITS=4 (only
 #                   4-bit pieces paired, as before session 21) and with the default (2, 3 and 4)
 #   sample          tg128@16 drawing with main's default sampler (bench --sample), candidates ranked
-#                   on the device and with GGX_CUDA_NO_TOP_N=1 (the whole row read back), and greedy
+#                   on the device, with GGX_CUDA_NO_TOP_N=1 (the whole row read back) and with
+#                   GGX_CUDA_SAMPLE_AHEAD=1 (sampled run-ahead, the draw on the device), and greedy
 set -u
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
 if [ -f fixtures-local/COMMIT ]; then echo "commit $(cat fixtures-local/COMMIT)"; else echo "commit unknown (no fixtures-local/COMMIT)"; fi
@@ -53,10 +54,11 @@ for part in "$@"; do
             tg --synthetic llama3.2-1b --bpw 4.0 --ctx 16 ;;
         sample)
             for m in llama3-8b llama3.2-1b; do
-                echo "-- $m 4.0 @16: greedy, sampled, sampled with GGX_CUDA_NO_TOP_N=1"
+                echo "-- $m 4.0 @16: greedy, sampled, sampled with GGX_CUDA_NO_TOP_N=1, with GGX_CUDA_SAMPLE_AHEAD=1"
                 tg --synthetic $m --bpw 4.0 --ctx 16
                 tg --synthetic $m --bpw 4.0 --ctx 16 --sample
                 GGX_CUDA_NO_TOP_N=1 tg --synthetic $m --bpw 4.0 --ctx 16 --sample
+                GGX_CUDA_SAMPLE_AHEAD=1 tg --synthetic $m --bpw 4.0 --ctx 16 --sample
             done ;;
         *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample)"; exit 2 ;;
     esac

@@ -7,6 +7,7 @@
 #include "context.h"
 #include "error.h"
 #include "model.h"
+#include "sample-last.h"
 #include "sampler.h"
 
 #include "ggx/ggx-backend.h"
@@ -214,21 +215,8 @@ int32_t exl2_sampler_sample(exl2_sampler * smp, exl2_context * ctx, int32_t i) {
     API_BEGIN
     exl2::Context & c = *ctx->c;
     const int rows = c.n_logit_rows();
-    if (smp && smp->s->greedy() && rows > 0 && (i == -1 || i == rows - 1)) {
-        // the argmax where the logits are: one id read back instead of the vocabulary
-        const int32_t id = c.greedy_last();
-        smp->s->accept(id);
-        return id;
-    }
-    if (smp && rows > 0 && (i == -1 || i == rows - 1)) {
-        // a top-k draw from the few best logits, ranked where they are (exactly the whole row's
-        // draw, or declined, when a tie with the rest could matter: then the row is read)
-        const int n = smp->s->top_needed(ctx->model->m->cfg.n_vocab, GGX_BACKEND_TOP_MAX);
-        int32_t ids[GGX_BACKEND_TOP_MAX], chosen = -1;
-        float vals[GGX_BACKEND_TOP_MAX];
-        if (n > 0 && c.top_candidates(n, ids, vals) && smp->s->sample_top(ids, vals, n, ctx->model->m->cfg.n_vocab, &chosen))
-            return chosen;
-    }
+    // the last row: ranked (greedy: the argmax) where the logits are, the next step run ahead
+    if (smp && rows > 0 && (i == -1 || i == rows - 1)) return exl2::sample_last(c, *smp->s);
     const float * l = c.logits(i);
     if (!l) {
         exl2_api_set_error(exl2::strfmt("exl2_sampler_sample: no logits for row %d of the last decode", i).c_str());

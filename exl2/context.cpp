@@ -226,6 +226,28 @@ bool Context::top_candidates(int n, int32_t * ids, float * vals) {
     return true;
 }
 
+bool Context::sample_ahead(int n, const ggx_draw & d, int32_t * ids, float * vals, int32_t * guess) {
+    ggx_backend * be = model_.backend;
+    const int V = model_.cfg.n_vocab;
+    Graph * G1 = single_step_graph();
+    if (!run_ahead_ || !be->iface.top_n_begin || !be->iface.top_n_end || ahead_.active || logits_saved_ || !pending_ ||
+        pending_ != G1 || n_past_ >= cache_.n_ctx() || ggx_nbytes(G1->ids) != sizeof(int32_t) ||
+        ggx_nbytes(G1->pos) != sizeof(int32_t) || n < 1 || n > GGX_BACKEND_TOP_MAX || n > V || d.top_k > n)
+        return false;
+    const size_t out_bytes = ggx_nbytes(G1->out);
+    if (!saved_logits_) saved_logits_ = backend_alloc(be, out_bytes, "saved logits");
+    const ggx_status st = be->iface.top_n_begin(be, G1->out->data, V, n, &d, G1->ids->data);
+    if (st == GGX_STATUS_UNSUPPORTED) return false;
+    ahead_pos_ = n_past_;
+    if (st != GGX_STATUS_OK || be->iface.copy(be, saved_logits_, G1->out->data, out_bytes) != GGX_STATUS_OK ||
+        ggx_backend_tensor_set(be, G1->pos, &ahead_pos_, 0, sizeof ahead_pos_) != GGX_STATUS_OK ||
+        ggx_backend_graph_compute(be, G1->g) != GGX_STATUS_OK || be->iface.top_n_end(be, ids, vals, guess) != GGX_STATUS_OK)
+        fail("running the next sampled step ahead failed: %s", ggx_last_error());
+    logits_saved_ = true;
+    ahead_ = {true, *guess, n_past_};
+    return true;
+}
+
 Context::Graph * Context::single_step_graph() {
     auto it = graphs_.find({1, false});
     return it == graphs_.end() ? nullptr : &it->second;

@@ -66,6 +66,13 @@ public:
     // False when the backend cannot (no top_n, a row too long) or the logits are already on the
     // host: the caller then samples from logits(-1).
     bool top_candidates(int n, int32_t * ids, float * vals);
+    // Sampled run-ahead: after a single-token step, queues the ranking of its logits with a draw
+    // made where they are (d: the sampler's next draw, ggx_backend_i::top_n_begin), that id as
+    // the next step's input and the step itself; then waits for the n candidates and the drawn id
+    // (`guess`) alone. A following decode of exactly that id takes the queued step (the host's
+    // own draw from the candidates decides; a different id drops the step). False, with nothing
+    // queued, when this context does not run ahead or cannot here: use top_candidates then.
+    bool sample_ahead(int n, const struct ggx_draw & d, int32_t * ids, float * vals, int32_t * guess);
     int n_logit_rows() const { return n_rows_; }
 
     int n_past() const { return n_past_; }

@@ -1,5 +1,7 @@
 #include "sampler.h"
 
+#include "ggx/ggx-draw.h"
+
 #include <algorithm>
 #include <cmath>
 #include <unordered_set>
@@ -91,29 +93,25 @@ std::vector<int32_t> Sampler::penalty_window() const {
     return std::vector<int32_t>(seen.begin(), seen.end());
 }
 
+// The uniform of the next draw: what std::uniform_real_distribution<double>(0, total) scales by
+// total (libstdc++ and libc++ both take one generate_canonical), so a copy of the engine tells a
+// device in advance which u the host will use (device_draw).
+static double next_uniform(std::mt19937_64 & g) { return std::generate_canonical<double, 53>(g); }
+
 int32_t Sampler::draw(size_t n) {
-    if (p_.min_p > 0) {
-        const float thr = cands_[0].p * p_.min_p;
-        size_t k = 1;
-        while (k < n && cands_[k].p >= thr) k++;
-        n = k;
-    }
-    if (p_.top_p > 0 && p_.top_p < 1) {
-        double cum = 0;
-        size_t k = 0;
-        while (k < n) { cum += cands_[k].p; k++; if (cum >= p_.top_p) break; }
-        n = k;
-    }
-    double total = 0;
-    for (size_t i = 0; i < n; i++) total += cands_[i].p;
-    std::uniform_real_distribution<double> U(0.0, total);
-    double r = U(rng_), acc = 0;
-    int32_t chosen = cands_[n - 1].id;
-    for (size_t i = 0; i < n; i++) {
-        acc += cands_[i].p;
-        if (r < acc) { chosen = cands_[i].id; break; }
-    }
-    return chosen;
+    const int i = ggx_draw_select([this](int j) { return cands_[(size_t)j].p; }, (int)n, p_.min_p, p_.top_p, next_uniform(rng_));
+    return cands_[(size_t)i].id;
+}
+
+bool Sampler::device_draw(int n_vocab, int cap, ggx_draw * d) const {
+    if (p_.temperature <= 0.0f || p_.top_k <= 1 || p_.top_k >= n_vocab || p_.top_k + 1 > cap || penalized()) return false;
+    std::mt19937_64 peek = rng_;
+    d->temperature = p_.temperature;
+    d->top_k = p_.top_k;
+    d->top_p = p_.top_p;
+    d->min_p = p_.min_p;
+    d->u = next_uniform(peek);
+    return true;
 }
 
 int32_t Sampler::sample(const float * logits, int n_vocab) {

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+
+struct ggx_draw;
 #include <random>
 #include <vector>
 
@@ -32,6 +34,11 @@ public:
     // then lower id) exactly what sample() draws from the whole row. False, with nothing drawn or
     // recorded, when those n do not decide it (a tie with the logits left out, or a NaN).
     bool sample_top(const int32_t * ids, const float * vals, int n, int n_vocab, int32_t * chosen);
+    // The parameters of the next draw for a backend that draws where the logits are (ggx_draw:
+    // top-k, temperature, min-p, top-p and the uniform the host's next draw will use), when
+    // top_needed's candidates are k + 1 (no penalty applies) and k + 1 <= cap; else false. The
+    // host still draws (sample_top): a device's choice is only a guess to run ahead with.
+    bool device_draw(int n_vocab, int cap, struct ggx_draw * d) const;
     const SamplerParams & params() const { return p_; }
     // The choice is the argmax of the logits as they are (no penalty applies to them).
     bool greedy() const {

@@ -22,6 +22,19 @@ extern "C" {
 
 struct ggx_backend;
 
+// A draw among the best of a row, made where the row is (ggx_backend_i::top_n_begin), in the
+// host sampler's order and arithmetic (ggx/ggx-draw.h): the k best values v_i (best first) as
+// logits v_i / temperature; p_i = exp(l_i - l_0) normalised in double; min-p keeps p_i >= p_0 *
+// min_p; top-p the shortest prefix whose mass reaches it; then the first candidate whose
+// cumulative p exceeds u * total of those kept.
+struct ggx_draw {
+    float   temperature;   // > 0
+    int32_t top_k;         // 1 <= k <= n of the ranking
+    float   top_p;         // >= 1 or <= 0: off
+    float   min_p;         // 0: off
+    double  u;             // uniform in [0, 1)
+};
+
 struct ggx_backend_i {
     void            (*free)(struct ggx_backend * be);
     // Device memory. alloc returns GGX_STATUS_ALLOC_FAILED (with ggx_last_error set) when out of memory.
@@ -59,6 +72,13 @@ struct ggx_backend_i {
     // 1 <= n <= GGX_BACKEND_TOP_MAX, n <= count. Waits. A sampler limited to the top k reads these
     // few candidates instead of the whole vocabulary. GGX_STATUS_UNSUPPORTED for a row too long.
     enum ggx_status (*top_n)(struct ggx_backend * be, const void * src, int64_t count, int n, int32_t * ids, float * values);
+    // optional, both or neither: top_n_begin queues top_n's ranking and, with draw, that draw,
+    // whose id it stores as an int32 at the backend address id_dst, and returns at once;
+    // top_n_end waits for those alone (not for work queued after them) and hands over the n
+    // candidates and the drawn id. So a sampled step can be queued before the host has drawn.
+    enum ggx_status (*top_n_begin)(struct ggx_backend * be, const void * src, int64_t count, int n, const struct ggx_draw * draw,
+                                   void * id_dst);
+    enum ggx_status (*top_n_end)(struct ggx_backend * be, int32_t * ids, float * values, int32_t * drawn);
 };
 
 #define GGX_BACKEND_MAILBOX_BYTES 64

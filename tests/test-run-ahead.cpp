@@ -2,6 +2,7 @@
 // by default it is off) and its C API switch.
 #include "fixtures.h"
 #include "greedy-run-ahead.h"
+#include "sampled-run-ahead.h"
 
 #include "exl2.h"
 
@@ -63,4 +64,15 @@ TEST_CASE("greedy run-ahead: the C API's switch") {
     }
     CHECK(got[0] == got[1]);
     exl2_model_free(model);
+}
+
+// The CPU backend draws where the logits are with the host sampler's own code, so every sampled
+// step is taken from ahead.
+TEST_CASE("sampled run-ahead: same ids and logits as without, every step taken ahead, on kjv-6m") {
+    exl2::ModelParams mp;
+    mp.n_threads = 2;
+    auto model = exl2::Model::load("models/kjv-6m", mp, false);
+    exl2::ContextParams cp;
+    cp.run_ahead = 1;
+    exl2test::check_sampled_run_ahead(*model, cp, 23);
 }

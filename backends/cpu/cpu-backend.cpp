@@ -3,6 +3,9 @@
 #include "cpu-ops.h"
 #include "cpu-threadpool.h"
 #include "ggx/ggx-backend.h"
+#include "ggx/ggx-draw.h"
+
+#include <algorithm>
 
 #include <cstdarg>
 #include <cstdio>
@@ -36,6 +39,10 @@ struct context {
     size_t scratch_per_thread = 0;
     errors err;
     unsigned char mailbox[GGX_BACKEND_MAILBOX_BYTES];   // get_begin's bytes (graphs run synchronously here)
+    // top_n_begin's ranking and draw, handed over by top_n_end
+    std::vector<int32_t> top_ids;
+    std::vector<float> top_vals;
+    int32_t top_drawn = -1;
 };
 
 struct job {
@@ -121,6 +128,45 @@ ggx_status cpu_get_begin(ggx_backend * be, const void * src, size_t n) {
 
 ggx_status cpu_get_end(ggx_backend * be, void * dst, size_t n) {
     memcpy(dst, ctx_of(be)->mailbox, n);
+    return GGX_STATUS_OK;
+}
+
+// The ranking and draw that a device makes where the logits are (ggx_backend_i::top_n_begin), done
+// at once here (the logits are host memory): so a context's sampled run-ahead runs on the CPU too,
+// and its tests with it.
+ggx_status cpu_top_n_begin(ggx_backend * be, const void * src, int64_t count, int n, const ggx_draw * draw, void * id_dst) {
+    context & c = *ctx_of(be);
+    if (n < 1 || n > GGX_BACKEND_TOP_MAX || count < n || (draw && (draw->top_k < 1 || draw->top_k > n))) {
+        ggx_set_error("cpu: top_n of %d over %lld values", n, (long long)count);
+        return GGX_STATUS_FAILED;
+    }
+    const float * v = (const float *)src;
+    std::vector<int32_t> order((size_t)count);
+    for (int64_t i = 0; i < count; i++) order[(size_t)i] = (int32_t)i;
+    std::partial_sort(order.begin(), order.begin() + n, order.end(), [v](int32_t a, int32_t b) {
+        const bool na = v[a] != v[a], nb = v[b] != v[b];
+        if (na != nb) return nb;   // numbers before NaN
+        return (!na && v[a] > v[b]) || ((na || v[a] == v[b]) && a < b);
+    });
+    c.top_ids.assign(order.begin(), order.begin() + n);
+    c.top_vals.resize((size_t)n);
+    for (int i = 0; i < n; i++) c.top_vals[(size_t)i] = v[c.top_ids[(size_t)i]];
+    c.top_drawn = -1;
+    if (draw) {
+        std::vector<float> p((size_t)draw->top_k);
+        ggx_draw_probabilities(c.top_vals.data(), draw->top_k, draw->temperature, p.data());
+        const int i = ggx_draw_select([&p](int j) { return p[(size_t)j]; }, draw->top_k, draw->min_p, draw->top_p, draw->u);
+        c.top_drawn = c.top_ids[(size_t)i];
+        memcpy(id_dst, &c.top_drawn, sizeof c.top_drawn);
+    }
+    return GGX_STATUS_OK;
+}
+
+ggx_status cpu_top_n_end(ggx_backend * be, int32_t * ids, float * values, int32_t * drawn) {
+    context & c = *ctx_of(be);
+    std::copy(c.top_ids.begin(), c.top_ids.end(), ids);
+    std::copy(c.top_vals.begin(), c.top_vals.end(), values);
+    *drawn = c.top_drawn;
     return GGX_STATUS_OK;
 }
 
@@ -239,6 +285,8 @@ ggx_backend * ggx_backend_cpu_init(int n_threads) {
     be->iface.copy = cpu_copy;
     be->iface.get_begin = cpu_get_begin;
     be->iface.get_end = cpu_get_end;
+    be->iface.top_n_begin = cpu_top_n_begin;
+    be->iface.top_n_end = cpu_top_n_end;
     be->name = "cpu";
     be->is_host = 1;
     be->alignment = 64;

@@ -105,6 +105,8 @@ struct ggx_cuda_ctx {
     size_t         top_keys_n = 0;
     int2 *         top_out = nullptr;
     int2 *         top_host = nullptr;
+    cudaEvent_t    top_ready = nullptr;      // recorded after the copy into top_host (top_n_begin)
+    int            top_pending = 0;          // n of the queued ranking, negative with a draw; 0: none
     char           name[16] = {0};
 };
 

@@ -446,6 +446,14 @@ ggx_status be_top_n(ggx_backend * be, const void * src, int64_t count, int n, in
     return ggx_cuda_top_n(*ctx_of(be), (const float *)src, count, n, ids, values);
 }
 
+ggx_status be_top_n_begin(ggx_backend * be, const void * src, int64_t count, int n, const ggx_draw * draw, void * id_dst) {
+    return ggx_cuda_top_n_begin(*ctx_of(be), (const float *)src, count, n, draw, id_dst);
+}
+
+ggx_status be_top_n_end(ggx_backend * be, int32_t * ids, float * values, int32_t * drawn) {
+    return ggx_cuda_top_n_end(*ctx_of(be), ids, values, drawn);
+}
+
 ggx_status be_synchronize(ggx_backend * be) {
     GGX_CUDA_CHECK(cudaStreamSynchronize(ctx_of(be)->stream));
     return GGX_STATUS_OK;
@@ -625,5 +633,11 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     be->iface.get_end = be_get_end;
     // GGX_CUDA_NO_TOP_N=1: samplers read the whole row of logits instead (measurements)
     be->iface.top_n = env_flag("GGX_CUDA_NO_TOP_N") ? nullptr : be_top_n;
+    // GGX_CUDA_SAMPLE_AHEAD=1: sampled run-ahead (Context::sample_ahead), the draw made on the
+    // device; off by default until it has run on a GPU
+    if (be->iface.top_n && env_flag("GGX_CUDA_SAMPLE_AHEAD")) {
+        be->iface.top_n_begin = be_top_n_begin;
+        be->iface.top_n_end = be_top_n_end;
+    }
     return be;
 }

@@ -9,6 +9,8 @@
 // keys above it are in, and it stops as soon as every key with the chosen prefix is in.
 #include "topn.cuh"
 
+#include "ggx/ggx-draw.h"
+
 #include <cstring>
 
 namespace {
@@ -128,11 +130,16 @@ __global__ void __launch_bounds__(k_block1) k_top_level1(const float * __restric
     for (int i = filled + threadIdx.x; i < n; i += k_block1) out[i] = 0ull;
 }
 
-// Level two: the n largest of m candidates, sorted, as (index, value bits) into out[0, n).
+// Level two: the n largest of m candidates, sorted, as (index, value bits) into out[0, n). DRAW:
+// then one thread draws among the first draw.top_k in the host sampler's order and arithmetic
+// (ggx/ggx-draw.h), storing the id at id_dst and as out[n].x.
+template <bool DRAW>
 __global__ void __launch_bounds__(k_block2) k_top_level2(const unsigned long long * __restrict__ cand, int m, int n,
-                                                         int2 * __restrict__ out) {
+                                                         int2 * __restrict__ out, const ggx_draw draw, int32_t * id_dst) {
     __shared__ select_smem s;
     __shared__ unsigned long long best[GGX_BACKEND_TOP_MAX];
+    __shared__ float sorted_val[DRAW ? GGX_BACKEND_TOP_MAX : 1], p[DRAW ? GGX_BACKEND_TOP_MAX : 1];
+    __shared__ int32_t sorted_id[DRAW ? GGX_BACKEND_TOP_MAX : 1];
     __shared__ int filled;
     unsigned long long key[k_per_thread];
 #pragma unroll
@@ -151,36 +158,99 @@ __global__ void __launch_bounds__(k_block2) k_top_level2(const unsigned long lon
         int rank = 0;
         for (int j = 0; j < min(filled, n); j++) rank += best[j] > k;
         out[rank] = make_int2((int)(0xffffffffu - (uint32_t)k), __float_as_int(value_of(k)));
+        if constexpr (DRAW) {
+            sorted_id[rank] = (int32_t)(0xffffffffu - (uint32_t)k);
+            sorted_val[rank] = value_of(k);
+        }
+    }
+    if constexpr (DRAW) {
+        __syncthreads();
+        if (t == 0) {
+            const int k = min(draw.top_k, min(filled, n));
+            ggx_draw_probabilities(sorted_val, k, draw.temperature, p);
+            const int i = ggx_draw_select([](int j) { return p[j]; }, k, draw.min_p, draw.top_p, draw.u);
+            *id_dst = sorted_id[i];
+            out[n] = make_int2(sorted_id[i], 0);
+        }
     }
 }
 
 }  // namespace
 
-ggx_status ggx_cuda_top_n(ggx_cuda_ctx & ctx, const float * src, int64_t count, int n, int32_t * ids, float * vals) {
+// Checks a request and makes the buffers (once); the first level's block count in *blocks.
+static ggx_status prepare(ggx_cuda_ctx & ctx, int64_t count, int n, int64_t * blocks) {
     if (n < 1 || n > GGX_BACKEND_TOP_MAX || count < n || count > 0xffffffffll) {
         ggx_set_error("cuda: top_n of %d over %lld values (1..%d, at most the row)", n, (long long)count, GGX_BACKEND_TOP_MAX);
         return GGX_STATUS_FAILED;
     }
-    const int64_t blocks = (count + k_chunk - 1) / k_chunk;
-    if (blocks * n > k_max_cands) {
+    *blocks = (count + k_chunk - 1) / k_chunk;
+    if (*blocks * n > k_max_cands) {
         ggx_set_error("cuda: top_n of %d over %lld values: more than %d candidates", n, (long long)count, k_max_cands);
         return GGX_STATUS_UNSUPPORTED;
     }
     if (!ctx.top_keys) {   // sized for the most candidates level two takes: no regrowth
         GGX_CUDA_CHECK(cudaMalloc((void **)&ctx.top_keys, (size_t)k_max_cands * sizeof(unsigned long long)));
-        GGX_CUDA_CHECK(cudaMalloc((void **)&ctx.top_out, GGX_BACKEND_TOP_MAX * sizeof(int2)));
-        GGX_CUDA_CHECK(cudaMallocHost((void **)&ctx.top_host, GGX_BACKEND_TOP_MAX * sizeof(int2)));
+        GGX_CUDA_CHECK(cudaMalloc((void **)&ctx.top_out, (GGX_BACKEND_TOP_MAX + 1) * sizeof(int2)));
+        GGX_CUDA_CHECK(cudaMallocHost((void **)&ctx.top_host, (GGX_BACKEND_TOP_MAX + 1) * sizeof(int2)));
+        GGX_CUDA_CHECK(cudaEventCreateWithFlags(&ctx.top_ready, cudaEventDisableTiming));
     }
-    GGX_CUDA_CHECK(ggx_cuda_launch_ex(ctx.stream, false, k_top_level1, dim3((unsigned)blocks), dim3(k_block1), 0, src, count, n,
-                                      ctx.top_keys));
-    GGX_CUDA_CHECK(ggx_cuda_launch_ex(ctx.stream, false, k_top_level2, dim3(1), dim3(k_block2), 0,
-                                      (const unsigned long long *)ctx.top_keys, (int)(blocks * n), n, ctx.top_out));
-    GGX_CUDA_CHECK(cudaMemcpyAsync(ctx.top_host, ctx.top_out, (size_t)n * sizeof(int2), cudaMemcpyDeviceToHost, ctx.stream));
-    GGX_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    return GGX_STATUS_OK;
+}
+
+static void unpack(const ggx_cuda_ctx & ctx, int n, int32_t * ids, float * vals) {
     for (int i = 0; i < n; i++) {
         ids[i] = ctx.top_host[i].x;
         memcpy(&vals[i], &ctx.top_host[i].y, sizeof(float));
     }
+}
+
+ggx_status ggx_cuda_top_n(ggx_cuda_ctx & ctx, const float * src, int64_t count, int n, int32_t * ids, float * vals) {
+    int64_t blocks = 0;
+    GGX_RETURN_IF_ERR(prepare(ctx, count, n, &blocks));
+    GGX_CUDA_CHECK(ggx_cuda_launch_ex(ctx.stream, false, k_top_level1, dim3((unsigned)blocks), dim3(k_block1), 0, src, count, n,
+                                      ctx.top_keys));
+    GGX_CUDA_CHECK(ggx_cuda_launch_ex(ctx.stream, false, k_top_level2<false>, dim3(1), dim3(k_block2), 0,
+                                      (const unsigned long long *)ctx.top_keys, (int)(blocks * n), n, ctx.top_out, ggx_draw{},
+                                      (int32_t *)nullptr));
+    GGX_CUDA_CHECK(cudaMemcpyAsync(ctx.top_host, ctx.top_out, (size_t)n * sizeof(int2), cudaMemcpyDeviceToHost, ctx.stream));
+    GGX_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    unpack(ctx, n, ids, vals);
+    return GGX_STATUS_OK;
+}
+
+ggx_status ggx_cuda_top_n_begin(ggx_cuda_ctx & ctx, const float * src, int64_t count, int n, const ggx_draw * draw, void * id_dst) {
+    int64_t blocks = 0;
+    GGX_RETURN_IF_ERR(prepare(ctx, count, n, &blocks));
+    if (draw && (draw->top_k < 1 || draw->top_k > n || !id_dst)) {
+        ggx_set_error("cuda: top_n draw among %d of %d candidates", draw->top_k, n);
+        return GGX_STATUS_FAILED;
+    }
+    GGX_CUDA_CHECK(ggx_cuda_launch_ex(ctx.stream, false, k_top_level1, dim3((unsigned)blocks), dim3(k_block1), 0, src, count, n,
+                                      ctx.top_keys));
+    const unsigned long long * cand = ctx.top_keys;
+    if (draw)
+        GGX_CUDA_CHECK(ggx_cuda_launch_ex(ctx.stream, false, k_top_level2<true>, dim3(1), dim3(k_block2), 0, cand, (int)(blocks * n), n,
+                                          ctx.top_out, *draw, (int32_t *)id_dst));
+    else
+        GGX_CUDA_CHECK(ggx_cuda_launch_ex(ctx.stream, false, k_top_level2<false>, dim3(1), dim3(k_block2), 0, cand, (int)(blocks * n), n,
+                                          ctx.top_out, ggx_draw{}, (int32_t *)nullptr));
+    GGX_CUDA_CHECK(cudaMemcpyAsync(ctx.top_host, ctx.top_out, (size_t)(n + (draw ? 1 : 0)) * sizeof(int2), cudaMemcpyDeviceToHost,
+                                   ctx.stream));
+    GGX_CUDA_CHECK(cudaEventRecord(ctx.top_ready, ctx.stream));
+    ctx.top_pending = draw ? -n : n;
+    return GGX_STATUS_OK;
+}
+
+ggx_status ggx_cuda_top_n_end(ggx_cuda_ctx & ctx, int32_t * ids, float * vals, int32_t * drawn) {
+    if (ctx.top_pending == 0) {
+        ggx_set_error("cuda: top_n_end without top_n_begin");
+        return GGX_STATUS_FAILED;
+    }
+    GGX_CUDA_CHECK(cudaEventSynchronize(ctx.top_ready));
+    const int n = ctx.top_pending < 0 ? -ctx.top_pending : ctx.top_pending;
+    unpack(ctx, n, ids, vals);
+    *drawn = ctx.top_pending < 0 ? ctx.top_host[n].x : -1;
+    ctx.top_pending = 0;
     return GGX_STATUS_OK;
 }
 
@@ -188,6 +258,8 @@ void ggx_cuda_top_n_release(ggx_cuda_ctx & ctx) {
     if (ctx.top_keys) (void)cudaFree(ctx.top_keys);
     if (ctx.top_out) (void)cudaFree(ctx.top_out);
     if (ctx.top_host) (void)cudaFreeHost(ctx.top_host);
+    if (ctx.top_ready) (void)cudaEventDestroy(ctx.top_ready);
+    ctx.top_ready = nullptr;
     ctx.top_keys = nullptr;
     ctx.top_out = nullptr;
     ctx.top_host = nullptr;

@@ -6,6 +6,7 @@
 // well below 1e-2 of the largest logit (max-norm), while a wrong kernel moves logits by O(1).
 #include "tests/fixtures.h"
 #include "tests/greedy-run-ahead.h"
+#include "tests/sampled-run-ahead.h"
 
 #include "cuda-harness.h"
 
@@ -287,4 +288,22 @@ TEST_CASE("cuda: top-k sampling from candidates ranked on the device draws what 
         CHECK(vals[i] == l[order[(size_t)i]]);
     }
     CHECK_FALSE(c.top_candidates(64, ids, vals));   // the logits are on the host now
+}
+
+// Sampled run-ahead with the draw made on the device (GGX_CUDA_SAMPLE_AHEAD=1, read when a model's
+// backend starts): the same ids and logits as without, and the queued step taken whenever the
+// device's draw agrees with the host's (expf may differ by ulps: all but ~1e-6 of draws; two of
+// 23 steps may miss).
+TEST_CASE("cuda: sampled run-ahead with the draw on the device gives the same ids and logits as without") {
+    REQUIRE_CUDA();
+    setenv("GGX_CUDA_SAMPLE_AHEAD", "1", 1);
+    ModelParams gpu_p;
+    gpu_p.device = "cuda:0";
+    auto kjv = Model::load("models/kjv-6m", gpu_p, false);
+    SyntheticModel sm = synthetic_build("llama3.2-1b", 4.0, 2, 3);
+    auto syn = Model::load_tensors(std::move(sm.st), sm.config, gpu_p, "", false);
+    unsetenv("GGX_CUDA_SAMPLE_AHEAD");
+    REQUIRE((kjv->backend->iface.top_n_begin != nullptr));
+    exl2test::check_sampled_run_ahead(*kjv, ContextParams(), 21);
+    exl2test::check_sampled_run_ahead(*syn, ContextParams(), 21);
 }

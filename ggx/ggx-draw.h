@@ -1,0 +1,52 @@
+// The draw of a top-k sampler over probabilities already computed, shared by the host sampler
+// (exl2/sampler.cpp) and the backends that draw where the logits are (ggx_backend_i::top_n_begin):
+// one order of operations, so that a draw made on a device can be checked against the host's.
+#pragma once
+
+#include "ggx-backend.h"
+
+#include <math.h>
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define GGX_DRAW_FN __host__ __device__ inline
+#else
+#define GGX_DRAW_FN inline
+#endif
+
+// p[i] = exp(l_i - l_0) / sum for l_i = v[i] / t, v best first; the sum in double, in order.
+GGX_DRAW_FN void ggx_draw_probabilities(const float * v, int k, float t, float * p) {
+    const float mx = v[0] / t;
+    double sum = 0;
+    for (int i = 0; i < k; i++) {
+        p[i] = expf(v[i] / t - mx);
+        sum += p[i];
+    }
+    for (int i = 0; i < k; i++) p[i] = (float)(p[i] / sum);
+}
+
+// Index of the candidate drawn from p(0) .. p(n - 1) (best first): min-p, top-p, then the first
+// whose cumulative p exceeds u * total (the last one if rounding leaves none).
+template <class P>
+GGX_DRAW_FN int ggx_draw_select(P p, int n, float min_p, float top_p, double u) {
+    if (min_p > 0) {
+        const float thr = p(0) * min_p;
+        int k = 1;
+        while (k < n && p(k) >= thr) k++;
+        n = k;
+    }
+    if (top_p > 0 && top_p < 1) {
+        double cum = 0;
+        int k = 0;
+        while (k < n) { cum += p(k); k++; if (cum >= top_p) break; }
+        n = k;
+    }
+    double total = 0;
+    for (int i = 0; i < n; i++) total += p(i);
+    const double r = u * total;
+    double acc = 0;
+    for (int i = 0; i < n; i++) {
+        acc += p(i);
+        if (r < acc) return i;
+    }
+    return n - 1;
+}

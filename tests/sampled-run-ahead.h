@@ -1,0 +1,66 @@
+// Sampled run-ahead (Context::sample_ahead through exl2::sample_last) against the same model
+// without it: the same ids drawn step after step (the host's draw from the candidates decides),
+// the same logits (the step ahead is the same graph with the same inputs), the queued step taken
+// whenever the device's draw agreed, and dropped by another id. Used by the CPU suite (run-ahead
+// forced on, the CPU backend's draw) and by the GPU suite.
+#pragma once
+
+#include "greedy-run-ahead.h"
+
+#include "exl2/sample-last.h"
+
+namespace exl2test {
+
+// min_taken: single-token steps that must have been taken from ahead out of `steps` - 1 (all on
+// the CPU, whose draw is the host's own code; a GPU's expf may differ by ulps near a boundary).
+inline void check_sampled_run_ahead(exl2::Model & model, exl2::ContextParams ahead_params, long min_taken) {
+    using exl2::Context;
+    const int V = model.cfg.n_vocab;
+    exl2::ContextParams plain_params = ahead_params;
+    ahead_params.n_ctx = plain_params.n_ctx = 64;
+    plain_params.run_ahead = -1;
+    Context a(model, ahead_params), b(model, plain_params);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 6; i++) prompt.push_back((int32_t)((i * 97 + 3) % V));
+    REQUIRE(a.decode(prompt.data(), (int)prompt.size(), false));
+    REQUIRE(b.decode(prompt.data(), (int)prompt.size(), false));
+    exl2::SamplerParams sp;   // main's defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05
+    sp.seed = 21;
+    exl2::Sampler sa(sp), sb(sp);
+    const int steps = 24;
+    for (int s = 0; s < steps; s++) {
+        const int32_t ta = exl2::sample_last(a, sa), tb = exl2::sample_last(b, sb);
+        REQUIRE_MESSAGE(ta == tb, "step " << s);
+        if (s % 4 == 1) check_same_logits(a, b, V, "logits after a sampled choice");
+        REQUIRE(a.decode(&ta, 1, false));
+        REQUIRE(b.decode(&tb, 1, false));
+    }
+    CHECK(a.steps_taken_ahead() >= min_taken);
+    CHECK(a.steps_taken_ahead() <= steps - 1);
+    check_same_logits(a, b, V, "logits of a step taken from ahead");
+
+    // Another id than the one drawn: the step ahead is dropped and this one runs.
+    const long taken = a.steps_taken_ahead();
+    const int32_t ta = exl2::sample_last(a, sa), tb = exl2::sample_last(b, sb);
+    REQUIRE(ta == tb);
+    const int32_t other = (ta + 1) % V;
+    REQUIRE(a.decode(&other, 1, false));
+    REQUIRE(b.decode(&other, 1, false));
+    CHECK(a.steps_taken_ahead() == taken);
+    check_same_logits(a, b, V, "logits after a dropped sampled step");
+
+    // A penalty makes the draw depend on more than the device's ranking: no run-ahead, same ids.
+    exl2::SamplerParams pp = sp;
+    pp.repetition_penalty = 1.2f;
+    exl2::Sampler pa(pp), pb(pp);
+    for (int s = 0; s < 6; s++) {
+        const int32_t xa = exl2::sample_last(a, pa), xb = exl2::sample_last(b, pb);
+        REQUIRE(xa == xb);
+        REQUIRE(a.decode(&xa, 1, false));
+        REQUIRE(b.decode(&xb, 1, false));
+    }
+    CHECK(a.steps_taken_ahead() == taken);
+    check_same_logits(a, b, V, "logits after penalised draws");
+}
+
+}  // namespace exl2test
