@@ -93,9 +93,10 @@ std::vector<int32_t> Sampler::penalty_window() const {
     return std::vector<int32_t>(seen.begin(), seen.end());
 }
 
-// The uniform of the next draw: what std::uniform_real_distribution<double>(0, total) scales by
-// total (libstdc++ and libc++ both take one generate_canonical), so a copy of the engine tells a
-// device in advance which u the host will use (device_draw).
+// The uniform of the next draw, scaled by the candidates' total in ggx_draw_select. It is what
+// std::uniform_real_distribution<double>(0, total) used before (libstdc++ takes one
+// generate_canonical and scales it: the exact-draw tests against that reference still pass), and
+// a copy of the engine tells a device in advance which u the host will use (device_draw).
 static double next_uniform(std::mt19937_64 & g) { return std::generate_canonical<double, 53>(g); }
 
 int32_t Sampler::draw(size_t n) {
