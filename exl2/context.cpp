@@ -226,22 +226,38 @@ bool Context::top_candidates(int n, int32_t * ids, float * vals) {
     return true;
 }
 
+// The single-token graph whose next step can be queued now: this context runs ahead, the last
+// decode was that graph's step, its logits are still in its output (not moved aside by a step
+// queued before and dropped since), nothing is queued, and the cache has a row for the step.
+Context::Graph * Context::ahead_graph() {
+    Graph * G1 = single_step_graph();
+    if (!run_ahead_ || ahead_.active || logits_saved_ || !pending_ || pending_ != G1 || n_past_ >= cache_.n_ctx() ||
+        ggx_nbytes(G1->ids) != sizeof(int32_t) || ggx_nbytes(G1->pos) != sizeof(int32_t))
+        return nullptr;
+    return G1;
+}
+
+// Queues behind what the caller queued (the next id into G.ids): a copy of G's logits aside,
+// the next position and the step itself.
+bool Context::queue_step_ahead(Graph & G) {
+    ggx_backend * be = model_.backend;
+    const size_t out_bytes = ggx_nbytes(G.out);
+    if (!saved_logits_) saved_logits_ = backend_alloc(be, out_bytes, "saved logits");
+    ahead_pos_ = n_past_;
+    return be->iface.copy(be, saved_logits_, G.out->data, out_bytes) == GGX_STATUS_OK &&
+           ggx_backend_tensor_set(be, G.pos, &ahead_pos_, 0, sizeof ahead_pos_) == GGX_STATUS_OK &&
+           ggx_backend_graph_compute(be, G.g) == GGX_STATUS_OK;
+}
+
 bool Context::sample_ahead(int n, const ggx_draw & d, int32_t * ids, float * vals, int32_t * guess) {
     ggx_backend * be = model_.backend;
     const int V = model_.cfg.n_vocab;
-    Graph * G1 = single_step_graph();
-    if (!run_ahead_ || !be->iface.top_n_begin || !be->iface.top_n_end || ahead_.active || logits_saved_ || !pending_ ||
-        pending_ != G1 || n_past_ >= cache_.n_ctx() || ggx_nbytes(G1->ids) != sizeof(int32_t) ||
-        ggx_nbytes(G1->pos) != sizeof(int32_t) || n < 1 || n > GGX_BACKEND_TOP_MAX || n > V || d.top_k > n)
+    Graph * G1 = ahead_graph();
+    if (!G1 || !be->iface.top_n_begin || !be->iface.top_n_end || n < 1 || n > GGX_BACKEND_TOP_MAX || n > V || d.top_k > n)
         return false;
-    const size_t out_bytes = ggx_nbytes(G1->out);
-    if (!saved_logits_) saved_logits_ = backend_alloc(be, out_bytes, "saved logits");
     const ggx_status st = be->iface.top_n_begin(be, G1->out->data, V, n, &d, G1->ids->data);
     if (st == GGX_STATUS_UNSUPPORTED) return false;
-    ahead_pos_ = n_past_;
-    if (st != GGX_STATUS_OK || be->iface.copy(be, saved_logits_, G1->out->data, out_bytes) != GGX_STATUS_OK ||
-        ggx_backend_tensor_set(be, G1->pos, &ahead_pos_, 0, sizeof ahead_pos_) != GGX_STATUS_OK ||
-        ggx_backend_graph_compute(be, G1->g) != GGX_STATUS_OK || be->iface.top_n_end(be, ids, vals, guess) != GGX_STATUS_OK)
+    if (st != GGX_STATUS_OK || !queue_step_ahead(*G1) || be->iface.top_n_end(be, ids, vals, guess) != GGX_STATUS_OK)
         fail("running the next sampled step ahead failed: %s", ggx_last_error());
     logits_saved_ = true;
     ahead_ = {true, *guess, n_past_};
@@ -261,15 +277,9 @@ Context::Graph * Context::single_step_graph() {
 // the step ahead too: the copy back is queued behind it on the one stream.
 int32_t Context::run_ahead(Graph & G) {
     ggx_backend * be = model_.backend;
-    const size_t out_bytes = ggx_nbytes(G.out);
-    if (!saved_logits_) saved_logits_ = backend_alloc(be, out_bytes, "saved logits");
-    ahead_pos_ = n_past_;
     int32_t id = -1;
     if (ggx_backend_tensor_get_begin(be, G.arg, 0, sizeof id) != GGX_STATUS_OK ||
-        be->iface.copy(be, saved_logits_, G.out->data, out_bytes) != GGX_STATUS_OK ||
-        be->iface.copy(be, G.ids->data, G.arg->data, sizeof id) != GGX_STATUS_OK ||
-        ggx_backend_tensor_set(be, G.pos, &ahead_pos_, 0, sizeof ahead_pos_) != GGX_STATUS_OK ||
-        ggx_backend_graph_compute(be, G.g) != GGX_STATUS_OK ||
+        be->iface.copy(be, G.ids->data, G.arg->data, sizeof id) != GGX_STATUS_OK || !queue_step_ahead(G) ||
         ggx_backend_tensor_get_end(be, &id, sizeof id) != GGX_STATUS_OK)
         fail("running the next step ahead failed: %s", ggx_last_error());
     logits_saved_ = true;
@@ -290,11 +300,9 @@ void Context::truncate(int n) {
 int32_t Context::greedy_last() {
     if (n_rows_ == 0) fail("no logits: nothing was decoded yet");
     if (ahead_.active) return ahead_.token;   // chosen already; the step ahead overwrote pending_->arg
-    if (pending_ && pending_->arg) {
-        Graph * G1 = single_step_graph();
-        if (run_ahead_ && pending_ == G1 && n_past_ < cache_.n_ctx() && ggx_nbytes(G1->ids) == sizeof(int32_t) &&
-            ggx_nbytes(G1->pos) == sizeof(int32_t))
-            return run_ahead(*G1);
+    if (Graph * G1 = ahead_graph()) return run_ahead(*G1);
+    // pending_->arg is this row's argmax unless a step queued ahead (and dropped) overwrote it
+    if (pending_ && pending_->arg && !logits_saved_) {
         int32_t id = -1;
         if (ggx_backend_tensor_get(model_.backend, pending_->arg, &id, 0, sizeof(id)) != GGX_STATUS_OK)
             fail("reading the sampled token failed: %s", ggx_last_error());

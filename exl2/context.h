@@ -99,6 +99,8 @@ private:
     Graph build(int T, bool all_logits);
     Graph & run_chunk(const int32_t * tokens, int n, bool all_logits, float * logits_out);
     Graph * single_step_graph();
+    Graph * ahead_graph();
+    bool queue_step_ahead(Graph & G);
     int32_t run_ahead(Graph & G);
 
     Model & model_;

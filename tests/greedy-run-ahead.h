@@ -79,6 +79,22 @@ inline void check_greedy_run_ahead(exl2::Model & model, exl2::ContextParams ahea
     REQUIRE(b.decode(t3, 3, false));
     check_same_logits(a, b, V, "logits after a truncate");
 
+    // Asked again after a truncate dropped its step ahead, the sampled row is still itself: its
+    // id and logits, not the dropped step's (which overwrote the graph's output and argmax).
+    {
+        const int32_t ta = a.greedy_last(), tb = b.greedy_last();
+        REQUIRE(ta == tb);
+        REQUIRE(a.decode(&ta, 1, false));
+        REQUIRE(b.decode(&tb, 1, false));
+        const long before = a.steps_taken_ahead();
+        REQUIRE(a.greedy_last() == b.greedy_last());   // a queues the next step here
+        a.truncate(a.n_past() - 1);
+        b.truncate(b.n_past() - 1);
+        CHECK(a.greedy_last() == b.greedy_last());
+        check_same_logits(a, b, V, "logits after a truncate dropped the step ahead");
+        CHECK(a.steps_taken_ahead() == before);
+    }
+
     // Up to a full cache: the last choice has no room for a step ahead.
     while (b.n_past() < n_ctx) {
         const int32_t ta = a.greedy_last(), tb = b.greedy_last();
