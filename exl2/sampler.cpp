@@ -22,12 +22,10 @@ static bool by_logit(const Sampler::Cand & a, const Sampler::Cand & b) {
     return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
 }
 
-// c[i].p = exp(c[i].logit - mx) / sum over c[0, n), the sum taken in double in c's order; returns it.
+// c[i].p = exp(c[i].logit - mx) / sum over c[0, n), the sum taken in double in c's order; returns
+// it. The backends' draws (ggx_backend_i::top_n_begin) compute the same with the same code.
 static double to_probabilities(Sampler::Cand * c, size_t n, float mx) {
-    double sum = 0;
-    for (size_t i = 0; i < n; i++) { c[i].p = std::exp(c[i].logit - mx); sum += c[i].p; }
-    for (size_t i = 0; i < n; i++) c[i].p = (float)(c[i].p / sum);
-    return sum;
+    return ggx_draw_probabilities((int)n, mx, [c](int i) { return c[i].logit; }, [c](int i) -> float & { return c[i].p; });
 }
 
 // Fills cands_[0, n) best first with their probabilities and returns n. With top-k, the k best

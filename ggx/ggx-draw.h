@@ -13,15 +13,18 @@
 #define GGX_DRAW_FN inline
 #endif
 
-// p[i] = exp(l_i - l_0) / sum for l_i = v[i] / t, v best first; the sum in double, in order.
-GGX_DRAW_FN void ggx_draw_probabilities(const float * v, int k, float t, float * p) {
-    const float mx = v[0] / t;
+// p(i) = exp(l(i) - mx) / sum over i < n, the sum in double in order; returns the sum. l(i): the
+// logits (value / temperature), p(i): a float& to write. The sampler passes its candidates and
+// the row's maximum; a draw over the best (v best first) passes v[i] / t and v[0] / t.
+template <class L, class P>
+GGX_DRAW_FN double ggx_draw_probabilities(int n, float mx, L l, P p) {
     double sum = 0;
-    for (int i = 0; i < k; i++) {
-        p[i] = expf(v[i] / t - mx);
-        sum += p[i];
+    for (int i = 0; i < n; i++) {
+        p(i) = expf(l(i) - mx);
+        sum += p(i);
     }
-    for (int i = 0; i < k; i++) p[i] = (float)(p[i] / sum);
+    for (int i = 0; i < n; i++) p(i) = (float)(p(i) / sum);
+    return sum;
 }
 
 // Index of the candidate drawn from p(0) .. p(n - 1) (best first): min-p, top-p, then the first

@@ -154,7 +154,9 @@ ggx_status cpu_top_n_begin(ggx_backend * be, const void * src, int64_t count, in
     c.top_drawn = -1;
     if (draw) {
         std::vector<float> p((size_t)draw->top_k);
-        ggx_draw_probabilities(c.top_vals.data(), draw->top_k, draw->temperature, p.data());
+        const float * v = c.top_vals.data();
+        const float t = draw->temperature;
+        ggx_draw_probabilities(draw->top_k, v[0] / t, [v, t](int j) { return v[j] / t; }, [&p](int j) -> float & { return p[(size_t)j]; });
         const int i = ggx_draw_select([&p](int j) { return p[(size_t)j]; }, draw->top_k, draw->min_p, draw->top_p, draw->u);
         c.top_drawn = c.top_ids[(size_t)i];
         memcpy(id_dst, &c.top_drawn, sizeof c.top_drawn);
