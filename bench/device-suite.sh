@@ -18,6 +18,9 @@
 #   sample          tg128@16 drawing with main's default sampler (bench --sample), candidates ranked
 #                   on the device, with GGX_CUDA_NO_TOP_N=1 (the whole row read back) and with
 #                   GGX_CUDA_SAMPLE_AHEAD=1 (sampled run-ahead, the draw on the device), and greedy
+#   windows         a second bench built with -DGGX_PAIR_WINDOWS=0 (3-, 5- and 6-bit codes placed one
+#                   by one, as before session 22) against the default (byte-permuted windows,
+#                   backends/cuda/pair-window.h): tg128@16 at 3.0, 5.0, 6.0, 4.0 and 2.5 bpw
 set -u
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
 if [ -f fixtures-local/COMMIT ]; then echo "commit $(cat fixtures-local/COMMIT)"; else echo "commit unknown (no fixtures-local/COMMIT)"; fi
@@ -60,6 +63,17 @@ for part in "$@"; do
                 GGX_CUDA_NO_TOP_N=1 tg --synthetic $m --bpw 4.0 --ctx 16 --sample
                 GGX_CUDA_SAMPLE_AHEAD=1 tg --synthetic $m --bpw 4.0 --ctx 16 --sample
             done ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample)"; exit 2 ;;
+        windows)
+            if NVCCFLAGS="-O3 -lineinfo -DGGX_PAIR_WINDOWS=0" make -j"$(nproc)" BUILD=build-dev-nowin CUDA_ARCH=90 \
+                   BENCH=build-dev-nowin/bench build-dev-nowin/bench >/tmp/device-build-nowin.log 2>&1; then
+                for b in 3.0 5.0 6.0 4.0 2.5; do
+                    echo "-- llama3-8b $b @16: codes one by one (GGX_PAIR_WINDOWS=0), then through windows"
+                    B=build-dev-nowin/bench tg --synthetic llama3-8b --bpw $b --ctx 16
+                    tg --synthetic llama3-8b --bpw $b --ctx 16
+                done
+            else
+                tail -30 /tmp/device-build-nowin.log
+            fi ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample, windows)"; exit 2 ;;
     esac
 done

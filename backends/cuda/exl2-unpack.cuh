@@ -10,6 +10,7 @@
 #pragma once
 
 #include "common.cuh"
+#include "pair-window.h"
 
 #include <cstring>
 
@@ -100,7 +101,17 @@ template <int B, int J> struct pair_shape {
     static constexpr bool x16 = B == 4 && J % 2 == 1;
 };
 
-template <int B, int J>
+// 3-, 5- and 6-bit pairs of one-row products through byte-permuted windows (pair-window.h); 0
+// places each code with its own shift, as before (a build switch, for measuring one against the
+// other). Rows share a pair's extraction, so with more rows the windows save less, and the
+// window words they keep live cost registers: k_qgemv<3> went from 212 to 244, <8> and <2>
+// spilled 28 and 12 bytes more (ptxas, sm_90). One-row products only, then.
+#ifndef GGX_PAIR_WINDOWS
+#define GGX_PAIR_WINDOWS 1
+#endif
+constexpr bool k_pair_windows = GGX_PAIR_WINDOWS != 0;
+
+template <int B, int J, bool Windows>
 __device__ __forceinline__ uint32_t pair_bits(const uint32_t * w) {
     constexpr int H = chunk_shape<B>::rows / 2;
     constexpr uint32_t m = (1u << B) - 1, magic = 0x64006400u;
@@ -109,6 +120,8 @@ __device__ __forceinline__ uint32_t pair_bits(const uint32_t * w) {
     } else if constexpr (chunk_shape<B>::words == 1) {
         static_assert(H * B == 16, "pairs 16 bits apart");
         return and_or<(m | m << 16)>(w[0] >> (J * B), magic);
+    } else if constexpr (Windows) {   // 3, 5 and 6 bits
+        return and_or<(m | m << 16)>(ggx_pair_window_bits<B, H, J>(w), magic);
     } else {
         const uint32_t lo = shift_to<B, J * B, 0>(w), hi = shift_to<B, (J + H) * B, 16>(w);
         return and_or<(m << 16)>(hi, and_or<m>(lo, magic));
@@ -131,7 +144,7 @@ struct chunk_dot_h2 {
             xp[t] = u32_as_half2(__byte_perm(xu[t][J / 2], xu[t][(J + H) / 2], J % 2 ? 0x7632 : 0x5410));
 #pragma unroll
         for (int c = 0; c < 4; c++) {
-            const half2 d = __hsub2(u32_as_half2(pair_bits<B, J>(w[c])), u32_as_half2(zbits));
+            const half2 d = __hsub2(u32_as_half2(pair_bits<B, J, k_pair_windows && T == 1>(w[c])), u32_as_half2(zbits));
 #pragma unroll
             for (int t = 0; t < T; t++) {
                 if constexpr (x16) acc16[t][c] = __hfma2(d, xp[t], acc16[t][c]);
