@@ -103,18 +103,29 @@ __device__ __forceinline__ void prefetch_l2(const void * p) {
 // The packed weights are read once per token, so their loads may be marked L2 evict-first
 // (createpolicy: `evict` of them get that priority): the lines that are reused (x, the split-K
 // partials, the KV cache, the kernels' code) then stay in L2 while ~120 MB of weights stream
-// through it per layer. One policy per piece: nothing held in registers across the loop.
-__device__ __forceinline__ uint4 load_weights(const uint4 * p, float evict) {
+// through it per layer. One policy per piece, made by piece_load for its loads: nothing held in
+// registers across the loop. (Made inside each load, the policy was not merged across a piece's
+// loads: k_qgemv<1,4> was 208 instructions longer and spilled 4 bytes.)
+__device__ __forceinline__ uint64_t evict_policy(float evict) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(GGX_USE_HIP)
     uint64_t pol;
-    uint4 v;
     asm("createpolicy.fractional.L2::evict_first.b64 %0, %1;" : "=l"(pol) : "f"(evict));
+    return pol;
+#else
+    (void)evict;
+    return 0;
+#endif
+}
+
+__device__ __forceinline__ uint4 load_weights(const uint4 * p, uint64_t pol) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(GGX_USE_HIP)
+    uint4 v;
     asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p), "l"(pol));
     return v;
 #else
-    (void)evict;
+    (void)pol;
     return ggx_load_ro(p);
 #endif
 }
@@ -180,9 +191,10 @@ __device__ __forceinline__ void piece_load(const gemv_mat & M, int p, int n, pie
     const int bits = s.pc.z & 15, g = s.pc.z >> 4;
     const int nw = s.pc.w * bits / 32;
     const uint32_t * base = M.qw + (size_t)s.pc.y * M.Np + n;
+    const uint64_t pol = evict_policy(evict);
 #pragma unroll
     for (int i = 0; i < 8; i++)
-        if (i < nw) s.w[i] = load_weights((const uint4 *)(base + (size_t)i * M.Np), evict);
+        if (i < nw) s.w[i] = load_weights((const uint4 *)(base + (size_t)i * M.Np), pol);
     s.sw = ggx_load_ro(M.qs + (size_t)g * (M.Np / 8) + n / 8) >> (4 * (n % 8));
     s.mx = M.qsmax[g];
 }
