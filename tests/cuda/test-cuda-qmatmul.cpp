@@ -201,6 +201,37 @@ TEST_CASE("cuda: EXL2 one-row GEMV, paired piece tables give the same bits as th
     }
 }
 
+// One-row GEMVs take the pairs of 3-, 5- and 6-bit codes through byte-permuted windows
+// (backends/cuda/pair-window.h); multi-row GEMVs place each code with its own shift. Both give
+// the same pairs, and a row's sums are the same operations in the same order whatever T (x scaled
+// per row, the same slices, partials added in slice order), so the one-row result is row 0 of the
+// two-row one, bit for bit. 96 rows per warp group: the plain piece tables for both; 64: the
+// paired tables for one row (the same bits as the plain ones, see the case above).
+TEST_CASE("cuda: EXL2 one-row GEMV gives row 0 of the two-row GEMV bit for bit (pair windows against per-code shifts)") {
+    REQUIRE_CUDA();
+    uint64_t seed = 400;
+    for (const char * lay : {"6 g32", "5 g32", "3/2 g64 .05/.95", "8/6/5 g32 .05/.1/.85", "6/3/2 g32,64,64 .05/.2/.75", "4/3 g32 .25/.75"}) {
+        QCase c = make_exl2(1024, 520, lay, true, seed++);
+        const int K = c.L.K, N = c.L.N;
+        const std::vector<float> x2 = random_x(2, K, seed * 17);
+        const std::vector<uint8_t> xb1 = bytes_of(std::vector<float>(x2.begin(), x2.begin() + K)), xb2 = bytes_of(x2);
+        for (const char * rows : {"96", "64"}) {
+            setenv("GGX_QGEMV_GROUP_ROWS", rows, 1);
+            const Output one = run_graph(cuda_backend(), [&](GraphRun & r) {
+                return ggx_mul_mat(r.ctx, r.qweight(c.L), r.input(GGX_TYPE_F32, {K, 1}, xb1));
+            });
+            const Output two = run_graph(cuda_backend(), [&](GraphRun & r) {
+                return ggx_mul_mat(r.ctx, r.qweight(c.L), r.input(GGX_TYPE_F32, {K, 2}, xb2));
+            });
+            unsetenv("GGX_QGEMV_GROUP_ROWS");
+            REQUIRE(one.bytes.size() == (size_t)N * sizeof(float));
+            REQUIRE(two.bytes.size() == 2 * one.bytes.size());
+            CHECK_MESSAGE(memcmp(one.bytes.data(), two.bytes.data(), one.bytes.size()) == 0,
+                          "exl2 '" << lay << "' at " << rows << " rows per warp group: one row differs from row 0 of two");
+        }
+    }
+}
+
 TEST_CASE("cuda: prefill matmuls reading one x in a row convert it once, a different x again") {
     REQUIRE_CUDA();
     // Nodes in order: a x1, b x1 (reuses x1's fp16 copy), a x2 (must convert x2), b x1 (must
