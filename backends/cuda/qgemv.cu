@@ -5,7 +5,8 @@
 // 4 adjacent columns each) takes the g-th run of m fine slices of the block's K-slice, so the
 // block splits K W ways and sums the groups in shared memory (W = 4 for one or two rows, fewer
 // for more rows, whose x slices take more shared memory). m is chosen per launch for all of a
-// job's matrices together (group_slices), so that the grid fills whole waves. A block
+// job's matrices together (ggx_cuda_qgemv_group_slices), so that the grid fills whole waves.
+// A block
 //   1. does what depends only on static data and inputs first (its first two pieces of packed
 //      weights into registers, a few more rows into L2, q_perm and the norm weights of its x
 //      rows, the RoPE factors of its columns) and only then waits for the previous kernel
@@ -38,7 +39,7 @@ constexpr int k_group = 128;                  // threads of one warp group: one 
 constexpr int k_tile = 4 * k_group;           // columns per tile
 constexpr int k_fine = GGX_QGEMV_FINE_ROWS;
 constexpr int k_max_rows = 1024;              // rows per warp group cap (x slices in shared memory)
-constexpr int k_block_rows = 230;             // a block's fixed cost in rows (see group_slices)
+constexpr int k_block_rows = 230;             // a block's fixed cost in rows (see ggx_cuda_qgemv_group_slices)
 constexpr int k_stage = k_max_rows / k_group; // rows of x each thread stages (see the kernel's step 2)
 constexpr int k_max_smem = 96 * 1024;         // dynamic shared memory at most: T = 8 with RoPE (see ggx_cuda_qgemv_run)
 constexpr int k_prefetch_rows = 2;            // L2 warm-up rows per thread (see prefetch_rows; measured)
@@ -612,15 +613,19 @@ static int block_slices(const ggx_cuda_qextra * e, int T, int m) {
 // rows) over the job's matrices together. ncu on llama3-8b (session 4): a wave of 128 blocks took
 // 11.9 us + 0.052 us per row of each group's slice, i.e. a fixed part worth ~230 rows; the qkv
 // job (q, k, v: 12 tiles) ran 1.5-2 waves of 64-row slices (28.6-30.5 us for 12.9 MB).
-static int group_slices(const ggx_qgemv_job & job, int n_sm) {
+// GGX_QGEMV_EVEN_M=1 (measurements): one-row jobs take an even m only, so that every matrix walks
+// the paired piece tables (llama3-8b: q/k/v m = 3 -> 4, down 7 -> 8; the model puts those at
+// +10% and +7%, against a paired loop ~15% shorter per row in run 129's gate/up).
+int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm) {
     const int forced = env_int("GGX_QGEMV_GROUP_ROWS", 0);   // measurements and tests (read per job: host code)
     if (forced >= k_fine) return std::min(k_max_rows, forced) / k_fine;
+    const bool even = job.T == 1 && env_int("GGX_QGEMV_EVEN_M", 0) != 0;
     const int W = groups_for(job.T);
     const int64_t slots = std::max(1, n_sm);
     int best_m = 1, max_fine = 1;
     for (int i = 0; i < job.n_mat; i++) max_fine = std::max(max_fine, qextra_of(job.m[i])->n_slices);
     int64_t best = INT64_MAX;
-    for (int m = 1; m * k_fine <= k_max_rows; m++) {
+    for (int m = even ? 2 : 1; m * k_fine <= k_max_rows; m += even ? 2 : 1) {
         int64_t blocks = 0;
         for (int i = 0; i < job.n_mat; i++) {
             const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
@@ -634,7 +639,7 @@ static int group_slices(const ggx_qgemv_job & job, int n_sm) {
 }
 
 size_t ggx_cuda_qgemv_scratch(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
-    const int m = group_slices(job, ctx.n_sm);
+    const int m = ggx_cuda_qgemv_group_slices(job, ctx.n_sm);
     size_t total = 0;
     for (int i = 0; i < job.n_mat; i++) {
         const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
@@ -665,14 +670,14 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
         ggx_set_error("cuda: decode matmul job with %d matrices and %d rows", job.n_mat, job.T);
         return GGX_STATUS_FAILED;
     }
-    for (int i = 0; i < job.n_mat; i++)   // before group_slices, which reads the tables
+    for (int i = 0; i < job.n_mat; i++)   // before ggx_cuda_qgemv_group_slices, which reads the tables
         if (!qextra_of(job.m[i])) {
             ggx_set_error("cuda: %s: quantized matrix not prepared for this backend", job.m[i].w->name);
             return GGX_STATUS_FAILED;
         }
     char * part = (char *)ctx.scratch;
     int blocks = 0, counters = 0;
-    const int m = group_slices(job, ctx.n_sm);
+    const int m = ggx_cuda_qgemv_group_slices(job, ctx.n_sm);
     // One-row jobs whose warp groups own whole pairs of fine slices walk the paired piece tables
     // (GGX_QGEMV_PAIRS=0: never; read per job so that a test can compare both).
     const bool pairs = job.T == 1 && m % 2 == 0 && env_int("GGX_QGEMV_PAIRS", 1) != 0;
