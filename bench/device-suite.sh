@@ -20,6 +20,8 @@
 #                   GGX_CUDA_SAMPLE_AHEAD=1 (sampled run-ahead, the draw on the device), and greedy
 #   even-m          tg128@16 at 4.0, 3.0, 2.5 bpw and llama3.2-1b with GGX_QGEMV_EVEN_M=1 (one-row
 #                   jobs on even m only: q/k/v and down walk the paired tables too), then without
+#   desc-l1         tg128@16 at 4.0, 3.0, 6.0 bpw and llama3.2-1b with GGX_QGEMV_DESC_L1=1 (each warp
+#                   group's piece descriptors prefetched into L1 before the PDL wait), then without
 #   windows         a second bench built with -DGGX_PAIR_WINDOWS=0 (3-, 5- and 6-bit codes placed one
 #                   by one, as before session 22) against the default (byte-permuted windows,
 #                   backends/cuda/pair-window.h): tg128@16 at 3.0, 5.0, 6.0, 4.0 and 2.5 bpw
@@ -72,6 +74,13 @@ for part in "$@"; do
                 GGX_QGEMV_EVEN_M=1 tg --synthetic "$model" --bpw "$bpw" --ctx 16
                 tg --synthetic "$model" --bpw "$bpw" --ctx 16
             done ;;
+        desc-l1)
+            for mb in "llama3-8b 4.0" "llama3-8b 3.0" "llama3-8b 6.0" "llama3.2-1b 4.0"; do
+                read -r model bpw <<< "$mb"
+                echo "-- $model $bpw @16: GGX_QGEMV_DESC_L1=1, then the default"
+                GGX_QGEMV_DESC_L1=1 tg --synthetic "$model" --bpw "$bpw" --ctx 16
+                tg --synthetic "$model" --bpw "$bpw" --ctx 16
+            done ;;
         windows)
             if NVCCFLAGS="-O3 -lineinfo -DGGX_PAIR_WINDOWS=0" make -j"$(nproc)" BUILD=build-dev-nowin CUDA_ARCH=90 \
                    BENCH=build-dev-nowin/bench build-dev-nowin/bench >/tmp/device-build-nowin.log 2>&1; then
@@ -83,6 +92,6 @@ for part in "$@"; do
             else
                 tail -30 /tmp/device-build-nowin.log
             fi ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample, even-m, windows)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample, even-m, desc-l1, windows)"; exit 2 ;;
     esac
 done

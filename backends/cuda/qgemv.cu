@@ -88,6 +88,7 @@ struct gemv_args {
     ggx_params_rope rope;
     int head_dim, act;
     int prefetch;
+    int desc_l1;         // GGX_QGEMV_DESC_L1 (see the kernel's step 1)
     float evict_first;   // fraction of the weight loads marked L2 evict-first (GGX_QGEMV_EVICT_FIRST)
     int * counters;
     ggx_trace_dev trace;   // GGX_CUDA_TRACE only
@@ -96,6 +97,14 @@ struct gemv_args {
 __device__ __forceinline__ void prefetch_l2(const void * p) {
 #if defined(__CUDA_ARCH__) && !defined(GGX_USE_HIP)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#else
+    (void)p;
+#endif
+}
+
+__device__ __forceinline__ void prefetch_l1(const void * p) {
+#if defined(__CUDA_ARCH__) && !defined(GGX_USE_HIP)
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
 #else
     (void)p;
 #endif
@@ -302,6 +311,11 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
             for (int r = pf.y; r < q1; r++) prefetch_l2(M.qw + (size_t)r * M.Np + n);
         }
     }
+    // GGX_QGEMV_DESC_L1=1 (measurements): the group's later piece descriptors into L1, one 32-byte
+    // sector (two descriptors) per thread, so that the loop's piece_load finds its descriptor
+    // there instead of waiting an L2 round trip before it can issue the piece's word loads.
+    if (a.desc_l1 && active)
+        for (int i = p_begin + 2 + 2 * lt; i < p_end; i += 2 * k_group) prefetch_l1(M.pieces + i);
     // RoPE factors of this thread's columns: they depend only on inputs (pos is uploaded before
     // the graph runs), so they are computed while the weights load; the epilogue of the tile's
     // last block reads them back (the double-precision angle at the end of the last block made
@@ -664,6 +678,7 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     a.act = job.act;
     a.counters = ctx.counters;
     a.prefetch = ctx.prefetch ? prefetch_rows() : 0;
+    a.desc_l1 = env_int("GGX_QGEMV_DESC_L1", 0) != 0;   // read per job: a test compares both
     a.evict_first = evict_first_fraction();
     if (ctx.trace) a.trace = ggx_cuda_trace_launch(ctx, std::string(job.m[0].w->name) + (job.n_mat > 1 ? " +" + std::to_string(job.n_mat - 1) : ""));
     if (job.n_mat < 1 || job.n_mat > GGX_QGEMV_MAX_MATS || job.T < 1 || job.T > GGX_CUDA_QGEMV_MAX_T) {
