@@ -44,7 +44,7 @@ constexpr int ggx_pair_window_first(int B, int H, int J) {
         const int a = B * j / 8;
         int j2 = j;
         while (j2 < H && B * j2 + B <= 8 * a + 16) j2++;
-        if (J < j2) return a;
+        if (J < j2 || j2 == j) return a;   // j2 == j: past the last pair (J >= H), no further window
         j = j2;
     }
 }
