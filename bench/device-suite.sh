@@ -35,6 +35,17 @@ fi
 [ -d fixtures-local/fx ] && export EXL2_FIXTURES=$PWD/fixtures-local/fx
 B=bench/bench
 tg() { $B "$@" -p 0 -n 128 -r 3 2>&1 | grep -E '^\| tg|^copy bandwidth'; }
+# tg128@16 of each "model bpw" with the environment setting $1 (VAR=VALUE), then without it
+ab() {
+    local setting=$1
+    shift
+    for mb in "$@"; do
+        read -r model bpw <<< "$mb"
+        echo "-- $model $bpw @16: $setting, then the default"
+        (export "$setting"; tg --synthetic "$model" --bpw "$bpw" --ctx 16)
+        tg --synthetic "$model" --bpw "$bpw" --ctx 16
+    done
+}
 for part in "$@"; do
     echo "== $part"
     case "$part" in
@@ -51,14 +62,7 @@ for part in "$@"; do
             GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -20
             GGX_CUDA_TRACE=4 $B --synthetic llama3.2-1b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | grep -E 'trace, step|^\| tg' ;;
         pairs)
-            for b in 2.5 3.0 4.0; do
-                echo "-- llama3-8b $b @16: 4-bit pairs only, then 2-4-bit pairs"
-                GGX_QGEMV_PAIR_BITS=4 tg --synthetic llama3-8b --bpw $b --ctx 16
-                tg --synthetic llama3-8b --bpw $b --ctx 16
-            done
-            echo "-- llama3.2-1b 4.0 @16: 4-bit pairs only, then 2-4-bit pairs"
-            GGX_QGEMV_PAIR_BITS=4 tg --synthetic llama3.2-1b --bpw 4.0 --ctx 16
-            tg --synthetic llama3.2-1b --bpw 4.0 --ctx 16 ;;
+            ab GGX_QGEMV_PAIR_BITS=4 "llama3-8b 2.5" "llama3-8b 3.0" "llama3-8b 4.0" "llama3.2-1b 4.0" ;;
         sample)
             for m in llama3-8b llama3.2-1b; do
                 echo "-- $m 4.0 @16: greedy, sampled, sampled with GGX_CUDA_NO_TOP_N=1, with GGX_CUDA_SAMPLE_AHEAD=1"
@@ -67,20 +71,8 @@ for part in "$@"; do
                 GGX_CUDA_NO_TOP_N=1 tg --synthetic $m --bpw 4.0 --ctx 16 --sample
                 GGX_CUDA_SAMPLE_AHEAD=1 tg --synthetic $m --bpw 4.0 --ctx 16 --sample
             done ;;
-        even-m)
-            for mb in "llama3-8b 4.0" "llama3-8b 3.0" "llama3-8b 2.5" "llama3.2-1b 4.0"; do
-                read -r model bpw <<< "$mb"
-                echo "-- $model $bpw @16: GGX_QGEMV_EVEN_M=1, then the default"
-                GGX_QGEMV_EVEN_M=1 tg --synthetic "$model" --bpw "$bpw" --ctx 16
-                tg --synthetic "$model" --bpw "$bpw" --ctx 16
-            done ;;
-        desc-l1)
-            for mb in "llama3-8b 4.0" "llama3-8b 3.0" "llama3-8b 6.0" "llama3.2-1b 4.0"; do
-                read -r model bpw <<< "$mb"
-                echo "-- $model $bpw @16: GGX_QGEMV_DESC_L1=1, then the default"
-                GGX_QGEMV_DESC_L1=1 tg --synthetic "$model" --bpw "$bpw" --ctx 16
-                tg --synthetic "$model" --bpw "$bpw" --ctx 16
-            done ;;
+        even-m) ab GGX_QGEMV_EVEN_M=1 "llama3-8b 4.0" "llama3-8b 3.0" "llama3-8b 2.5" "llama3.2-1b 4.0" ;;
+        desc-l1) ab GGX_QGEMV_DESC_L1=1 "llama3-8b 4.0" "llama3-8b 3.0" "llama3-8b 6.0" "llama3.2-1b 4.0" ;;
         windows)
             if NVCCFLAGS="-O3 -lineinfo -DGGX_PAIR_WINDOWS=0" make -j"$(nproc)" BUILD=build-dev-nowin CUDA_ARCH=90 \
                    BENCH=build-dev-nowin/bench build-dev-nowin/bench >/tmp/device-build-nowin.log 2>&1; then

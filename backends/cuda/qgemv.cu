@@ -94,17 +94,12 @@ struct gemv_args {
     ggx_trace_dev trace;   // GGX_CUDA_TRACE only
 };
 
-__device__ __forceinline__ void prefetch_l2(const void * p) {
+// Asks the L1 (Level 1) or L2 (Level 2) cache to fetch the line holding p; a hint, nothing waits.
+template <int Level>
+__device__ __forceinline__ void prefetch(const void * p) {
 #if defined(__CUDA_ARCH__) && !defined(GGX_USE_HIP)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-#else
-    (void)p;
-#endif
-}
-
-__device__ __forceinline__ void prefetch_l1(const void * p) {
-#if defined(__CUDA_ARCH__) && !defined(GGX_USE_HIP)
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+    if constexpr (Level == 1) asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+    else asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 #else
     (void)p;
 #endif
@@ -308,14 +303,14 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         if (a.prefetch > 0 && p_begin + 2 < p_end) {
             const int4 pf = M.pieces[p_begin + 2], pl = M.pieces[p_end - 1];
             const int q1 = min(pl.y + pl.w * (pl.z & 15) / 32, pf.y + a.prefetch);
-            for (int r = pf.y; r < q1; r++) prefetch_l2(M.qw + (size_t)r * M.Np + n);
+            for (int r = pf.y; r < q1; r++) prefetch<2>(M.qw + (size_t)r * M.Np + n);
         }
     }
     // GGX_QGEMV_DESC_L1=1 (measurements): the group's later piece descriptors into L1, one 32-byte
     // sector (two descriptors) per thread, so that the loop's piece_load finds its descriptor
     // there instead of waiting an L2 round trip before it can issue the piece's word loads.
     if (a.desc_l1 && active)
-        for (int i = p_begin + 2 + 2 * lt; i < p_end; i += 2 * k_group) prefetch_l1(M.pieces + i);
+        for (int i = p_begin + 2 + 2 * lt; i < p_end; i += 2 * k_group) prefetch<1>(M.pieces + i);
     // RoPE factors of this thread's columns: they depend only on inputs (pos is uploaded before
     // the graph runs), so they are computed while the weights load; the epilogue of the tile's
     // last block reads them back (the double-precision angle at the end of the last block made
