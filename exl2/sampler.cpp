@@ -103,7 +103,7 @@ int32_t Sampler::draw(size_t n) {
 }
 
 bool Sampler::device_draw(int n_vocab, int cap, ggx_draw * d) const {
-    if (p_.temperature <= 0.0f || p_.top_k <= 1 || p_.top_k >= n_vocab || p_.top_k + 1 > cap || penalized()) return false;
+    if (!top_k_draw(n_vocab) || p_.top_k + 1 > cap || penalized()) return false;
     std::mt19937_64 peek = rng_;
     d->temperature = p_.temperature;
     d->top_k = p_.top_k;
@@ -128,7 +128,7 @@ int32_t Sampler::sample(const float * logits, int n_vocab) {
 }
 
 int Sampler::top_needed(int n_vocab, int cap) const {
-    if (p_.temperature <= 0.0f || p_.top_k <= 1 || p_.top_k >= n_vocab) return 0;
+    if (!top_k_draw(n_vocab)) return 0;
     // A penalty of at least 1 only lowers logits, so the k best after it are among the k + P best
     // before it (P penalized ids), plus one more to show that nothing left out ties with them.
     size_t need = (size_t)p_.top_k + 1;
@@ -144,8 +144,7 @@ int Sampler::top_needed(int n_vocab, int cap) const {
 // penalty (which only lowers them), and so at most that / t after it. Ties and NaN fall back.
 bool Sampler::sample_top(const int32_t * ids, const float * vals, int n, int n_vocab, int32_t * chosen) {
     const size_t k = (size_t)p_.top_k;
-    if (p_.temperature <= 0.0f || p_.top_k <= 1 || k >= (size_t)n_vocab || n < 1 || (size_t)n < std::min(k + 1, (size_t)n_vocab) ||
-        (penalized() && p_.repetition_penalty < 1.0f))
+    if (!top_k_draw(n_vocab) || n < 1 || (size_t)n < std::min(k + 1, (size_t)n_vocab) || (penalized() && p_.repetition_penalty < 1.0f))
         return false;
     const float t = p_.temperature;
     std::vector<int32_t> window;

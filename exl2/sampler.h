@@ -3,10 +3,10 @@
 #pragma once
 
 #include <cstdint>
-
-struct ggx_draw;
 #include <random>
 #include <vector>
+
+struct ggx_draw;
 
 namespace exl2 {
 
@@ -49,6 +49,9 @@ public:
 
 private:
     size_t rank_candidates(const float * l, int n_vocab);
+    // A seeded draw among the top k of a longer row: what top_needed, sample_top and device_draw
+    // can serve from candidates.
+    bool top_k_draw(int n_vocab) const { return p_.temperature > 0.0f && p_.top_k > 1 && p_.top_k < n_vocab; }
     bool penalized() const { return p_.repetition_penalty != 1.0f && !history_.empty(); }
     std::vector<int32_t> penalty_window() const;   // the distinct ids the penalty applies to
     float penalize(float x) const { return x > 0 ? x / p_.repetition_penalty : x * p_.repetition_penalty; }
