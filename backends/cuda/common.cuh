@@ -102,7 +102,6 @@ struct ggx_cuda_ctx {
     int            small_next = 0;
     // top_n (topn.cu): the first level's candidates, the result on the device and its pinned copy.
     unsigned long long * top_keys = nullptr;
-    size_t         top_keys_n = 0;
     int2 *         top_out = nullptr;
     int2 *         top_host = nullptr;
     cudaEvent_t    top_ready = nullptr;      // recorded after the copy into top_host (top_n_begin)

@@ -205,20 +205,6 @@ static void unpack(const ggx_cuda_ctx & ctx, int n, int32_t * ids, float * vals)
     }
 }
 
-ggx_status ggx_cuda_top_n(ggx_cuda_ctx & ctx, const float * src, int64_t count, int n, int32_t * ids, float * vals) {
-    int64_t blocks = 0;
-    GGX_RETURN_IF_ERR(prepare(ctx, count, n, &blocks));
-    GGX_CUDA_CHECK(ggx_cuda_launch_ex(ctx.stream, false, k_top_level1, dim3((unsigned)blocks), dim3(k_block1), 0, src, count, n,
-                                      ctx.top_keys));
-    GGX_CUDA_CHECK(ggx_cuda_launch_ex(ctx.stream, false, k_top_level2<false>, dim3(1), dim3(k_block2), 0,
-                                      (const unsigned long long *)ctx.top_keys, (int)(blocks * n), n, ctx.top_out, ggx_draw{},
-                                      (int32_t *)nullptr));
-    GGX_CUDA_CHECK(cudaMemcpyAsync(ctx.top_host, ctx.top_out, (size_t)n * sizeof(int2), cudaMemcpyDeviceToHost, ctx.stream));
-    GGX_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
-    unpack(ctx, n, ids, vals);
-    return GGX_STATUS_OK;
-}
-
 ggx_status ggx_cuda_top_n_begin(ggx_cuda_ctx & ctx, const float * src, int64_t count, int n, const ggx_draw * draw, void * id_dst) {
     int64_t blocks = 0;
     GGX_RETURN_IF_ERR(prepare(ctx, count, n, &blocks));
@@ -228,13 +214,9 @@ ggx_status ggx_cuda_top_n_begin(ggx_cuda_ctx & ctx, const float * src, int64_t c
     }
     GGX_CUDA_CHECK(ggx_cuda_launch_ex(ctx.stream, false, k_top_level1, dim3((unsigned)blocks), dim3(k_block1), 0, src, count, n,
                                       ctx.top_keys));
-    const unsigned long long * cand = ctx.top_keys;
-    if (draw)
-        GGX_CUDA_CHECK(ggx_cuda_launch_ex(ctx.stream, false, k_top_level2<true>, dim3(1), dim3(k_block2), 0, cand, (int)(blocks * n), n,
-                                          ctx.top_out, *draw, (int32_t *)id_dst));
-    else
-        GGX_CUDA_CHECK(ggx_cuda_launch_ex(ctx.stream, false, k_top_level2<false>, dim3(1), dim3(k_block2), 0, cand, (int)(blocks * n), n,
-                                          ctx.top_out, ggx_draw{}, (int32_t *)nullptr));
+    GGX_CUDA_CHECK(ggx_cuda_launch_ex(ctx.stream, false, draw ? k_top_level2<true> : k_top_level2<false>, dim3(1), dim3(k_block2), 0,
+                                      (const unsigned long long *)ctx.top_keys, (int)(blocks * n), n, ctx.top_out,
+                                      draw ? *draw : ggx_draw{}, (int32_t *)(draw ? id_dst : nullptr)));
     GGX_CUDA_CHECK(cudaMemcpyAsync(ctx.top_host, ctx.top_out, (size_t)(n + (draw ? 1 : 0)) * sizeof(int2), cudaMemcpyDeviceToHost,
                                    ctx.stream));
     GGX_CUDA_CHECK(cudaEventRecord(ctx.top_ready, ctx.stream));
@@ -253,6 +235,12 @@ ggx_status ggx_cuda_top_n_end(ggx_cuda_ctx & ctx, int32_t * ids, float * vals, i
     *drawn = ctx.top_pending < 0 ? ctx.top_host[n].x : -1;
     ctx.top_pending = 0;
     return GGX_STATUS_OK;
+}
+
+ggx_status ggx_cuda_top_n(ggx_cuda_ctx & ctx, const float * src, int64_t count, int n, int32_t * ids, float * vals) {
+    GGX_RETURN_IF_ERR(ggx_cuda_top_n_begin(ctx, src, count, n, nullptr, nullptr));
+    int32_t drawn = -1;
+    return ggx_cuda_top_n_end(ctx, ids, vals, &drawn);
 }
 
 void ggx_cuda_top_n_release(ggx_cuda_ctx & ctx) {
