@@ -260,7 +260,7 @@ bool Context::sample_ahead(int n, const ggx_draw & d, int32_t * ids, float * val
     if (st != GGX_STATUS_OK || !queue_step_ahead(*G1) || be->iface.top_n_end(be, ids, vals, guess) != GGX_STATUS_OK)
         fail("running the next sampled step ahead failed: %s", ggx_last_error());
     logits_saved_ = true;
-    ahead_ = {true, *guess, n_past_};
+    ahead_ = {true, *guess, n_past_, false};
     return true;
 }
 
@@ -283,7 +283,7 @@ int32_t Context::run_ahead(Graph & G) {
         ggx_backend_tensor_get_end(be, &id, sizeof id) != GGX_STATUS_OK)
         fail("running the next step ahead failed: %s", ggx_last_error());
     logits_saved_ = true;
-    ahead_ = {true, id, n_past_};
+    ahead_ = {true, id, n_past_, true};
     return id;
 }
 
@@ -299,7 +299,9 @@ void Context::truncate(int n) {
 
 int32_t Context::greedy_last() {
     if (n_rows_ == 0) fail("no logits: nothing was decoded yet");
-    if (ahead_.active) return ahead_.token;   // chosen already; the step ahead overwrote pending_->arg
+    // Chosen already when the queued step is greedy run-ahead's (it overwrote pending_->arg); a
+    // sampled step's id is a draw, so the argmax is taken from the saved logits below.
+    if (ahead_.active && ahead_.greedy) return ahead_.token;
     if (Graph * G1 = ahead_graph()) return run_ahead(*G1);
     // pending_->arg is this row's argmax unless a step queued ahead (and dropped) overwrote it
     if (pending_ && pending_->arg && !logits_saved_) {

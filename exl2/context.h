@@ -119,9 +119,10 @@ private:
     const Graph * pending_ = nullptr;   // the last decode's graph while its logits are not in logits_
     std::vector<int32_t> pos_host_;
     int n_rows_ = 0;
-    // Greedy run-ahead: whether this context does it, and the step queued for `token` at `pos`.
+    // Run-ahead: whether this context does it, and the step queued for `token` at `pos`; `greedy`
+    // when `token` is the row's argmax (greedy run-ahead), not a sampled draw (sample_ahead).
     bool run_ahead_ = false;
-    struct Ahead { bool active = false; int32_t token = -1; int pos = 0; } ahead_;
+    struct Ahead { bool active = false; int32_t token = -1; int pos = 0; bool greedy = false; } ahead_;
     int32_t ahead_pos_ = 0;               // host source of that step's position upload
     void * saved_logits_ = nullptr;       // the sampled step's logits, copied before the step ahead
     bool logits_saved_ = false;           // pending_'s logits are in saved_logits_, not in its out

@@ -61,6 +61,32 @@ inline void check_sampled_run_ahead(exl2::Model & model, exl2::ContextParams ahe
     }
     CHECK(a.steps_taken_ahead() == taken);
     check_same_logits(a, b, V, "logits after penalised draws");
+
+    // A greedy choice on logits that a sampled step was queued for is their argmax, not the draw
+    // (session 23's review found greedy_last handing out the queued draw). A hot sampler makes the
+    // draw differ from the argmax on most steps, so that the check can fail.
+    exl2::SamplerParams hp = sp;
+    hp.temperature = 1.5f;
+    exl2::SamplerParams gp = sp;
+    gp.temperature = 0.0f;
+    exl2::Sampler ha(hp), hb(hp), ga(gp), gb(gp);
+    int draws_off_argmax = 0;
+    for (int s = 0; s < 8; s++) {
+        const int32_t xa = exl2::sample_last(a, ha), xb = exl2::sample_last(b, hb);
+        REQUIRE(xa == xb);
+        const float * lb = b.logits(-1);
+        int32_t best = 0;
+        for (int i = 1; i < V; i++)
+            if (lb[i] > lb[best]) best = i;
+        draws_off_argmax += xb != best;
+        const int32_t ya = exl2::sample_last(a, ga), yb = exl2::sample_last(b, gb);
+        CHECK_MESSAGE(ya == best, "step " << s << ": greedy after a sampled draw " << xa);
+        CHECK(yb == best);
+        REQUIRE(a.decode(&ya, 1, false));
+        REQUIRE(b.decode(&yb, 1, false));
+    }
+    CHECK(draws_off_argmax > 0);
+    check_same_logits(a, b, V, "logits after greedy choices on sampled rows");
 }
 
 }  // namespace exl2test
