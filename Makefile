@@ -24,8 +24,12 @@ CXXFLAGS ?= -O2 -g
 CXXFLAGS += -std=c++17 -Wall -Wextra -Wno-unused-parameter -pthread -MMD -MP
 CPPFLAGS += -I. -Iinclude
 LDLIBS   += -pthread -ldl
+# NATIVE=x86-64-v3 (any -march value) builds for that CPU level, e.g. binaries built here to run
+# on another machine.
 ifeq ($(NATIVE),1)
 CXXFLAGS += -march=native
+else ifneq ($(NATIVE),0)
+CXXFLAGS += -march=$(NATIVE)
 endif
 ifeq ($(SANITIZE),1)
 CXXFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined

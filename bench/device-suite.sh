@@ -3,7 +3,9 @@
 # build for sm_90, then the named parts in order. Fixtures do not travel by themselves: copy
 # ../shared/fixtures/exl2 to fixtures-local/fx/exl2 (git-ignored) and carry fixtures-local. The
 # device's copy of .git may be stale (session 21 saw an old HEAD there): write the commit first,
-# `git describe --always --dirty > fixtures-local/COMMIT`, and the suite prints it.
+# `git describe --always --dirty > fixtures-local/COMMIT`, and the suite prints it. Or run
+# bench/prebuild.sh [--windows] here first: it writes that file and the binaries built here, and
+# the suite then skips its build (about 75 s of device time) when they start on the device.
 #
 #   bench/device-suite.sh tests figures            # full test-cuda, then the decode/prefill table
 #   bench/device-suite.sh tests:'*attention*' attn-sweep
@@ -28,7 +30,33 @@
 set -u
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
 if [ -f fixtures-local/COMMIT ]; then echo "commit $(cat fixtures-local/COMMIT)"; else echo "commit unknown (no fixtures-local/COMMIT)"; fi
-if ! make -j"$(nproc)" BUILD=build-dev CUDA_ARCH=90 build-dev/test-cuda bench/bench >/tmp/device-build.log 2>&1; then
+# Binaries built off the device by bench/prebuild.sh, when they were built from this very tree
+# and start here; unpack BIN TARGET
+prebuilt_ok=0
+unpack() { xz -dc "fixtures-local/prebuilt/$1.xz" > "$2" && chmod +x "$2"; }
+# the prebuilt no-windows bench when it starts (a failed one removed, so that make rebuilds it)
+unpack_nowin() {
+    [ $prebuilt_ok = 1 ] && [ -f fixtures-local/prebuilt/bench-nowin.xz ] || return 1
+    unpack bench-nowin build-dev-nowin/bench && build-dev-nowin/bench --help >/dev/null 2>&1 && return 0
+    rm -f build-dev-nowin/bench
+    return 1
+}
+if [ -f fixtures-local/prebuilt/STAMP ] && [ -f fixtures-local/COMMIT ] &&
+   [ "$(cat fixtures-local/prebuilt/STAMP)" = "$(cat fixtures-local/COMMIT)" ]; then
+    mkdir -p build-dev
+    if unpack test-cuda build-dev/test-cuda && unpack bench bench/bench &&
+       build-dev/test-cuda -ltc >/dev/null 2>&1 && bench/bench --help >/dev/null 2>&1; then
+        prebuilt_ok=1
+        echo "prebuilt binaries (bench/prebuild.sh), no build here"
+    else
+        rm -f build-dev/test-cuda bench/bench   # else make would take them as up to date
+        echo "prebuilt binaries do not start here; building"
+    fi
+elif [ -f fixtures-local/prebuilt/STAMP ]; then
+    echo "prebuilt binaries are of $(cat fixtures-local/prebuilt/STAMP), not this tree; building"
+fi
+if [ $prebuilt_ok = 0 ] &&
+   ! make -j"$(nproc)" BUILD=build-dev CUDA_ARCH=90 build-dev/test-cuda bench/bench >/tmp/device-build.log 2>&1; then
     tail -30 /tmp/device-build.log
     exit 1
 fi
@@ -74,7 +102,8 @@ for part in "$@"; do
         even-m) ab GGX_QGEMV_EVEN_M=1 "llama3-8b 4.0" "llama3-8b 3.0" "llama3-8b 2.5" "llama3.2-1b 4.0" ;;
         desc-l1) ab GGX_QGEMV_DESC_L1=1 "llama3-8b 4.0" "llama3-8b 3.0" "llama3-8b 6.0" "llama3.2-1b 4.0" ;;
         windows)
-            if NVCCFLAGS="-O3 -lineinfo -DGGX_PAIR_WINDOWS=0" make -j"$(nproc)" BUILD=build-dev-nowin CUDA_ARCH=90 \
+            mkdir -p build-dev-nowin
+            if unpack_nowin || NVCCFLAGS="-O3 -lineinfo -DGGX_PAIR_WINDOWS=0" make -j"$(nproc)" BUILD=build-dev-nowin CUDA_ARCH=90 \
                    BENCH=build-dev-nowin/bench build-dev-nowin/bench >/tmp/device-build-nowin.log 2>&1; then
                 for b in 3.0 5.0 6.0 4.0 2.5; do
                     echo "-- llama3-8b $b @16: codes one by one (GGX_PAIR_WINDOWS=0), then through windows"
