@@ -75,7 +75,7 @@ ab() {
     done
 }
 for part in "$@"; do
-    echo "== $part"
+    echo "== $part (at ${SECONDS} s)"
     case "$part" in
         tests) build-dev/test-cuda 2>&1 | grep -E 'ERROR|FAILED|test cases|assertions|Status' ;;
         tests:*) build-dev/test-cuda -tc="${part#tests:}" 2>&1 | grep -E 'ERROR|FAILED|test cases|assertions|Status' ;;
@@ -116,3 +116,4 @@ for part in "$@"; do
         *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample, even-m, desc-l1, windows)"; exit 2 ;;
     esac
 done
+echo "== done (at ${SECONDS} s)"
