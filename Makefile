@@ -6,7 +6,17 @@
 #   make test         build and run the CPU test suite (installs doctest-dev if missing)
 #   make test-cuda    build the GPU test suite (run it where a GPU is)
 #   make SANITIZE=1   ASan + UBSan build (in build-asan/)
+#   make HIP=1        the GPU backend through hipcc for AMD GPUs (HIP_ARCH="gfx90a gfx1100"), objects
+#                     in build-hip/; compiled and linked, not yet run on AMD hardware
 
+HIP      ?= 0
+ifeq ($(HIP),1)
+ifeq ($(CUDA),1)
+$(error CUDA=1 and HIP=1: one GPU backend per build)
+endif
+CUDA     := 0
+BUILD    ?= build-hip
+endif
 BUILD    ?= build
 CXX      ?= g++
 NATIVE   ?= 1
@@ -68,6 +78,16 @@ else
 LIB_OBJS  := $(LIB_SRCS:%.cpp=$(BUILD)/%.o)
 endif
 
+# HIP: the same backends/cuda/*.cu through hipcc and backends/hip/hip-compat.h, linked with
+# libamdhip64; the GPU suite's host files too (they include the compatibility header).
+ifeq ($(HIP),1)
+HIP_LIB_DIR := $(BUILD)/device-lib
+include backends/hip/hip.mk
+CPPFLAGS  += -DGGX_USE_CUDA -DGGX_USE_HIP -D__HIP_PLATFORM_AMD__
+LDLIBS    += -lamdhip64
+LIB_OBJS  += $(CUDA_SRCS:%.cu=$(BUILD)/%.hip.o)
+endif
+
 LIB := $(BUILD)/libexl2.a
 
 .PHONY: all tools tests run test test-cuda clean info
@@ -75,10 +95,11 @@ all: info tools tests
 
 info:
 	@echo "exl2: C++ $(shell $(CXX) -dumpfullversion 2>/dev/null) | native=$(NATIVE) | sanitize=$(SANITIZE) | \
-cuda=$(if $(filter 1,$(CUDA)),yes ($(CUDA_ARCH)),no)$(if $(HIPCC), | hipcc found (make -C backends/hip),)"
+cuda=$(if $(filter 1,$(CUDA)),yes ($(CUDA_ARCH)),no) | \
+hip=$(if $(filter 1,$(HIP)),yes ($(HIP_ARCH)),$(if $(HIPCC),no (hipcc found: make HIP=1),no))"
 
 tools: $(TOOLS) $(BENCH)
-tests: $(BUILD)/test-exl2 $(BUILD)/c-header-check.o $(if $(filter 1,$(CUDA)),$(BUILD)/test-cuda,)
+tests: $(BUILD)/test-exl2 $(BUILD)/c-header-check.o $(if $(filter 1,$(CUDA) $(HIP)),$(BUILD)/test-cuda,)
 
 # The public header compiles as plain C.
 $(BUILD)/c-header-check.o: tests/c-header.c include/exl2.h
@@ -96,6 +117,16 @@ $(BUILD)/%.o: %.cpp
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/%.hip.o: %.cu | $(HIP_ISA_FILES)
+	@mkdir -p $(dir $@)
+	$(HIPCC) $(HIP_FLAGS) -I. -Iinclude -MMD -MP -x hip -c $< -o $@
+
+ifeq ($(HIP),1)
+$(BUILD)/tests/cuda/%.o: tests/cuda/%.cpp | $(HIP_ISA_FILES)
+	@mkdir -p $(dir $@)
+	$(HIPCC) $(HIP_FLAGS) $(CPPFLAGS) -MMD -MP -x hip -c $< -o $@
+endif
 
 $(TOOLS): %: $(BUILD)/tools/%.o $(TOOL_COMMON:%.cpp=$(BUILD)/%.o) $(LIB)
 	$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
@@ -142,7 +173,7 @@ $(BUILD)/bench-sampler-cpu: $(BUILD)/bench/sampler-cpu.o $(LIB)
 	$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 clean:
-	rm -rf build build-asan $(TOOLS) $(BENCH)
+	rm -rf build build-asan build-hip $(TOOLS) $(BENCH)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 SHELL := /bin/bash

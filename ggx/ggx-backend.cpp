@@ -33,7 +33,7 @@ struct ggx_backend * ggx_backend_init(const char * name, int n_threads) {
 #ifdef GGX_USE_CUDA
     return ggx_backend_cuda_init((int)device);
 #else
-    ggx_set_error("backend '%s' not compiled in (rebuild with CUDA=1 and nvcc installed)", name);
+    ggx_set_error("backend '%s' not compiled in (rebuild with nvcc installed, or HIP=1 with hipcc)", name);
     return nullptr;
 #endif
 }
@@ -43,7 +43,9 @@ void ggx_backend_free(struct ggx_backend * be) {
 }
 
 const char * ggx_backend_list(void) {
-#ifdef GGX_USE_CUDA
+#if defined(GGX_USE_HIP)
+    return "cpu,hip";   // "cuda" names the same backend
+#elif defined(GGX_USE_CUDA)
     return "cpu,cuda";
 #else
     return "cpu";

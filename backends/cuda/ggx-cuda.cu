@@ -525,7 +525,11 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     cudaError_t err = cudaGetDeviceCount(&n_dev);
     if (err != cudaSuccess) {
         (void)cudaGetLastError();
+#if defined(GGX_USE_HIP)
+        ggx_set_error("hip: no usable AMD GPU (%s: %s)", cudaGetErrorName(err), cudaGetErrorString(err));
+#else
         ggx_set_error("cuda: no usable CUDA device (%s: %s)", cudaGetErrorName(err), cudaGetErrorString(err));
+#endif
         return nullptr;
     }
     if (device < 0 || device >= n_dev) {

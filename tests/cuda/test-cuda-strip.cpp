@@ -67,6 +67,6 @@ TEST_CASE("strip gemv: synthetic EXL2 layers through the strip layout against a 
             check_bound(y, R.ref, R.bound, std::string("strip gemv ") + lay);
             for (const void * p : {(const void *)m.words, (const void *)m.units, (const void *)m.deal, (const void *)m.scales,
                                    (const void *)m.slice_group, (const void *)m.width_unit0, (const void *)xd, (const void *)yd, (const void *)counter})
-                cudaFree((void *)p);
+                (void)cudaFree((void *)p);
         }
 }

@@ -68,8 +68,8 @@ TEST_CASE("tile gemv: synthetic EXL2 layers through the tile layout against a do
                     const std::vector<float> y = download(yd, N);
                     check_bound(y, R.ref, R.bound, std::string("tile gemv ") + lay);
                     ggx_cuda_tile_free(m);
-                    cudaFree(xd);
-                    cudaFree(yd);
+                    (void)cudaFree(xd);
+                    (void)cudaFree(yd);
                 }
 }
 
@@ -104,7 +104,7 @@ TEST_CASE("tile gather: the device writes the tile layout's words as the host bu
         size_t wrong = 0;
         for (size_t i = 0; i < words.size(); i++) wrong += words[i] != L.words[i];
         CHECK_MESSAGE(wrong == 0, wrong << " of " << words.size() << " words differ from the host builder's");
-        for (const void * p : {(const void *)qw, (const void *)si, (const void *)ud, (const void *)wd}) cudaFree((void *)p);
+        for (const void * p : {(const void *)qw, (const void *)si, (const void *)ud, (const void *)wd}) (void)cudaFree((void *)p);
     }
 }
 
@@ -163,10 +163,10 @@ TEST_CASE("tile step: one stage over synthetic EXL2 layers against a double refe
                 check_bound(y, R.ref, R.bound, std::string("tile step ") + lay);
                 for (const void * p : {(const void *)m.words, (const void *)m.units, (const void *)m.chunks, (const void *)m.scales,
                                        (const void *)m.deal, (const void *)m.tile0, (const void *)xd, (const void *)yd})
-                    cudaFree((void *)p);
+                    (void)cudaFree((void *)p);
             }
     CHECK(download(counter, 1)[0] == 0);   // the kernel leaves its counter as it found it
-    cudaFree(counter);
+    (void)cudaFree(counter);
 }
 
 // A split stage (tile-step.h): q, k and v of one x, each on its own share of the blocks, x gathered
@@ -309,6 +309,6 @@ TEST_CASE("tile step: a split q/k/v stage with RoPE and cache rows against a dou
         CHECK_MESSAGE(bad[2] == 0, bad[2] << " of " << Ns[2] << " v cache values outside the bound");
         CHECK_MESSAGE(touched == 0, touched << " cache values outside row " << pos << " written");
         CHECK(download(s.counter, 1)[0] == 0);
-        for (const void * p : allocs) cudaFree((void *)p);
+        for (const void * p : allocs) (void)cudaFree((void *)p);
     }
 }
