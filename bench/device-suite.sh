@@ -61,6 +61,7 @@ if [ $prebuilt_ok = 0 ] &&
     exit 1
 fi
 [ -d fixtures-local/fx ] && export EXL2_FIXTURES=$PWD/fixtures-local/fx
+export EXL2_REQUIRE_GPU=1   # test-cuda fails, not skips, when the GPU does not come up
 B=bench/bench
 tg() { $B "$@" -p 0 -n 128 -r 3 2>&1 | grep -E '^\| tg|^copy bandwidth'; }
 # tg128@16 of each "model bpw" with the environment setting $1 (VAR=VALUE), then without it
