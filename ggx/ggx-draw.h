@@ -27,6 +27,29 @@ GGX_DRAW_FN double ggx_draw_probabilities(int n, float mx, L l, P p) {
     return sum;
 }
 
+// Puts n candidates ranked as a backend ranks them (the larger value, then the lower id) into the
+// host sampler's order (the larger value / t, then the lower id: exl2/sampler.cpp's by_logit).
+// The orders differ only where two values divide to one quotient (1.60000014f and 1.60000026f at
+// t = 0.8 both give 2.00000024f) and the larger value has the higher id: then a draw landing on
+// either would take the other id. v(j): float&, id(j): int32_t&. An insertion pass: only such
+// ties move (NaN compares false and stays).
+template <class V, class I>
+GGX_DRAW_FN void ggx_draw_order(int n, float t, V v, I id) {
+    for (int a = 1; a < n; a++) {
+        const float va = v(a), qa = va / t;
+        const int32_t ia = id(a);
+        int b = a;
+        for (; b > 0; b--) {
+            const float qb = v(b - 1) / t;
+            if (!(qb < qa || (qb == qa && id(b - 1) > ia))) break;
+            v(b) = v(b - 1);
+            id(b) = id(b - 1);
+        }
+        v(b) = va;
+        id(b) = ia;
+    }
+}
+
 // Index of the candidate drawn from p(0) .. p(n - 1) (best first): min-p, top-p, then the first
 // whose cumulative p exceeds u * total (the last one if rounding leaves none).
 template <class P>

@@ -8,6 +8,8 @@
 #include "greedy-run-ahead.h"
 
 #include "exl2/sample-last.h"
+#include "exl2/sampler.h"
+#include "ggx/ggx-backend.h"
 
 namespace exl2test {
 
@@ -87,6 +89,50 @@ inline void check_sampled_run_ahead(exl2::Model & model, exl2::ContextParams ahe
     }
     CHECK(draws_off_argmax > 0);
     check_same_logits(a, b, V, "logits after greedy choices on sampled rows");
+}
+
+// A backend's draw (top_n_begin) against the host's exact draw from the same candidates, on a row
+// whose two best values tie after the temperature's division (1.60000014f and 1.60000026f at t =
+// 0.8), the larger at the higher id: the backend ranks by value, the host by value / t then id, so
+// without ggx_draw_order every draw here took the other id. p is 1/2 each, exactly (exp(0)).
+inline void check_draw_on_quotient_tie(ggx_backend * be) {
+    const int V = 1000;
+    const float lo = 1.60000014f, hi = 1.60000026f, t = 0.8f;
+    REQUIRE(lo < hi);
+    REQUIRE(lo / t == hi / t);   // the tie this case is about
+    std::vector<float> row((size_t)V);
+    for (int i = 0; i < V; i++) row[(size_t)i] = -10.0f - 0.001f * (float)i;
+    row[5] = lo;
+    row[9] = hi;
+    void * buf = nullptr, * id_buf = nullptr;
+    REQUIRE(be->iface.alloc(be, row.size() * sizeof(float), &buf) == GGX_STATUS_OK);
+    REQUIRE(be->iface.set(be, buf, row.data(), row.size() * sizeof(float)) == GGX_STATUS_OK);
+    REQUIRE(be->iface.alloc(be, sizeof(int32_t), &id_buf) == GGX_STATUS_OK);
+    exl2::SamplerParams sp;
+    sp.top_k = 2;
+    sp.temperature = t;
+    sp.top_p = 1.0f;
+    sp.min_p = 0.0f;
+    int drew[2] = {0, 0};   // draws of id 5, of id 9
+    for (uint64_t seed = 1; seed <= 16; seed++) {
+        sp.seed = seed;
+        exl2::Sampler s(sp);
+        const int n = s.top_needed(V, GGX_BACKEND_TOP_MAX);
+        ggx_draw d;
+        REQUIRE(n >= 2);
+        REQUIRE(s.device_draw(V, GGX_BACKEND_TOP_MAX, &d));
+        REQUIRE(be->iface.top_n_begin(be, buf, V, n, &d, id_buf) == GGX_STATUS_OK);
+        int32_t ids[GGX_BACKEND_TOP_MAX], guess = -1, chosen = -1;
+        float vals[GGX_BACKEND_TOP_MAX];
+        REQUIRE(be->iface.top_n_end(be, ids, vals, &guess) == GGX_STATUS_OK);
+        REQUIRE(s.sample_top(ids, vals, n, V, &chosen));
+        CHECK_MESSAGE(guess == chosen, "seed " << seed << ": the backend drew " << guess << ", the host " << chosen);
+        drew[chosen == 9]++;
+    }
+    CHECK(drew[0] > 0);
+    CHECK(drew[1] > 0);
+    be->iface.dealloc(be, buf);
+    be->iface.dealloc(be, id_buf);
 }
 
 }  // namespace exl2test

@@ -76,3 +76,10 @@ TEST_CASE("sampled run-ahead: same ids and logits as without, every step taken a
     cp.run_ahead = 1;
     exl2test::check_sampled_run_ahead(*model, cp, 23);
 }
+
+TEST_CASE("sampled run-ahead: the backend's draw orders a tie after the temperature as the host does") {
+    ggx_backend * be = ggx_backend_init("cpu", 1);
+    REQUIRE(be);
+    exl2test::check_draw_on_quotient_tie(be);
+    ggx_backend_free(be);
+}

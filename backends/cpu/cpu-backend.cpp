@@ -153,12 +153,15 @@ ggx_status cpu_top_n_begin(ggx_backend * be, const void * src, int64_t count, in
     for (int i = 0; i < n; i++) c.top_vals[(size_t)i] = v[c.top_ids[(size_t)i]];
     c.top_drawn = -1;
     if (draw) {
-        std::vector<float> p((size_t)draw->top_k);
-        const float * v = c.top_vals.data();
+        // the draw in the host's order (ggx_draw_order); the candidates handed over keep theirs
+        std::vector<float> dv(c.top_vals), p((size_t)draw->top_k);
+        std::vector<int32_t> di(c.top_ids);
         const float t = draw->temperature;
+        ggx_draw_order(n, t, [&dv](int j) -> float & { return dv[(size_t)j]; }, [&di](int j) -> int32_t & { return di[(size_t)j]; });
+        const float * v = dv.data();
         ggx_draw_probabilities(draw->top_k, v[0] / t, [v, t](int j) { return v[j] / t; }, [&p](int j) -> float & { return p[(size_t)j]; });
         const int i = ggx_draw_select([&p](int j) { return p[(size_t)j]; }, draw->top_k, draw->min_p, draw->top_p, draw->u);
-        c.top_drawn = c.top_ids[(size_t)i];
+        c.top_drawn = di[(size_t)i];
         memcpy(id_dst, &c.top_drawn, sizeof c.top_drawn);
     }
     return GGX_STATUS_OK;

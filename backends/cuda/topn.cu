@@ -166,8 +166,9 @@ __global__ void __launch_bounds__(k_block2) k_top_level2(const unsigned long lon
     if constexpr (DRAW) {
         __syncthreads();
         if (t == 0) {
-            const int k = min(draw.top_k, min(filled, n));
+            const int m = min(filled, n), k = min(draw.top_k, m);
             const float t = draw.temperature;
+            ggx_draw_order(m, t, [](int j) -> float & { return sorted_val[j]; }, [](int j) -> int32_t & { return sorted_id[j]; });
             ggx_draw_probabilities(k, sorted_val[0] / t, [t](int j) { return sorted_val[j] / t; }, [](int j) -> float & { return p[j]; });
             const int i = ggx_draw_select([](int j) { return p[j]; }, k, draw.min_p, draw.top_p, draw.u);
             *id_dst = sorted_id[i];

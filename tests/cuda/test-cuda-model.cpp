@@ -307,3 +307,10 @@ TEST_CASE("cuda: sampled run-ahead with the draw on the device gives the same id
     exl2test::check_sampled_run_ahead(*kjv, ContextParams(), 21);
     exl2test::check_sampled_run_ahead(*syn, ContextParams(), 21);
 }
+
+// The device's draw (level two of top_n) orders a tie after the temperature's division as the host
+// does (ggx_draw_order): the same id as the host's exact draw on every seed.
+TEST_CASE("cuda: the device's draw orders a tie after the temperature as the host does") {
+    REQUIRE_CUDA();
+    exl2test::check_draw_on_quotient_tie(cudatest::cuda_backend());
+}
