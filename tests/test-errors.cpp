@@ -176,7 +176,11 @@ TEST_CASE("main: bad inputs give one-line errors and exit 1") {
         {"-m models/kjv-6m -p hi --temp abc", "--temp: 'abc' is not a number"},
         {"-m models/kjv-6m -p hi --bogus", "unknown argument '--bogus'"},
         {"-m models/kjv-6m", "no prompt given"},
+#if defined(GGX_USE_HIP)
+        {"-m models/kjv-6m -p hi --device cuda:7", "hip"},   // the same backend, named for AMD
+#else
         {"-m models/kjv-6m -p hi --device cuda:7", "cuda"},
+#endif
         {"-m models/kjv-6m --prompt-ids '1 x'", "not a list of token ids"},
         {"-m models/kjv-6m --prompt-ids '5000'", "outside the vocabulary"},
     };
