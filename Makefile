@@ -110,29 +110,44 @@ $(LIB): $(LIB_OBJS)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-$(BUILD)/%.o: %.cpp
+# Make does not see flags: in one BUILD folder, `make CUDA=0` then `make` would link the objects
+# built without the CUDA backend (and `--device cuda` would say it is not compiled in). Every
+# object depends on $(BUILD)/flags, rewritten only when the configuration changes; the tools at
+# the top, shared by all BUILD folders, depend on .tools-build, which names the folder and flags
+# they were linked from.
+FLAGS_NOW := $(CXX) $(CPPFLAGS) $(CXXFLAGS) | $(NVCC) $(NVCCFLAGS) | $(HIP_FLAGS) | $(LDFLAGS) $(LDLIBS)
+FLAGS_STAMP := $(BUILD)/flags
+TOOLS_STAMP := .tools-build
+.PHONY: FORCE
+$(FLAGS_STAMP): FORCE
+	@mkdir -p $(@D)
+	@[ "$$(cat $@ 2>/dev/null)" = '$(FLAGS_NOW)' ] || printf '%s\n' '$(FLAGS_NOW)' > $@
+$(TOOLS_STAMP): FORCE
+	@[ "$$(cat $@ 2>/dev/null)" = '$(BUILD) $(FLAGS_NOW)' ] || printf '%s\n' '$(BUILD) $(FLAGS_NOW)' > $@
+
+$(BUILD)/%.o: %.cpp $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
 
-$(BUILD)/%.cu.o: %.cu
+$(BUILD)/%.cu.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-$(BUILD)/%.hip.o: %.cu | $(HIP_ISA_FILES)
+$(BUILD)/%.hip.o: %.cu $(FLAGS_STAMP) | $(HIP_ISA_FILES)
 	@mkdir -p $(dir $@)
 	$(HIPCC) $(HIP_FLAGS) -I. -Iinclude -MMD -MP -x hip -c $< -o $@
 
 ifeq ($(HIP),1)
-$(BUILD)/tests/cuda/%.o: tests/cuda/%.cpp | $(HIP_ISA_FILES)
+$(BUILD)/tests/cuda/%.o: tests/cuda/%.cpp $(FLAGS_STAMP) | $(HIP_ISA_FILES)
 	@mkdir -p $(dir $@)
 	$(HIPCC) $(HIP_FLAGS) $(CPPFLAGS) -MMD -MP -x hip -c $< -o $@
 endif
 
-$(TOOLS): %: $(BUILD)/tools/%.o $(TOOL_COMMON:%.cpp=$(BUILD)/%.o) $(LIB)
-	$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
+$(TOOLS): %: $(BUILD)/tools/%.o $(TOOL_COMMON:%.cpp=$(BUILD)/%.o) $(LIB) $(TOOLS_STAMP)
+	$(CXX) $(LDFLAGS) $(filter-out $(TOOLS_STAMP),$^) $(LDLIBS) -o $@
 
-$(BENCH): $(BUILD)/tools/bench.o $(TOOL_COMMON:%.cpp=$(BUILD)/%.o) $(LIB)
-	$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
+$(BENCH): $(BUILD)/tools/bench.o $(TOOL_COMMON:%.cpp=$(BUILD)/%.o) $(LIB) $(TOOLS_STAMP)
+	$(CXX) $(LDFLAGS) $(filter-out $(TOOLS_STAMP),$^) $(LDLIBS) -o $@
 
 $(BUILD)/test-exl2: $(TEST_SRCS:%.cpp=$(BUILD)/%.o) $(LIB)
 	$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
@@ -173,7 +188,7 @@ $(BUILD)/bench-sampler-cpu: $(BUILD)/bench/sampler-cpu.o $(LIB)
 	$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 clean:
-	rm -rf build build-asan build-hip $(TOOLS) $(BENCH)
+	rm -rf build build-asan build-hip $(TOOLS) $(BENCH) $(TOOLS_STAMP)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 SHELL := /bin/bash
