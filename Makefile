@@ -1,15 +1,30 @@
 # Build with a C++17 compiler alone. Finds nvcc by itself (CUDA=0 to skip, CUDA_ARCH=90 to pick
-# architectures). CMakeLists.txt builds the same targets for those who prefer CMake.
+# architectures), or else hipcc for AMD GPUs (HIP=0 to skip). CMakeLists.txt builds the same
+# targets (CPU and CUDA) for those who prefer CMake.
 #
 #   make              tools (./main ./perplexity ./tokenize ./bench) and test binaries
 #   make run          build and generate from the embedded default model
 #   make test         build and run the CPU test suite (installs doctest-dev if missing)
 #   make test-cuda    build the GPU test suite (run it where a GPU is)
 #   make SANITIZE=1   ASan + UBSan build (in build-asan/)
-#   make HIP=1        the GPU backend through hipcc for AMD GPUs (HIP_ARCH="gfx90a gfx1100"), objects
-#                     in build-hip/; compiled and linked, not yet run on AMD hardware
+#   make HIP=1        the GPU backend through hipcc for AMD GPUs (the default where hipcc is found
+#                     and nvcc is not): objects in build-hip/, targets HIP_ARCH (default: the GPUs
+#                     rocm_agent_enumerator lists, else gfx90a gfx1100); compiled and linked, not
+#                     yet run on AMD hardware
 
-HIP      ?= 0
+CXX      ?= g++
+NATIVE   ?= 1
+SANITIZE ?= 0
+CUDA     ?= auto
+CUDA_ARCH ?= 80;86;89;90
+NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+HIPCC    ?= $(shell command -v hipcc 2>/dev/null)
+
+# HIP: on when asked, or by default where hipcc is found and nvcc is not (and CUDA was not set)
+HIP      ?= auto
+ifeq ($(HIP),auto)
+HIP      := $(if $(and $(filter auto,$(CUDA)),$(HIPCC),$(if $(NVCC),,yes)),1,0)
+endif
 ifeq ($(HIP),1)
 ifeq ($(CUDA),1)
 $(error CUDA=1 and HIP=1: one GPU backend per build)
@@ -18,13 +33,6 @@ CUDA     := 0
 BUILD    ?= build-hip
 endif
 BUILD    ?= build
-CXX      ?= g++
-NATIVE   ?= 1
-SANITIZE ?= 0
-CUDA     ?= auto
-CUDA_ARCH ?= 80;86;89;90
-NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
-HIPCC    ?= $(shell command -v hipcc 2>/dev/null)
 
 ifeq ($(SANITIZE),1)
 BUILD    := build-asan

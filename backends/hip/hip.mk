@@ -11,7 +11,10 @@
 # of the library. The math library itself (ocml, ockl) is then 5.2's, compiled for gfx11 by
 # clang 15; a ROCm that ships the file is used as it is.
 HIPCC    ?= hipcc
-HIP_ARCH ?= gfx90a gfx1100
+# the GPUs of this machine when ROCm lists any (gfx000 is the CPU agent), else CDNA2 and RDNA3
+ifeq ($(origin HIP_ARCH),undefined)
+HIP_ARCH := $(or $(sort $(filter-out gfx000,$(shell rocm_agent_enumerator 2>/dev/null))),gfx90a gfx1100)
+endif
 ROCM_DEVICE_LIB_PATH ?= $(firstword $(wildcard /opt/rocm/amdgcn/bitcode /usr/lib/x86_64-linux-gnu/amdgcn/bitcode))
 HIP_DEVICE_CLANG ?= $(firstword $(shell command -v clang-15 clang 2>/dev/null))
 
