@@ -94,6 +94,7 @@ uint64_t exl2_model_n_params(const exl2_model * model) { return model ? model->m
 uint64_t exl2_model_weight_bytes(const exl2_model * model) { return model ? model->m->weight_bytes : 0; }
 uint64_t exl2_model_device_bytes(const exl2_model * model) { return model ? model->m->device_bytes : 0; }
 const char * exl2_model_desc(const exl2_model * model) { return model ? model->m->desc.c_str() : ""; }
+const char * exl2_model_device_note(const exl2_model * model) { return model ? model->m->device_note.c_str() : ""; }
 
 // ---------------------------------------------------------------------------------------------
 struct exl2_context_params exl2_context_default_params(void) {

@@ -179,7 +179,17 @@ std::unique_ptr<Model> Model::load_tensors(std::unique_ptr<SafeTensors> st, cons
     if (!m->arch)
         fail("%s/config.json: unknown architecture \"%s\" (supported: %s)", m->dir.c_str(), m->cfg.arch.c_str(),
              architecture_list().c_str());
-    m->backend = ggx_backend_init(p.device.c_str(), p.n_threads);
+    if (p.device == "auto") {
+        // the first GPU if this build has a GPU backend and it answers; else the CPU, keeping why
+        const std::string built = ggx_backend_list();
+        if (built.find("cuda") != std::string::npos || built.find("hip") != std::string::npos) {
+            m->backend = ggx_backend_init("cuda:0", p.n_threads);
+            if (!m->backend) m->device_note = ggx_last_error();
+        }
+        if (!m->backend) m->backend = ggx_backend_init("cpu", p.n_threads);
+    } else {
+        m->backend = ggx_backend_init(p.device.c_str(), p.n_threads);
+    }
     if (!m->backend) fail("%s", ggx_last_error());
     m->st_ = std::move(st);
     m->arch->load(*m);

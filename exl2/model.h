@@ -19,7 +19,7 @@ class Tokenizer;
 class Architecture;
 
 struct ModelParams {
-    std::string device = "cpu";   // "cpu", "cuda", "cuda:N"
+    std::string device = "cpu";   // "cpu", "cuda", "cuda:N", "hip", "auto" (the GPU if one answers, else the CPU)
     int n_threads = 0;            // CPU threads, 0 = all cores
     bool verbose = false;         // progress on stderr
 };
@@ -48,6 +48,7 @@ public:
     std::unique_ptr<Tokenizer> tokenizer;
     std::unique_ptr<Architecture> arch;
     std::string desc;
+    std::string device_note;   // why "auto" took the CPU though the build has a GPU backend; "" otherwise
 
     uint64_t n_params = 0;        // logical parameters of all weights
     uint64_t weight_bytes = 0;    // bytes of weights read per token (everything but the embedding table)

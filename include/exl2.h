@@ -93,7 +93,9 @@ const char *        exl2_detok_stream_flush(exl2_detok_stream * s);
 typedef struct exl2_model exl2_model;
 
 struct exl2_model_params {
-    const char * device;     /* "cpu" (default), "cuda", "cuda:N"                              */
+    const char * device;     /* "cpu" (default), "cuda", "cuda:N", "hip", or "auto": the first  *
+                              * GPU when the build has a GPU backend and it answers, else the  *
+                              * CPU (exl2_model_device_note says why not the GPU)              */
     int32_t      n_threads;  /* CPU threads, 0 = all cores                                     */
     int32_t      verbose;    /* 1: print loading progress to stderr                            */
 };
@@ -116,6 +118,9 @@ uint64_t     exl2_model_weight_bytes(const exl2_model * model);
 uint64_t     exl2_model_device_bytes(const exl2_model * model);
 /* One-line description: architecture, size, quantization, device. Owned by the model. */
 const char * exl2_model_desc(const exl2_model * model);
+/* Why a model loaded with device "auto" is on the CPU although the build has a GPU backend (the
+ * GPU's error, e.g. "cuda: no usable CUDA device (...)"); "" otherwise. Owned by the model. */
+const char * exl2_model_device_note(const exl2_model * model);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Contexts: a KV cache plus planned graphs. One sequence per context in this version.        */

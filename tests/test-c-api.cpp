@@ -27,6 +27,33 @@ TEST_CASE("c api: errors are codes and messages, never crashes") {
     exl2_sampler_free(nullptr);
 }
 
+// "auto" (the tools' default): the first GPU when the build has a GPU backend and it answers, else
+// the CPU with the GPU's error kept as the note. Which branch runs depends on the machine: a
+// CPU-only build, a GPU build without a GPU (CI), or one with.
+TEST_CASE("c api: device auto takes the GPU when one answers, else the CPU and says why") {
+    struct exl2_model_params mp = exl2_model_default_params();
+    mp.device = "auto";
+    mp.n_threads = 2;
+    exl2_model * m = exl2_model_load("models/kjv-6m", mp);
+    REQUIRE_MESSAGE(m, exl2_last_error());
+    const std::string desc = exl2_model_desc(m), note = exl2_model_device_note(m), built = exl2_backends();
+    const bool gpu_built = built.find("cuda") != std::string::npos || built.find("hip") != std::string::npos;
+    const bool on_cpu = desc.find(" on CPU") != std::string::npos;
+    CAPTURE(desc);
+    CAPTURE(note);
+    if (!gpu_built) {
+        CHECK(note.empty());
+        CHECK(on_cpu);
+    } else if (note.empty()) {
+        CHECK_FALSE(on_cpu);   // a GPU answered
+    } else {
+        CHECK(on_cpu);
+        CHECK(note.find("no usable") != std::string::npos);
+    }
+    exl2_model_free(m);
+    CHECK(exl2_model_device_note(nullptr) == std::string());
+}
+
 TEST_CASE("c api: generate greedily, context full, truncate") {
     REQUIRE_FIXTURE(ref_path, "kjv-6m/reference.json");
     const exl2::Json ref = exl2::Json::parse_file(ref_path);

@@ -28,7 +28,7 @@ TEST_CASE("main: greedy text equals the transformers reference") {
         std::string q = "'";
         for (char c : prompt) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
         q += "'";
-        Run run = run_cmd("(./main -m models/kjv-6m -p " + q + " -n 64 --temp 0 -t 2 2>/dev/null)");
+        Run run = run_cmd("(./main -m models/kjv-6m -p " + q + " -n 64 --temp 0 -t 2 --device cpu 2>/dev/null)");
         REQUIRE(run.status == 0);
         CHECK(run.out == r.get("greedy_text").as_string());
     }
@@ -42,7 +42,7 @@ TEST_CASE("main: --prompt-ids and --print-ids reproduce the reference ids") {
     std::string ids, want;
     for (const Json & x : r.get("ids").as_array()) ids += std::to_string(x.as_int()) + " ";
     for (const Json & x : r.get("greedy_ids").as_array()) want += (want.empty() ? "" : " ") + std::to_string(x.as_int());
-    Run run = run_cmd("(./main -m models/kjv-6m --prompt-ids '" + ids + "' -n 64 --temp 0 --print-ids 2>/dev/null)");
+    Run run = run_cmd("(./main -m models/kjv-6m --prompt-ids '" + ids + "' -n 64 --temp 0 --print-ids --device cpu 2>/dev/null)");
     REQUIRE(run.status == 0);
     // The last line holds the ids.
     std::string out = run.out;
@@ -59,7 +59,7 @@ TEST_CASE("perplexity: per-token losses equal the reference") {
     REQUIRE(mkdtemp(dir));
     const std::string txt = std::string(dir) + "/t.txt", nll = std::string(dir) + "/nll.txt";
     { std::ofstream f(txt, std::ios::binary); f << r.get("prompt").as_string(); }
-    Run run = run_cmd("./perplexity -m models/kjv-6m -f " + txt + " -c 256 --cache f32 --nll-out " + nll);
+    Run run = run_cmd("./perplexity -m models/kjv-6m -f " + txt + " -c 256 --cache f32 --device cpu --nll-out " + nll);
     CAPTURE(run.out);
     REQUIRE(run.status == 0);
     CHECK(contains(run.out, "PPL = "));
@@ -75,7 +75,7 @@ TEST_CASE("perplexity: per-token losses equal the reference") {
     // f32 compute against transformers' f32: rounding only (see test-model.cpp); 1e-3 as the issue asks.
     CHECK(worst < 1e-3);
     // The output file is never overwritten.
-    Run again = run_cmd("./perplexity -m models/kjv-6m -f " + txt + " -c 256 --nll-out " + nll);
+    Run again = run_cmd("./perplexity -m models/kjv-6m -f " + txt + " -c 256 --device cpu --nll-out " + nll);
     CHECK(again.status == 1);
     CHECK(contains(again.out, "cannot create"));
     (void)!system(("rm -rf " + std::string(dir)).c_str());

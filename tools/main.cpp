@@ -30,19 +30,20 @@ static void usage() {
         "  -c, --ctx-size N       context length (default: the model's, at most 4096)\n"
         "  -b, --batch-size N     tokens per prompt chunk (default 512)\n"
         "  -t, --threads N        CPU threads (default: all cores)\n"
-        "      --device DEV       cpu, cuda or cuda:N (default cpu)\n"
+        "      --device DEV       %s\n"
         "      --cache TYPE       KV cache type: f16 (default) or f32\n"
         "      --no-bos           do not add the BOS token to the prompt\n"
         "      --ignore-eos       keep generating after the end-of-sequence token\n"
         "      --echo             print the prompt before the generated text\n"
         "      --print-ids        after the text, print the generated ids on one line\n"
         "  -v, --verbose          print loading details\n"
-        "  -h, --help             this help\n");
+        "  -h, --help             this help\n",
+        cli::device_help);
 }
 
 int main(int argc, char ** argv) {
     cli::set_tool_name("main");
-    std::string model_dir, prompt, prompt_file, prompt_ids_str, device = "cpu", cache = "f16";
+    std::string model_dir, prompt, prompt_file, prompt_ids_str, device = "auto", cache = "f16";
     bool have_prompt = false, have_ids = false, no_bos = false, ignore_eos = false, echo = false, print_ids = false, verbose = false;
     int n_predict = 128, n_ctx = 0, n_batch = 512, n_threads = 0;
     exl2_sampler_params sp = exl2_sampler_default_params();
@@ -92,8 +93,7 @@ int main(int argc, char ** argv) {
     mp.n_threads = n_threads;
     mp.verbose = verbose;
     const double t_load0 = cli::now_seconds();
-    exl2_model * model = exl2_model_load(model_dir.c_str(), mp);
-    if (!model) cli::die("%s", exl2_last_error());
+    exl2_model * model = cli::load_model(model_dir, mp);
     if (verbose) fprintf(stderr, "model: %s (%.2f s)\n", exl2_model_desc(model), cli::now_seconds() - t_load0);
     const exl2_tokenizer * tok = exl2_model_tokenizer(model);
 

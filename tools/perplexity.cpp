@@ -27,10 +27,11 @@ static void usage() {
         "      --chunks N       stop after N windows (default: all)\n"
         "  -b, --batch-size N   tokens per forward pass (default 512)\n"
         "  -t, --threads N      CPU threads (default: all cores)\n"
-        "      --device DEV     cpu, cuda or cuda:N (default cpu)\n"
+        "      --device DEV     %s\n"
         "      --cache TYPE     KV cache type: f16 (default) or f32\n"
         "      --nll-out FILE   write each scored token's id and negative log-likelihood\n"
-        "  -h, --help           this help\n");
+        "  -h, --help           this help\n",
+        cli::device_help);
 }
 
 static double log_softmax_at(const float * logits, int n, int target) {
@@ -43,7 +44,7 @@ static double log_softmax_at(const float * logits, int n, int target) {
 
 int main(int argc, char ** argv) {
     cli::set_tool_name("perplexity");
-    std::string model_dir, file, device = "cpu", nll_out, cache = "f16";
+    std::string model_dir, file, device = "auto", nll_out, cache = "f16";
     int n_ctx = 512, stride = 0, n_batch = 512, n_threads = 0, max_chunks = 0;
     cli::Args a(argc, argv);
     while (a.next()) {
@@ -73,8 +74,7 @@ int main(int argc, char ** argv) {
     exl2_model_params mp = exl2_model_default_params();
     mp.device = device.c_str();
     mp.n_threads = n_threads;
-    exl2_model * model = exl2_model_load(model_dir.c_str(), mp);
-    if (!model) cli::die("%s", exl2_last_error());
+    exl2_model * model = cli::load_model(model_dir, mp);
     const exl2_tokenizer * tok = exl2_model_tokenizer(model);
     if (!tok) cli::die("%s: the model has no tokenizer", model_dir.c_str());
     const double t_tok = cli::now_seconds();

@@ -1,5 +1,7 @@
 #include "cli.h"
 
+#include "exl2.h"
+
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -120,5 +122,14 @@ std::vector<int32_t> parse_ids(const std::string & s, const char * flag) {
 double now_seconds() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+exl2_model * load_model(const std::string & dir, const exl2_model_params & mp) {
+    exl2_model * m = exl2_model_load(dir.c_str(), mp);
+    if (!m) die("%s", exl2_last_error());
+    if (*exl2_model_device_note(m)) fprintf(stderr, "%s: %s; running on the CPU\n", g_tool, exl2_model_device_note(m));
+    return m;
+}
+
+const char * const device_help = "auto (default: the GPU when built with one and it answers, else the CPU), cpu, cuda, cuda:N or hip";
 
 }  // namespace cli

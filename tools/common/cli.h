@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+struct exl2_model;
+struct exl2_model_params;
+
 namespace cli {
 
 // Prints "<tool>: error: <message>" to stderr and exits with status 1.
@@ -41,5 +44,11 @@ long utf8_invalid_offset(const std::string & s);
 // "1 306 337" -> ids; dies on anything that is not a list of non-negative integers.
 std::vector<int32_t> parse_ids(const std::string & s, const char * flag);
 double now_seconds();
+
+// The model at dir, or die with the library's message. With device "auto" (the tools' default),
+// says on stderr when a GPU was built in but did not answer, so the CPU runs it.
+exl2_model * load_model(const std::string & dir, const exl2_model_params & mp);
+// "cpu, cuda, cuda:N, hip or auto", with what auto means: the --device help line of the tools
+extern const char * const device_help;
 
 }  // namespace cli
