@@ -15,7 +15,10 @@ namespace exl2test {
 
 // min_taken: single-token steps that must have been taken from ahead out of `steps` - 1 (all on
 // the CPU, whose draw is the host's own code; a GPU's expf may differ by ulps near a boundary).
-inline void check_sampled_run_ahead(exl2::Model & model, exl2::ContextParams ahead_params, long min_taken) {
+// hot_draws_vary: whether the model's logits are spread enough that hot draws leave the argmax
+// (kjv-6m; a random synthetic model's rows can be too peaked for that).
+inline void check_sampled_run_ahead(exl2::Model & model, exl2::ContextParams ahead_params, long min_taken,
+                                    bool hot_draws_vary = true) {
     using exl2::Context;
     const int V = model.cfg.n_vocab;
     exl2::ContextParams plain_params = ahead_params;
@@ -87,7 +90,7 @@ inline void check_sampled_run_ahead(exl2::Model & model, exl2::ContextParams ahe
         REQUIRE(a.decode(&ya, 1, false));
         REQUIRE(b.decode(&yb, 1, false));
     }
-    CHECK(draws_off_argmax > 0);
+    if (hot_draws_vary) CHECK_MESSAGE(draws_off_argmax > 0, "vocab " << V << ": every hot draw was the argmax");
     check_same_logits(a, b, V, "logits after greedy choices on sampled rows");
 }
 
@@ -96,6 +99,7 @@ inline void check_sampled_run_ahead(exl2::Model & model, exl2::ContextParams ahe
 // 0.8), the larger at the higher id: the backend ranks by value, the host by value / t then id, so
 // without ggx_draw_order every draw here took the other id. p is 1/2 each, exactly (exp(0)).
 inline void check_draw_on_quotient_tie(ggx_backend * be) {
+    REQUIRE((be->iface.top_n_begin && be->iface.top_n_end));
     const int V = 1000;
     const float lo = 1.60000014f, hi = 1.60000026f, t = 0.8f;
     REQUIRE(lo < hi);
