@@ -181,8 +181,7 @@ std::unique_ptr<Model> Model::load_tensors(std::unique_ptr<SafeTensors> st, cons
              architecture_list().c_str());
     if (p.device == "auto") {
         // the first GPU if this build has a GPU backend and it answers; else the CPU, keeping why
-        const std::string built = ggx_backend_list();
-        if (built.find("cuda") != std::string::npos || built.find("hip") != std::string::npos) {
+        if (ggx_backend_gpu_built()) {
             m->backend = ggx_backend_init("cuda:0", p.n_threads);
             if (!m->backend) m->device_note = ggx_last_error();
         }

@@ -42,6 +42,14 @@ void ggx_backend_free(struct ggx_backend * be) {
     if (be && be->iface.free) be->iface.free(be);
 }
 
+int ggx_backend_gpu_built(void) {
+#ifdef GGX_USE_CUDA
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 const char * ggx_backend_list(void) {
 #if defined(GGX_USE_HIP)
     return "cpu,hip";   // "cuda" names the same backend

@@ -98,8 +98,10 @@ struct ggx_backend {
 // set when the name is unknown, the backend was not compiled in, or the device cannot be used.
 struct ggx_backend * ggx_backend_init(const char * name, int n_threads);
 void                 ggx_backend_free(struct ggx_backend * be);
-// Names of compiled-in backends, comma separated (e.g. "cpu,cuda").
+// Names of compiled-in backends, comma separated (e.g. "cpu,cuda"; "cpu,hip" in a HIP build).
 const char *         ggx_backend_list(void);
+// 1 when a GPU backend (CUDA or HIP, both answering to "cuda") is compiled in.
+int                  ggx_backend_gpu_built(void);
 
 struct ggx_backend * ggx_backend_cpu_init(int n_threads);
 void                 ggx_backend_cpu_set_n_threads(struct ggx_backend * be, int n_threads);

@@ -79,10 +79,7 @@ inline void check_sampled_run_ahead(exl2::Model & model, exl2::ContextParams ahe
     for (int s = 0; s < 8; s++) {
         const int32_t xa = exl2::sample_last(a, ha), xb = exl2::sample_last(b, hb);
         REQUIRE(xa == xb);
-        const float * lb = b.logits(-1);
-        int32_t best = 0;
-        for (int i = 1; i < V; i++)
-            if (lb[i] > lb[best]) best = i;
+        const int32_t best = exl2::argmax(b.logits(-1), V);
         draws_off_argmax += xb != best;
         const int32_t ya = exl2::sample_last(a, ga), yb = exl2::sample_last(b, gb);
         CHECK_MESSAGE(ya == best, "step " << s << ": greedy after a sampled draw " << xa);

@@ -117,7 +117,8 @@ Options parse(int argc, char ** argv) {
     }
     if (o.model_dir.empty() == o.synthetic.empty()) die("give exactly one of -m DIR or --synthetic NAME (see --help)");
     if (!o.save_dir.empty() && o.synthetic.empty()) die("--save needs --synthetic");
-    if (o.device.empty()) o.device = strstr(exl2_backends(), "cuda") ? "cuda:0" : "cpu";
+    // a GPU backend compiled in (CUDA or HIP, both answer to "cuda") lists more than "cpu"
+    if (o.device.empty()) o.device = strcmp(exl2_backends(), "cpu") != 0 ? "cuda:0" : "cpu";
     return o;
 }
 
