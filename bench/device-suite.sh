@@ -4,7 +4,7 @@
 # ../shared/fixtures/exl2 to fixtures-local/fx/exl2 (git-ignored) and carry fixtures-local. The
 # device's copy of .git may be stale (session 21 saw an old HEAD there): write the commit first,
 # `git describe --always --dirty > fixtures-local/COMMIT`, and the suite prints it. Or run
-# bench/prebuild.sh [--windows] here first: it writes that file and the binaries built here, and
+# bench/prebuild.sh [VARIANT...] here first: it writes that file and the binaries built here, and
 # the suite then skips its build (about 75 s of device time) when they start on the device.
 #
 #   bench/device-suite.sh tests figures            # full test-cuda, then the decode/prefill table
@@ -27,6 +27,9 @@
 #   windows         a second bench built with -DGGX_PAIR_WINDOWS=0 (3-, 5- and 6-bit codes placed one
 #                   by one, as before session 22) against the default (byte-permuted windows,
 #                   backends/cuda/pair-window.h): tg128@16 at 3.0, 5.0, 6.0, 4.0 and 2.5 bpw
+#   x16             a second bench built with -DGGX_PAIR_X16_2BIT=0 (each 2-bit pair shifted into
+#                   place) against the default (half of them read 4 bits high, no shift): tg128@16
+#                   at 2.5, 3.0 and 4.0 bpw
 set -u
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
 if [ -f fixtures-local/COMMIT ]; then echo "commit $(cat fixtures-local/COMMIT)"; else echo "commit unknown (no fixtures-local/COMMIT)"; fi
@@ -34,12 +37,32 @@ if [ -f fixtures-local/COMMIT ]; then echo "commit $(cat fixtures-local/COMMIT)"
 # and start here; unpack BIN TARGET
 prebuilt_ok=0
 unpack() { xz -dc "fixtures-local/prebuilt/$1.xz" > "$2" && chmod +x "$2"; }
-# the prebuilt no-windows bench when it starts (a failed one removed, so that make rebuilds it)
-unpack_nowin() {
-    [ $prebuilt_ok = 1 ] && [ -f fixtures-local/prebuilt/bench-nowin.xz ] || return 1
-    unpack bench-nowin build-dev-nowin/bench && build-dev-nowin/bench --help >/dev/null 2>&1 && return 0
-    rm -f build-dev-nowin/bench
+. bench/variants.sh
+# build-dev-VARIANT/bench (bench/variants.sh): the prebuilt one when it starts (a failed one is
+# removed, so that make rebuilds it), else built here
+variant_bench() {
+    local v=$1 flags
+    flags=$(variant_flags "$v") || { echo "unknown variant $v"; return 1; }
+    mkdir -p build-dev-$v
+    if [ $prebuilt_ok = 1 ] && [ -f fixtures-local/prebuilt/bench-$v.xz ]; then
+        unpack bench-$v build-dev-$v/bench && build-dev-$v/bench --help >/dev/null 2>&1 && return 0
+        rm -f build-dev-$v/bench
+    fi
+    NVCCFLAGS="-O3 -lineinfo $flags" make -j"$(nproc)" BUILD=build-dev-$v CUDA_ARCH=90 \
+        BENCH=build-dev-$v/bench build-dev-$v/bench >/tmp/device-build-$v.log 2>&1 && return 0
+    tail -30 /tmp/device-build-$v.log
     return 1
+}
+# tg128@16 of llama3-8b at each bpw with the variant's bench, then the default's
+ab_variant() {
+    local v=$1 what=$2
+    shift 2
+    variant_bench "$v" || return
+    for b in "$@"; do
+        echo "-- llama3-8b $b @16: $what ($v: $(variant_flags "$v")), then the default"
+        B=build-dev-$v/bench tg --synthetic llama3-8b --bpw "$b" --ctx 16
+        tg --synthetic llama3-8b --bpw "$b" --ctx 16
+    done
 }
 if [ -f fixtures-local/prebuilt/STAMP ] && [ -f fixtures-local/COMMIT ] &&
    [ "$(cat fixtures-local/prebuilt/STAMP)" = "$(cat fixtures-local/COMMIT)" ]; then
@@ -102,19 +125,9 @@ for part in "$@"; do
             done ;;
         even-m) ab GGX_QGEMV_EVEN_M=1 "llama3-8b 4.0" "llama3-8b 3.0" "llama3-8b 2.5" "llama3.2-1b 4.0" ;;
         desc-l1) ab GGX_QGEMV_DESC_L1=1 "llama3-8b 4.0" "llama3-8b 3.0" "llama3-8b 6.0" "llama3.2-1b 4.0" ;;
-        windows)
-            mkdir -p build-dev-nowin
-            if unpack_nowin || NVCCFLAGS="-O3 -lineinfo -DGGX_PAIR_WINDOWS=0" make -j"$(nproc)" BUILD=build-dev-nowin CUDA_ARCH=90 \
-                   BENCH=build-dev-nowin/bench build-dev-nowin/bench >/tmp/device-build-nowin.log 2>&1; then
-                for b in 3.0 5.0 6.0 4.0 2.5; do
-                    echo "-- llama3-8b $b @16: codes one by one (GGX_PAIR_WINDOWS=0), then through windows"
-                    B=build-dev-nowin/bench tg --synthetic llama3-8b --bpw $b --ctx 16
-                    tg --synthetic llama3-8b --bpw $b --ctx 16
-                done
-            else
-                tail -30 /tmp/device-build-nowin.log
-            fi ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample, even-m, desc-l1, windows)"; exit 2 ;;
+        windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
+        x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample, even-m, desc-l1, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"

@@ -3,8 +3,9 @@
 # its time on tests and measurements instead of the ~75 s build. Writes, for the tree as it is now:
 #
 #   fixtures-local/prebuilt/test-cuda.xz, bench.xz    sm_90, host code for x86-64-v3, stripped
-#   fixtures-local/prebuilt/bench-nowin.xz            the same bench with -DGGX_PAIR_WINDOWS=0
-#                                                     (only with --windows: the suite's `windows` part)
+#   fixtures-local/prebuilt/bench-VARIANT.xz          the same bench with a switch off, for each
+#                                                     VARIANT named (bench/variants.sh: nowin, nox16;
+#                                                     the suite's `windows` and `x16` parts)
 #   fixtures-local/prebuilt/STAMP, fixtures-local/COMMIT   the tree's name: `git describe --always
 #                                                     --dirty`, plus a hash of the changes if dirty
 #
@@ -12,9 +13,14 @@
 # device (other system libraries there could stop them), and builds there otherwise. xz keeps the
 # three at ~13 MB against the 64 MiB a call carries (the tree ~16 MB, the EXL2 fixtures ~20 MB).
 #
-#   bench/prebuild.sh [--windows]      then carry ["fixtures-local"]
+#   bench/prebuild.sh [VARIANT...]     then carry ["fixtures-local"]
 set -eu
 cd "$(dirname "$0")/.."
+. bench/variants.sh
+for v in "$@"; do
+    [ "$v" = --windows ] && continue   # the old spelling of nowin
+    variant_flags "$v" >/dev/null || { echo "prebuild: error: unknown variant '$v' (known: $variant_names)" >&2; exit 2; }
+done
 out=fixtures-local/prebuilt
 # The tree's name; a dirty tree's changes (tracked and untracked) are hashed into it, so that an
 # edit after the build cannot pass as the tree built.
@@ -42,13 +48,15 @@ make -j"$jobs" "${common[@]}" BUILD=build-pre BENCH=build-pre/bench build-pre/te
     { tail -30 /tmp/prebuild.log; echo "prebuild: error: the build failed (log: /tmp/prebuild.log)" >&2; exit 1; }
 pack build-pre/test-cuda test-cuda
 pack build-pre/bench bench
-if [ "${1:-}" = --windows ]; then
-    echo "prebuild: bench with -DGGX_PAIR_WINDOWS=0"
-    NVCCFLAGS="-O3 -lineinfo -DGGX_PAIR_WINDOWS=0" make -j"$jobs" "${common[@]}" BUILD=build-pre-nowin \
-        BENCH=build-pre-nowin/bench build-pre-nowin/bench >/tmp/prebuild-nowin.log 2>&1 ||
-        { tail -30 /tmp/prebuild-nowin.log; echo "prebuild: error: the no-windows build failed" >&2; exit 1; }
-    pack build-pre-nowin/bench bench-nowin
-fi
+for v in "$@"; do
+    [ "$v" = --windows ] && v=nowin
+    flags=$(variant_flags "$v")
+    echo "prebuild: bench $v ($flags)"
+    NVCCFLAGS="-O3 -lineinfo $flags" make -j"$jobs" "${common[@]}" BUILD=build-pre-$v \
+        BENCH=build-pre-$v/bench build-pre-$v/bench >/tmp/prebuild-$v.log 2>&1 ||
+        { tail -30 /tmp/prebuild-$v.log; echo "prebuild: error: the $v build failed (log: /tmp/prebuild-$v.log)" >&2; exit 1; }
+    pack build-pre-$v/bench bench-$v
+done
 # The stamp last: a tree changed during the build must not pass as the one built.
 if [ "$(tree_stamp)" != "$stamp" ]; then
     echo "prebuild: error: the tree changed during the build; run it again" >&2

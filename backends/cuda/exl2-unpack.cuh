@@ -95,10 +95,23 @@ __device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t c) {
 #endif
 }
 
-// For 4 bits the odd pairs are taken 4 bits higher without a shift: 1024 + 16 v (exact: at most
-// 1264), summed apart and scaled by 1/16 at the end of the piece (see piece_dot).
-template <int B, int J> struct pair_shape {
-    static constexpr bool x16 = B == 4 && J % 2 == 1;
+// Some pairs are taken 4 bits higher than their codes' lowest position, without a shift: 1024 +
+// 16 v (exact: at most 1264), summed apart and scaled by 1/16 at the end of the piece (see
+// piece_dot). For 4 bits these are the odd pairs (bits 4-7 of each byte).
+// For 2 bits, in one-row products (a build switch, GGX_PAIR_X16_2BIT), a byte holds four codes
+// at bits 0, 2, 4 and 6: pairs 2, 3, 6 and 7 are read at bits 4-5 of the same word as pairs 0, 1,
+// 4 and 5 at bits 0-1, so a chunk's 8 pairs need the shifts by 2, 8 and 10 instead of seven. The
+// second accumulator costs registers: with it k_qgemv<8> spilled 28 bytes and <2> 36 more (ptxas,
+// sm_90); <1> keeps 128 and no spills.
+#ifndef GGX_PAIR_X16_2BIT
+#define GGX_PAIR_X16_2BIT 1
+#endif
+template <int B, int T> constexpr bool has_x16 = B == 4 || (B == 2 && GGX_PAIR_X16_2BIT && T == 1);
+template <int B, int T, int J> struct pair_shape {
+    static constexpr bool x16_2 = B == 2 && has_x16<B, T>;
+    static constexpr bool x16 = (B == 4 && J % 2 == 1) || (x16_2 && J / 2 % 2 == 1);
+    // the shift that brings the pair's codes to bit 0 (x16: bit 4) and bit 16 (20)
+    static constexpr int shift = B == 4 ? 8 * (J / 2) : x16_2 ? 2 * (J % 2) + 8 * (J / 4) : J * B;
 };
 
 // 3-, 5- and 6-bit pairs of one-row products through byte-permuted windows (pair-window.h); 0
@@ -111,15 +124,13 @@ template <int B, int J> struct pair_shape {
 #endif
 constexpr bool k_pair_windows = GGX_PAIR_WINDOWS != 0;
 
-template <int B, int J, bool Windows>
+template <int B, int T, int J, bool Windows>
 __device__ __forceinline__ uint32_t pair_bits(const uint32_t * w) {
     constexpr int H = chunk_shape<B>::rows / 2;
     constexpr uint32_t m = (1u << B) - 1, magic = 0x64006400u;
-    if constexpr (B == 4) {   // pairs (J, J + 4): J = 0, 1 from w, J = 2, 3 from w >> 8
-        return and_or<(pair_shape<B, J>::x16 ? 0xf0u : 0x0fu) * 0x10001u>(w[0] >> (8 * (J / 2)), magic);
-    } else if constexpr (chunk_shape<B>::words == 1) {
+    if constexpr (chunk_shape<B>::words == 1) {   // 8, 4, 2 bits: pairs (J, J + H) 16 bits apart
         static_assert(H * B == 16, "pairs 16 bits apart");
-        return and_or<(m | m << 16)>(w[0] >> (J * B), magic);
+        return and_or<(pair_shape<B, T, J>::x16 ? m << 4 : m) * 0x10001u>(w[0] >> pair_shape<B, T, J>::shift, magic);
     } else if constexpr (Windows) {   // 3, 5 and 6 bits
         return and_or<(m | m << 16)>(ggx_pair_window_bits<B, H, J>(w), magic);
     } else {
@@ -136,7 +147,7 @@ struct chunk_dot_h2 {
     static constexpr int H = chunk_shape<B>::rows / 2;
     static __device__ __forceinline__ void run(const uint32_t (&w)[4][chunk_shape<B>::words], const uint32_t (&xu)[T][H],
                                                half2 (&acc)[T][4], half2 (&acc16)[T][4]) {
-        constexpr bool x16 = pair_shape<B, J>::x16;
+        constexpr bool x16 = pair_shape<B, T, J>::x16;
         constexpr uint32_t zbits = (0x6400u | (x16 ? 16u : 1u) << (B - 1)) * 0x10001u;   // (1024 + z, 1024 + z), or 16 z
         half2 xp[T];
 #pragma unroll
@@ -144,7 +155,7 @@ struct chunk_dot_h2 {
             xp[t] = u32_as_half2(__byte_perm(xu[t][J / 2], xu[t][(J + H) / 2], J % 2 ? 0x7632 : 0x5410));
 #pragma unroll
         for (int c = 0; c < 4; c++) {
-            const half2 d = __hsub2(u32_as_half2(pair_bits<B, J, k_pair_windows && T == 1>(w[c])), u32_as_half2(zbits));
+            const half2 d = __hsub2(u32_as_half2(pair_bits<B, T, J, k_pair_windows && T == 1>(w[c])), u32_as_half2(zbits));
 #pragma unroll
             for (int t = 0; t < T; t++) {
                 if constexpr (x16) acc16[t][c] = __hfma2(d, xp[t], acc16[t][c]);
@@ -220,7 +231,7 @@ __device__ __forceinline__ int x_scale_exponent(float amax) {
 template <int B, int T, int W0 = 0>
 __device__ __forceinline__ void piece_dot(const uint4 (&w)[8], int rows, const half * xh, int ld, half2 (&acc)[T][4]) {
     constexpr int CR = chunk_shape<B>::rows, CW = chunk_shape<B>::words, NC = 32 / CR, H = CR / 2;
-    half2 acc16[T][4];   // the pairs summed 16 times too large (4 bits: see pair_shape)
+    half2 acc16[T][4];   // the pairs summed 16 times too large (4 and 2 bits: see pair_shape)
 #pragma unroll
     for (int t = 0; t < T; t++) acc16[t][0] = acc16[t][1] = acc16[t][2] = acc16[t][3] = __float2half2_rn(0.0f);
 #pragma unroll
@@ -251,7 +262,7 @@ __device__ __forceinline__ void piece_dot(const uint4 (&w)[8], int rows, const h
         }
         chunk_dot_h2<B, T, 0>::run(cw, xu, acc, acc16);
     }
-    if constexpr (B == 4) {
+    if constexpr (has_x16<B, T>) {
         const half2 sixteenth = __float2half2_rn(0.0625f);
 #pragma unroll
         for (int t = 0; t < T; t++)

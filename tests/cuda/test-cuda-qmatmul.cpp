@@ -208,10 +208,13 @@ TEST_CASE("cuda: EXL2 one-row GEMV, paired piece tables give the same bits as th
 // two-row one, bit for bit. 96 rows per warp group: the plain piece tables for both; 64: the
 // paired tables for one row (the same bits as the plain ones, see the case above). The one-row
 // GEMV with its descriptors prefetched into L1 (GGX_QGEMV_DESC_L1=1) must give the same bits too.
+// No 2-bit codes here: one-row GEMVs sum half of their pairs 16 times too large in a second
+// accumulator (exl2-unpack.cuh, pair_shape), a different order of sums; the case "every converter
+// layout option" checks them against the CPU.
 TEST_CASE("cuda: EXL2 one-row GEMV gives row 0 of the two-row GEMV bit for bit (pair windows against per-code shifts)") {
     REQUIRE_CUDA();
     uint64_t seed = 400;
-    for (const char * lay : {"6 g32", "5 g32", "3/2 g64 .05/.95", "8/6/5 g32 .05/.1/.85", "6/3/2 g32,64,64 .05/.2/.75", "4/3 g32 .25/.75"}) {
+    for (const char * lay : {"6 g32", "5 g32", "3 g64", "8/6/5 g32 .05/.1/.85", "6/3 g32,64 .05/.95", "4/3 g32 .25/.75"}) {
         QCase c = make_exl2(1024, 520, lay, true, seed++);
         const int K = c.L.K, N = c.L.N;
         const std::vector<float> x2 = random_x(2, K, seed * 17);
