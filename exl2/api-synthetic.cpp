@@ -58,7 +58,7 @@ struct BackendGuard {
 int exl2_device_memory(const char * device, uint64_t * free_bytes, uint64_t * total_bytes) {
     try {
         if (!device || !free_bytes || !total_bytes) exl2::fail("exl2_device_memory: invalid argument");
-        BackendGuard g{ggx_backend_init(device, 1)};
+        BackendGuard g{exl2::backend_open(device, 1, nullptr)};
         if (!g.be) exl2::fail("%s", ggx_last_error());
         if (!g.be->iface.memory_info) exl2::fail("exl2_device_memory: %s does not report its memory", device);
         size_t fr = 0, tot = 0;
@@ -75,7 +75,7 @@ double exl2_device_copy_bandwidth(const char * device, uint64_t bytes) {
     try {
         if (!device) exl2::fail("exl2_device_copy_bandwidth: device is NULL");
         if (bytes == 0) bytes = 1ull << 30;
-        BackendGuard g{ggx_backend_init(device, 0)};
+        BackendGuard g{exl2::backend_open(device, 0, nullptr)};
         if (!g.be) exl2::fail("%s", ggx_last_error());
         if (!g.be->iface.copy) exl2::fail("exl2_device_copy_bandwidth: %s has no device copy", device);
         void * a = exl2::backend_alloc(g.be, bytes, "copy bandwidth source");

@@ -21,6 +21,17 @@ void * backend_alloc(ggx_backend * be, size_t size, const char * what) {
     return p;
 }
 
+ggx_backend * backend_open(const std::string & device, int n_threads, std::string * note) {
+    if (note) note->clear();
+    if (device != "auto") return ggx_backend_init(device.c_str(), n_threads);
+    ggx_backend * be = nullptr;
+    if (ggx_backend_gpu_built()) {
+        be = ggx_backend_init("cuda:0", n_threads);
+        if (!be && note) *note = ggx_last_error();
+    }
+    return be ? be : ggx_backend_init("cpu", n_threads);
+}
+
 Model::Model() { wctx_ = ggx_context_new(); }
 
 Model::~Model() {
@@ -179,16 +190,7 @@ std::unique_ptr<Model> Model::load_tensors(std::unique_ptr<SafeTensors> st, cons
     if (!m->arch)
         fail("%s/config.json: unknown architecture \"%s\" (supported: %s)", m->dir.c_str(), m->cfg.arch.c_str(),
              architecture_list().c_str());
-    if (p.device == "auto") {
-        // the first GPU if this build has a GPU backend and it answers; else the CPU, keeping why
-        if (ggx_backend_gpu_built()) {
-            m->backend = ggx_backend_init("cuda:0", p.n_threads);
-            if (!m->backend) m->device_note = ggx_last_error();
-        }
-        if (!m->backend) m->backend = ggx_backend_init("cpu", p.n_threads);
-    } else {
-        m->backend = ggx_backend_init(p.device.c_str(), p.n_threads);
-    }
+    m->backend = backend_open(p.device, p.n_threads, &m->device_note);
     if (!m->backend) fail("%s", ggx_last_error());
     m->st_ = std::move(st);
     m->arch->load(*m);

@@ -89,4 +89,9 @@ private:
 // Backend memory helper: throws Error with the backend's message on failure.
 void * backend_alloc(ggx_backend * be, size_t size, const char * what);
 
+// The backend for a device name as the library takes it ("cpu", "cuda:N", "hip", ...), or "auto":
+// the first GPU when the build has a GPU backend and it answers, else the CPU, with the GPU's
+// error in *note. nullptr (ggx_last_error says why) when the named device does not open.
+ggx_backend * backend_open(const std::string & device, int n_threads, std::string * note);
+
 }  // namespace exl2

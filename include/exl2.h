@@ -206,7 +206,8 @@ exl2_model * exl2_model_load_synthetic(const char * name, float bpw, int32_t n_l
  * tokenizer.json) that other engines can load. Creates `dir`; never overwrites. 0 or negative. */
 int          exl2_synthetic_save(const char * name, float bpw, int32_t n_layers, uint64_t seed, const char * dir);
 
-/* Free and total memory of a device ("cpu", "cuda:0", ...) in bytes. 0 or a negative code. */
+/* Free and total memory of a device ("cpu", "cuda:0", ..., or "auto" as for loading) in bytes. *
+ * 0 or a negative code.                                                                        */
 int          exl2_device_memory(const char * device, uint64_t * free_bytes, uint64_t * total_bytes);
 /* Measured device-to-device copy bandwidth in bytes per second, counting bytes read plus bytes
  * written, with buffers of `bytes` each (0 = 1 GiB). Negative on error (no such device, no

@@ -52,6 +52,12 @@ TEST_CASE("c api: device auto takes the GPU when one answers, else the CPU and s
     }
     exl2_model_free(m);
     CHECK(exl2_model_device_note(nullptr) == std::string());
+    // The device facts take "auto" as loading does: the memory of whichever device it picks
+    uint64_t fr = 0, tot = 0;
+    CHECK_MESSAGE(exl2_device_memory("auto", &fr, &tot) == EXL2_OK, exl2_last_error());
+    CHECK(tot > 0);
+    CHECK(fr <= tot);
+    CHECK(exl2_device_memory("nonsense", &fr, &tot) < 0);
 }
 
 TEST_CASE("c api: generate greedily, context full, truncate") {
