@@ -290,31 +290,35 @@ TEST_CASE("cuda: top-k sampling from candidates ranked on the device draws what 
     CHECK_FALSE(c.top_candidates(64, ids, vals));   // the logits are on the host now
 }
 
-// Sampled run-ahead with the draw made on the device (GGX_CUDA_SAMPLE_AHEAD=1, read when a model's
-// backend starts): the same ids and logits as without, and the queued step taken whenever the
-// device's draw agrees with the host's (expf may differ by ulps: all but ~1e-6 of draws; two of
-// 23 steps may miss).
+// Sampled run-ahead with the draw made on the device (on unless GGX_CUDA_SAMPLE_AHEAD=0, read when
+// a model's backend starts): the same ids and logits as without, and the queued step taken
+// whenever the device's draw agrees with the host's (expf may differ by ulps: all but ~1e-6 of
+// draws; two of 23 steps may miss).
 TEST_CASE("cuda: sampled run-ahead with the draw on the device gives the same ids and logits as without") {
     REQUIRE_CUDA();
-    setenv("GGX_CUDA_SAMPLE_AHEAD", "1", 1);
     ModelParams gpu_p;
     gpu_p.device = "cuda:0";
     auto kjv = Model::load("models/kjv-6m", gpu_p, false);
     SyntheticModel sm = synthetic_build("llama3.2-1b", 4.0, 2, 3);
     auto syn = Model::load_tensors(std::move(sm.st), sm.config, gpu_p, "", false);
-    unsetenv("GGX_CUDA_SAMPLE_AHEAD");
     REQUIRE((kjv->backend->iface.top_n_begin != nullptr));
     exl2test::check_sampled_run_ahead(*kjv, ContextParams(), 21);
     exl2test::check_sampled_run_ahead(*syn, ContextParams(), 21, false);
+    // the off switch: no draw slots, so Context::sample_ahead queues nothing
+    setenv("GGX_CUDA_SAMPLE_AHEAD", "0", 1);
+    ggx_backend * off = ggx_backend_init("cuda:0", 0);
+    unsetenv("GGX_CUDA_SAMPLE_AHEAD");
+    REQUIRE_MESSAGE(off, ggx_last_error());
+    CHECK((off->iface.top_n != nullptr));
+    CHECK((off->iface.top_n_begin == nullptr));
+    ggx_backend_free(off);
 }
 
 // The device's draw (level two of top_n) orders a tie after the temperature's division as the host
 // does (ggx_draw_order): the same id as the host's exact draw on every seed.
 TEST_CASE("cuda: the device's draw orders a tie after the temperature as the host does") {
     REQUIRE_CUDA();
-    setenv("GGX_CUDA_SAMPLE_AHEAD", "1", 1);   // the draw slots are there only with it (read at start)
     ggx_backend * be = ggx_backend_init("cuda:0", 0);
-    unsetenv("GGX_CUDA_SAMPLE_AHEAD");
     REQUIRE_MESSAGE(be, ggx_last_error());
     exl2test::check_draw_on_quotient_tie(be);
     ggx_backend_free(be);
