@@ -17,13 +17,10 @@
 #   trace           GGX_CUDA_TRACE=4 summaries at 4.0 bpw and for llama3.2-1b
 #   pairs           tg128@16 at 2.5, 3.0, 4.0 bpw and llama3.2-1b with GGX_QGEMV_PAIR_BITS=4 (only
 #                   4-bit pieces paired, as before session 21) and with the default (2, 3 and 4)
-#   sample          tg128@16 drawing with main's default sampler (bench --sample), candidates ranked
-#                   on the device, with GGX_CUDA_NO_TOP_N=1 (the whole row read back) and with
-#                   GGX_CUDA_SAMPLE_AHEAD=1 (sampled run-ahead, the draw on the device), and greedy
-#   even-m          tg128@16 at 4.0, 3.0, 2.5 bpw and llama3.2-1b with GGX_QGEMV_EVEN_M=1 (one-row
-#                   jobs on even m only: q/k/v and down walk the paired tables too), then without
-#   desc-l1         tg128@16 at 4.0, 3.0, 6.0 bpw and llama3.2-1b with GGX_QGEMV_DESC_L1=1 (each warp
-#                   group's piece descriptors prefetched into L1 before the PDL wait), then without
+#   sample          tg128@16 drawing with main's default sampler (bench --sample): sampled run-ahead
+#                   (the default: the draw on the device), with GGX_CUDA_SAMPLE_AHEAD=0 (candidates
+#                   ranked on the device, the draw on the host), with GGX_CUDA_NO_TOP_N=1 (the whole
+#                   row read back), and greedy
 #   windows         a second bench built with -DGGX_PAIR_WINDOWS=0 (3-, 5- and 6-bit codes placed one
 #                   by one, as before session 22) against the default (byte-permuted windows,
 #                   backends/cuda/pair-window.h): tg128@16 at 3.0, 5.0, 6.0, 4.0 and 2.5 bpw
@@ -117,17 +114,15 @@ for part in "$@"; do
             ab GGX_QGEMV_PAIR_BITS=4 "llama3-8b 2.5" "llama3-8b 3.0" "llama3-8b 4.0" "llama3.2-1b 4.0" ;;
         sample)
             for m in llama3-8b llama3.2-1b; do
-                echo "-- $m 4.0 @16: greedy, sampled, sampled with GGX_CUDA_NO_TOP_N=1, with GGX_CUDA_SAMPLE_AHEAD=1"
+                echo "-- $m 4.0 @16: greedy, sampled (run-ahead), with GGX_CUDA_SAMPLE_AHEAD=0, with GGX_CUDA_NO_TOP_N=1"
                 tg --synthetic $m --bpw 4.0 --ctx 16
                 tg --synthetic $m --bpw 4.0 --ctx 16 --sample
+                GGX_CUDA_SAMPLE_AHEAD=0 tg --synthetic $m --bpw 4.0 --ctx 16 --sample
                 GGX_CUDA_NO_TOP_N=1 tg --synthetic $m --bpw 4.0 --ctx 16 --sample
-                GGX_CUDA_SAMPLE_AHEAD=1 tg --synthetic $m --bpw 4.0 --ctx 16 --sample
             done ;;
-        even-m) ab GGX_QGEMV_EVEN_M=1 "llama3-8b 4.0" "llama3-8b 3.0" "llama3-8b 2.5" "llama3.2-1b 4.0" ;;
-        desc-l1) ab GGX_QGEMV_DESC_L1=1 "llama3-8b 4.0" "llama3-8b 3.0" "llama3-8b 6.0" "llama3.2-1b 4.0" ;;
         windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
         x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample, even-m, desc-l1, windows, x16)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"

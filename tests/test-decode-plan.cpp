@@ -154,8 +154,7 @@ TEST_CASE("decode plan: a Llama layer becomes four fused GEMV jobs and attention
 // The launch shape of the decode GEMV (qgemv.cu's cost model, host code) for the real shapes the
 // decode notes discuss, at the H200's 132 SMs: llama3-8b's q/k/v at 3 fine slices per warp group
 // (132 blocks), o 2, gate/up 16 (112 blocks), down 7, the head 32; llama3.2-1b's q/k/v and o at 1.
-// GGX_QGEMV_EVEN_M=1 takes even m only, so that every one-row job walks the paired tables.
-TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs, and on even m only") {
+TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs") {
     DecodeGraph G;
     auto job = [&](std::initializer_list<std::pair<int, int>> mats, int T = 1) {
         ggx_qgemv_job j;
@@ -167,32 +166,27 @@ TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs
     struct Case {
         const char * name;
         ggx_qgemv_job job;
-        int m, m_even;
+        int m;
     };
     const Case cases[] = {
-        {"llama3-8b q/k/v", job({{4096, 4096}, {4096, 1024}, {4096, 1024}}), 3, 4},
-        {"llama3-8b o", job({{4096, 4096}}), 2, 2},
-        {"llama3-8b gate/up", job({{4096, 14336}, {4096, 14336}}), 16, 16},
-        {"llama3-8b down", job({{14336, 4096}}), 7, 8},
-        {"llama3-8b head", job({{4096, 128256}}), 32, 32},
-        {"llama3.2-1b q/k/v", job({{2048, 2048}, {2048, 512}, {2048, 512}}), 1, 2},
-        {"llama3.2-1b o", job({{2048, 2048}}), 1, 2},
-        {"llama3.2-1b gate/up", job({{2048, 8192}, {2048, 8192}}), 4, 4},
-        {"llama3.2-1b down", job({{8192, 2048}}), 2, 2},
+        {"llama3-8b q/k/v", job({{4096, 4096}, {4096, 1024}, {4096, 1024}}), 3},
+        {"llama3-8b o", job({{4096, 4096}}), 2},
+        {"llama3-8b gate/up", job({{4096, 14336}, {4096, 14336}}), 16},
+        {"llama3-8b down", job({{14336, 4096}}), 7},
+        {"llama3-8b head", job({{4096, 128256}}), 32},
+        {"llama3.2-1b q/k/v", job({{2048, 2048}, {2048, 512}, {2048, 512}}), 1},
+        {"llama3.2-1b o", job({{2048, 2048}}), 1},
+        {"llama3.2-1b gate/up", job({{2048, 8192}, {2048, 8192}}), 4},
+        {"llama3.2-1b down", job({{8192, 2048}}), 2},
     };
     for (const Case & c : cases) {
         CAPTURE(c.name);
         CHECK(ggx_cuda_qgemv_group_slices(c.job, 132) == c.m);
-        setenv("GGX_QGEMV_EVEN_M", "1", 1);
-        CHECK(ggx_cuda_qgemv_group_slices(c.job, 132) == c.m_even);
-        unsetenv("GGX_QGEMV_EVEN_M");
     }
-    // multi-row jobs keep the cost model's choice
-    const ggx_qgemv_job qkv2 = job({{4096, 4096}, {4096, 1024}, {4096, 1024}}, 2);
-    const int m2 = ggx_cuda_qgemv_group_slices(qkv2, 132);
-    setenv("GGX_QGEMV_EVEN_M", "1", 1);
-    CHECK(ggx_cuda_qgemv_group_slices(qkv2, 132) == m2);
-    unsetenv("GGX_QGEMV_EVEN_M");
+    // GGX_QGEMV_GROUP_ROWS forces the rows per warp group (in fine slices of 32 rows)
+    setenv("GGX_QGEMV_GROUP_ROWS", "128", 1);
+    CHECK(ggx_cuda_qgemv_group_slices(cases[0].job, 132) == 4);
+    unsetenv("GGX_QGEMV_GROUP_ROWS");
 }
 
 TEST_CASE("decode plan: without fusion every node runs as it is") {

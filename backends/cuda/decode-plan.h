@@ -118,7 +118,7 @@ bool          ggx_cuda_qgemv_supports(const struct ggx_tensor * mul_mat);
 // The job of one MUL_MAT node on its own: y = W x into the node's result.
 ggx_qgemv_job ggx_cuda_qgemv_single(struct ggx_tensor * mul_mat);
 // Fine slices per warp group (m) for a decode GEMV job on n_sm SMs: the launch shape qgemv.cu
-// picks (its cost model; GGX_QGEMV_GROUP_ROWS and GGX_QGEMV_EVEN_M override it).
+// picks (its cost model; GGX_QGEMV_GROUP_ROWS overrides it).
 int           ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm);
 // Host predicates of other ops, used by the plan (defined with their kernels).
 bool          ggx_cuda_supports_rows(const struct ggx_tensor * dst);

@@ -88,7 +88,6 @@ struct gemv_args {
     ggx_params_rope rope;
     int head_dim, act;
     int prefetch;
-    int desc_l1;         // GGX_QGEMV_DESC_L1 (see the kernel's step 1)
     float evict_first;   // fraction of the weight loads marked L2 evict-first (GGX_QGEMV_EVICT_FIRST)
     int * counters;
     ggx_trace_dev trace;   // GGX_CUDA_TRACE only
@@ -306,11 +305,6 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
             for (int r = pf.y; r < q1; r++) prefetch<2>(M.qw + (size_t)r * M.Np + n);
         }
     }
-    // GGX_QGEMV_DESC_L1=1 (measurements): the group's later piece descriptors into L1, one 32-byte
-    // sector (two descriptors) per thread, so that the loop's piece_load finds its descriptor
-    // there instead of waiting an L2 round trip before it can issue the piece's word loads.
-    if (a.desc_l1 && active)
-        for (int i = p_begin + 2 + 2 * lt; i < p_end; i += 2 * k_group) prefetch<1>(M.pieces + i);
     // RoPE factors of this thread's columns: they depend only on inputs (pos is uploaded before
     // the graph runs), so they are computed while the weights load; the epilogue of the tile's
     // last block reads them back (the double-precision angle at the end of the last block made
@@ -622,19 +616,17 @@ static int block_slices(const ggx_cuda_qextra * e, int T, int m) {
 // rows) over the job's matrices together. ncu on llama3-8b (session 4): a wave of 128 blocks took
 // 11.9 us + 0.052 us per row of each group's slice, i.e. a fixed part worth ~230 rows; the qkv
 // job (q, k, v: 12 tiles) ran 1.5-2 waves of 64-row slices (28.6-30.5 us for 12.9 MB).
-// GGX_QGEMV_EVEN_M=1 (measurements): one-row jobs take an even m only, so that every matrix walks
-// the paired piece tables (llama3-8b: q/k/v m = 3 -> 4, down 7 -> 8; the model puts those at
-// +10% and +7%, against a paired loop ~15% shorter per row in run 129's gate/up).
+// Taking an even m only for one-row jobs (so that every matrix walks the paired piece tables:
+// llama3-8b q/k/v m = 3 -> 4, down 7 -> 8) measured 2.4-3.0% slower (run 139): the model stands.
 int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm) {
     const int forced = env_int("GGX_QGEMV_GROUP_ROWS", 0);   // measurements and tests (read per job: host code)
     if (forced >= k_fine) return std::min(k_max_rows, forced) / k_fine;
-    const bool even = job.T == 1 && env_int("GGX_QGEMV_EVEN_M", 0) != 0;
     const int W = groups_for(job.T);
     const int64_t slots = std::max(1, n_sm);
     int best_m = 1, max_fine = 1;
     for (int i = 0; i < job.n_mat; i++) max_fine = std::max(max_fine, qextra_of(job.m[i])->n_slices);
     int64_t best = INT64_MAX;
-    for (int m = even ? 2 : 1; m * k_fine <= k_max_rows; m += even ? 2 : 1) {
+    for (int m = 1; m * k_fine <= k_max_rows; m++) {
         int64_t blocks = 0;
         for (int i = 0; i < job.n_mat; i++) {
             const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
@@ -673,7 +665,6 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     a.act = job.act;
     a.counters = ctx.counters;
     a.prefetch = ctx.prefetch ? prefetch_rows() : 0;
-    a.desc_l1 = env_int("GGX_QGEMV_DESC_L1", 0) != 0;   // read per job: a test compares both
     a.evict_first = evict_first_fraction();
     if (ctx.trace) a.trace = ggx_cuda_trace_launch(ctx, std::string(job.m[0].w->name) + (job.n_mat > 1 ? " +" + std::to_string(job.n_mat - 1) : ""));
     if (job.n_mat < 1 || job.n_mat > GGX_QGEMV_MAX_MATS || job.T < 1 || job.T > GGX_CUDA_QGEMV_MAX_T) {

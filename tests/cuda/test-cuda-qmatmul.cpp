@@ -206,8 +206,7 @@ TEST_CASE("cuda: EXL2 one-row GEMV, paired piece tables give the same bits as th
 // the same pairs, and a row's sums are the same operations in the same order whatever T (x scaled
 // per row, the same slices, partials added in slice order), so the one-row result is row 0 of the
 // two-row one, bit for bit. 96 rows per warp group: the plain piece tables for both; 64: the
-// paired tables for one row (the same bits as the plain ones, see the case above). The one-row
-// GEMV with its descriptors prefetched into L1 (GGX_QGEMV_DESC_L1=1) must give the same bits too.
+// paired tables for one row (the same bits as the plain ones, see the case above).
 // No 2-bit codes here: one-row GEMVs sum half of their pairs 16 times too large in a second
 // accumulator (exl2-unpack.cuh, pair_shape), a different order of sums; the case "every converter
 // layout option" checks them against the CPU.
@@ -227,16 +226,8 @@ TEST_CASE("cuda: EXL2 one-row GEMV gives row 0 of the two-row GEMV bit for bit (
             const Output two = run_graph(cuda_backend(), [&](GraphRun & r) {
                 return ggx_mul_mat(r.ctx, r.qweight(c.L), r.input(GGX_TYPE_F32, {K, 2}, xb2));
             });
-            setenv("GGX_QGEMV_DESC_L1", "1", 1);   // descriptors prefetched into L1: a hint only
-            const Output one_l1 = run_graph(cuda_backend(), [&](GraphRun & r) {
-                return ggx_mul_mat(r.ctx, r.qweight(c.L), r.input(GGX_TYPE_F32, {K, 1}, xb1));
-            });
-            unsetenv("GGX_QGEMV_DESC_L1");
             unsetenv("GGX_QGEMV_GROUP_ROWS");
             REQUIRE(one.bytes.size() == (size_t)N * sizeof(float));
-            REQUIRE(one_l1.bytes.size() == one.bytes.size());
-            CHECK_MESSAGE(memcmp(one.bytes.data(), one_l1.bytes.data(), one.bytes.size()) == 0,
-                          "exl2 '" << lay << "' at " << rows << " rows per warp group: GGX_QGEMV_DESC_L1=1 changed the result");
             REQUIRE(two.bytes.size() == 2 * one.bytes.size());
             CHECK_MESSAGE(memcmp(one.bytes.data(), two.bytes.data(), one.bytes.size()) == 0,
                           "exl2 '" << lay << "' at " << rows << " rows per warp group: one row differs from row 0 of two");
