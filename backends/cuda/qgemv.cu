@@ -88,7 +88,7 @@ struct gemv_args {
     ggx_params_rope rope;
     int head_dim, act;
     int prefetch;
-    int prewait;         // pieces loaded before the PDL wait, 0..2 (GGX_QGEMV_PREWAIT, measurements)
+    int prewait;         // pieces loaded before the PDL wait, 0..2 (prewait_pieces, measurements)
     float evict_first;   // fraction of the weight loads marked L2 evict-first (GGX_QGEMV_EVICT_FIRST)
     int * counters;
     ggx_trace_dev trace;   // GGX_CUDA_TRACE only
@@ -578,6 +578,14 @@ int prefetch_rows() {
     return v;
 }
 
+// First pieces a warp group loads before the PDL wait, 0..2 (measurements; default 2): for every
+// job GGX_QGEMV_PREWAIT, for the gate/up jobs (those after o, whose tail their early loads
+// lengthen most: run 141) GGX_QGEMV_PREWAIT_GLU, which defaults to the former. Read per job.
+int prewait_pieces(bool glu) {
+    const int all = std::max(0, std::min(2, env_int("GGX_QGEMV_PREWAIT", 2)));
+    return glu ? std::max(0, std::min(2, env_int("GGX_QGEMV_PREWAIT_GLU", all))) : all;
+}
+
 // GGX_QGEMV_EVICT_FIRST=P: P percent of the weight loads are marked L2 evict-first (default all:
 // +3.7% decode on the H200, RESULTS.md; 0 turns it off).
 float evict_first_fraction() {
@@ -673,7 +681,7 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     a.act = job.act;
     a.counters = ctx.counters;
     a.prefetch = ctx.prefetch ? prefetch_rows() : 0;
-    a.prewait = std::max(0, std::min(2, env_int("GGX_QGEMV_PREWAIT", 2)));
+    a.prewait = prewait_pieces(job.m[0].epi == GGX_QGEMV_GLU);
     a.evict_first = evict_first_fraction();
     if (ctx.trace) a.trace = ggx_cuda_trace_launch(ctx, std::string(job.m[0].w->name) + (job.n_mat > 1 ? " +" + std::to_string(job.n_mat - 1) : ""));
     if (job.n_mat < 1 || job.n_mat > GGX_QGEMV_MAX_MATS || job.T < 1 || job.T > GGX_CUDA_QGEMV_MAX_T) {
