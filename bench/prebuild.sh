@@ -17,9 +17,11 @@
 set -eu
 cd "$(dirname "$0")/.."
 . bench/variants.sh
+variants=()
 for v in "$@"; do
-    [ "$v" = --windows ] && continue   # the old spelling of nowin
+    [ "$v" = --windows ] && v=nowin   # the old spelling
     variant_flags "$v" >/dev/null || { echo "prebuild: error: unknown variant '$v' (known: $variant_names)" >&2; exit 2; }
+    variants+=("$v")
 done
 out=fixtures-local/prebuilt
 # The tree's name; a dirty tree's changes (tracked and untracked) are hashed into it, so that an
@@ -48,8 +50,7 @@ make -j"$jobs" "${common[@]}" BUILD=build-pre BENCH=build-pre/bench build-pre/te
     { tail -30 /tmp/prebuild.log; echo "prebuild: error: the build failed (log: /tmp/prebuild.log)" >&2; exit 1; }
 pack build-pre/test-cuda test-cuda
 pack build-pre/bench bench
-for v in "$@"; do
-    [ "$v" = --windows ] && v=nowin
+for v in ${variants[@]+"${variants[@]}"}; do
     flags=$(variant_flags "$v")
     echo "prebuild: bench $v ($flags)"
     NVCCFLAGS="-O3 -lineinfo $flags" make -j"$jobs" "${common[@]}" BUILD=build-pre-$v \

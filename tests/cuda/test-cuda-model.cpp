@@ -318,8 +318,5 @@ TEST_CASE("cuda: sampled run-ahead with the draw on the device gives the same id
 // does (ggx_draw_order): the same id as the host's exact draw on every seed.
 TEST_CASE("cuda: the device's draw orders a tie after the temperature as the host does") {
     REQUIRE_CUDA();
-    ggx_backend * be = ggx_backend_init("cuda:0", 0);
-    REQUIRE_MESSAGE(be, ggx_last_error());
-    exl2test::check_draw_on_quotient_tie(be);
-    ggx_backend_free(be);
+    exl2test::check_draw_on_quotient_tie(cudatest::cuda_backend());   // draw slots are on by default
 }
