@@ -21,10 +21,6 @@
 #                   (the default: the draw on the device), with GGX_CUDA_SAMPLE_AHEAD=0 (candidates
 #                   ranked on the device, the draw on the host), with GGX_CUDA_NO_TOP_N=1 (the whole
 #                   row read back), and greedy
-#   prewait         tg128@16 at 4.0 bpw and llama3.2-1b with GGX_QGEMV_PREWAIT=1 and 0 (fewer of the
-#                   first pieces loaded before the PDL wait, so that the previous kernel's split-K
-#                   tail reads its partials without them in the way), the same for the gate/up
-#                   jobs only (GGX_QGEMV_PREWAIT_GLU), each then without; a trace at 1
 #   windows         a second bench built with -DGGX_PAIR_WINDOWS=0 (3-, 5- and 6-bit codes placed one
 #                   by one, as before session 22) against the default (byte-permuted windows,
 #                   backends/cuda/pair-window.h): tg128@16 at 3.0, 5.0, 6.0, 4.0 and 2.5 bpw
@@ -124,15 +120,9 @@ for part in "$@"; do
                 GGX_CUDA_SAMPLE_AHEAD=0 tg --synthetic $m --bpw 4.0 --ctx 16 --sample
                 GGX_CUDA_NO_TOP_N=1 tg --synthetic $m --bpw 4.0 --ctx 16 --sample
             done ;;
-        prewait)
-            ab GGX_QGEMV_PREWAIT=1 "llama3-8b 4.0" "llama3.2-1b 4.0"
-            ab GGX_QGEMV_PREWAIT=0 "llama3-8b 4.0" "llama3.2-1b 4.0"
-            ab GGX_QGEMV_PREWAIT_GLU=1 "llama3-8b 4.0" "llama3.2-1b 4.0"
-            ab GGX_QGEMV_PREWAIT_GLU=0 "llama3-8b 4.0" "llama3.2-1b 4.0"
-            GGX_QGEMV_PREWAIT=1 GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12 ;;
         windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
         x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample, prewait, windows, x16)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"

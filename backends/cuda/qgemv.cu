@@ -88,7 +88,6 @@ struct gemv_args {
     ggx_params_rope rope;
     int head_dim, act;
     int prefetch;
-    int prewait;         // pieces loaded before the PDL wait, 0..2 (prewait_pieces, measurements)
     float evict_first;   // fraction of the weight loads marked L2 evict-first (GGX_QGEMV_EVICT_FIRST)
     int * counters;
     ggx_trace_dev trace;   // GGX_CUDA_TRACE only
@@ -297,18 +296,10 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     //    overflowed L2 on the head, 546 MB read for 394 MB of weights)
     const bool work = n < M.Np && p_begin < p_end;
     piece_regs A, B;
-    // The first two pieces, A and B: a.prewait of them before the PDL wait, the rest right after
-    // it (GGX_QGEMV_PREWAIT < 2, measurements: the previous kernel's split-K tail reads its
-    // partials from L2 while this grid's early loads stream from DRAM; without PDL o's tail is
-    // 2.2 us, with it 4.9: run 141).
-    auto first_pieces = [&](bool before_wait) {
-        if (!work) return;
-        if ((a.prewait >= 1) == before_wait) piece_load(M, p_begin, n, A, a.evict_first);
-        if ((a.prewait >= 2) == before_wait && p_begin + 1 < p_end) piece_load(M, p_begin + 1, n, B, a.evict_first);
-    };
-    first_pieces(true);
     if (work) {
-        if (a.prewait >= 2 && a.prefetch > 0 && p_begin + 2 < p_end) {
+        piece_load(M, p_begin, n, A, a.evict_first);
+        if (p_begin + 1 < p_end) piece_load(M, p_begin + 1, n, B, a.evict_first);
+        if (a.prefetch > 0 && p_begin + 2 < p_end) {
             const int4 pf = M.pieces[p_begin + 2], pl = M.pieces[p_end - 1];
             const int q1 = min(pl.y + pl.w * (pl.z & 15) / 32, pf.y + a.prefetch);
             for (int r = pf.y; r < q1; r++) prefetch<2>(M.qw + (size_t)r * M.Np + n);
@@ -349,7 +340,6 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     ggx_pdl_wait();
     ggx_pdl_launch_next();
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_WAITED);
-    first_pieces(false);
 
     // 2. x rows of this block (through q_perm), optionally RMS-normalised; the rows' loads go out
     //    before the sum of squares' so that the two round trips overlap
@@ -580,14 +570,6 @@ int prefetch_rows() {
     return v;
 }
 
-// First pieces a warp group loads before the PDL wait, 0..2 (measurements; default 2): for every
-// job GGX_QGEMV_PREWAIT, for the gate/up jobs (those after o, whose tail their early loads
-// lengthen most: run 141) GGX_QGEMV_PREWAIT_GLU, which defaults to the former. Read per job.
-int prewait_pieces(bool glu) {
-    const int all = std::clamp(env_int("GGX_QGEMV_PREWAIT", 2), 0, 2);
-    return glu ? std::clamp(env_int("GGX_QGEMV_PREWAIT_GLU", all), 0, 2) : all;
-}
-
 // GGX_QGEMV_EVICT_FIRST=P: P percent of the weight loads are marked L2 evict-first (default all:
 // +3.7% decode on the H200, RESULTS.md; 0 turns it off).
 float evict_first_fraction() {
@@ -683,7 +665,6 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     a.act = job.act;
     a.counters = ctx.counters;
     a.prefetch = ctx.prefetch ? prefetch_rows() : 0;
-    a.prewait = prewait_pieces(job.m[0].epi == GGX_QGEMV_GLU);
     a.evict_first = evict_first_fraction();
     if (ctx.trace) a.trace = ggx_cuda_trace_launch(ctx, std::string(job.m[0].w->name) + (job.n_mat > 1 ? " +" + std::to_string(job.n_mat - 1) : ""));
     if (job.n_mat < 1 || job.n_mat > GGX_QGEMV_MAX_MATS || job.T < 1 || job.T > GGX_CUDA_QGEMV_MAX_T) {

@@ -235,29 +235,6 @@ TEST_CASE("cuda: EXL2 one-row GEMV gives row 0 of the two-row GEMV bit for bit (
     }
 }
 
-// GGX_QGEMV_PREWAIT (measurements) moves a warp group's first piece loads after the PDL wait: the
-// same loads into the same registers, so the same bits, for one row and for two.
-TEST_CASE("cuda: EXL2 GEMV with its first pieces loaded after the wait gives the same bits") {
-    REQUIRE_CUDA();
-    QCase c = make_exl2(1024, 520, "6/3/2 g32,64,64 .05/.2/.75", true, 500);
-    const int K = c.L.K;
-    for (int T : {1, 2}) {
-        const std::vector<uint8_t> xb = bytes_of(random_x(T, K, 501 + T));
-        Builder build = [&](GraphRun & r) {
-            return ggx_mul_mat(r.ctx, r.qweight(c.L), r.input(GGX_TYPE_F32, {K, T}, xb));
-        };
-        const Output ref = run_graph(cuda_backend(), build);
-        for (const char * w : {"0", "1"}) {
-            setenv("GGX_QGEMV_PREWAIT", w, 1);
-            const Output o = run_graph(cuda_backend(), build);
-            unsetenv("GGX_QGEMV_PREWAIT");
-            REQUIRE(o.bytes.size() == ref.bytes.size());
-            CHECK_MESSAGE(memcmp(o.bytes.data(), ref.bytes.data(), ref.bytes.size()) == 0,
-                          "T " << T << ": GGX_QGEMV_PREWAIT=" << w << " changed the result");
-        }
-    }
-}
-
 TEST_CASE("cuda: prefill matmuls reading one x in a row convert it once, a different x again") {
     REQUIRE_CUDA();
     // Nodes in order: a x1, b x1 (reuses x1's fp16 copy), a x2 (must convert x2), b x1 (must
