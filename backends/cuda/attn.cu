@@ -560,6 +560,14 @@ static int min_split_keys() {
     return std::max(64, std::min(1 << 16, (n + 63) / 64 * 64));
 }
 
+// Most 16-key tiles one warp of k_attn_decode walks alone when a single split covers the keys
+// (GGX_ATTN_SOLO_TILES; 0, the default until measured: the four warps always share them and
+// merge). Read per launch (host code, once per captured graph) so that a test can set it.
+static int solo_tiles() {
+    const char * v = getenv("GGX_ATTN_SOLO_TILES");
+    return v ? std::max(0, atoi(v)) : 0;
+}
+
 plan make_plan(const ggx_tensor * dst) {
     const ggx_tensor * kc = dst->src[1];
     const int C = (int)(ggx_nelements(kc) / (kc->ne[0] * kc->ne[1]));
@@ -693,7 +701,11 @@ ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst, half * x16) {
         static const bool last = getenv("GGX_ATTN_TRACE_LAST") && atoi(getenv("GGX_ATTN_TRACE_LAST"));
         a.trace_last = last;
     }
-    if (decode_mma() && decode_mma_ok(a.hd, a.H / a.Hkv, a.T, (int)kc->type)) return decode_mma_launch(ctx, a);
+    if (decode_mma() && decode_mma_ok(a.hd, a.H / a.Hkv, a.T, (int)kc->type)) {
+        a.solo_tiles = solo_tiles();
+        a.late_launch = getenv("GGX_ATTN_LATE_LAUNCH") && atoi(getenv("GGX_ATTN_LATE_LAUNCH")) != 0;
+        return decode_mma_launch(ctx, a);
+    }
     a.tile_keys = tile_keys(ctx, a.hd, (int)ggx_type_size(kc->type));
     a.qsplit = attn_qsplit(a.H / a.Hkv);
     const dim3 grid(a.Hkv * a.qsplit, a.n_splits, a.T);
