@@ -5,11 +5,13 @@
 #if defined(GGX_USE_CUDA)
 
 #include "backends/cuda/decode-plan.h"
+#include "backends/cuda/qgemv-balance.h"
 #include "ggx/ggx-backend.h"
 #include "ggx/ggx.h"
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -388,6 +390,53 @@ TEST_CASE("decode plan: paired piece tables are the plain ones with 2-4-bit piec
         for (auto g : L.groups) has4 |= g.first == 4;
         if (join == 0) CHECK(joined == 0);
         if (join == ((1 << 2) | (1 << 3) | (1 << 4)) || (join == (1 << 4) && has4)) CHECK(joined > 0);
+    }
+}
+
+// The balanced GEMV form's block ranges (qgemv-balance.h), checked by brute force: every unit in
+// exactly one block, no empty block, a block within two tiles when B >= tiles, ggx_bal_block_of
+// the inverse of the ranges, and each tile's first block and block count those of the ranges.
+TEST_CASE("decode plan: balanced GEMV ranges, the block of a unit and the blocks of a tile") {
+    struct Shape { int64_t tiles, units, B; };
+    std::vector<Shape> shapes = {
+        {28, 64, 66},     // llama3-8b gate (or up) of the gate/up job on 132 SMs, paired tables
+        {28, 128, 66},    // the same with the plain tables
+        {8, 64, 88},      // q of q/k/v
+        {2, 64, 22},      // k, v
+        {8, 64, 132},     // o alone
+        {2, 16, 32},      // a small matrix: one unit per block
+        {1, 5, 3}, {3, 7, 3}, {5, 3, 15}, {13, 11, 100},
+    };
+    for (int64_t t = 1; t <= 9; t++)
+        for (int64_t u = 1; u <= 9; u++)
+            for (int64_t B = t; B <= t * u; B += 1 + B / 7) shapes.push_back({t, u, B});
+    for (const Shape & sh : shapes) {
+        CAPTURE(sh.tiles);
+        CAPTURE(sh.units);
+        CAPTURE(sh.B);
+        const int64_t U = sh.tiles * sh.units;
+        REQUIRE(U >= sh.B);
+        CHECK(ggx_bal_start(0, U, sh.B) == 0);
+        CHECK(ggx_bal_start(sh.B, U, sh.B) == U);
+        std::vector<int64_t> owner(U, -1);
+        for (int64_t b = 0; b < sh.B; b++) {
+            const int64_t s0 = ggx_bal_start(b, U, sh.B), s1 = ggx_bal_start(b + 1, U, sh.B);
+            REQUIRE(s1 > s0);
+            CHECK((s1 - 1) / sh.units - s0 / sh.units <= 1);
+            for (int64_t x = s0; x < s1; x++) {
+                CHECK(owner[x] == -1);
+                owner[x] = b;
+                CHECK(ggx_bal_block_of(x, U, sh.B) == b);
+            }
+        }
+        CHECK(std::count(owner.begin(), owner.end(), (int64_t)-1) == 0);
+        for (int64_t t = 0; t < sh.tiles; t++) {
+            int64_t first, count;
+            ggx_bal_tile_blocks(t, sh.units, U, sh.B, &first, &count);
+            const int64_t lo = owner[t * sh.units], hi = owner[(t + 1) * sh.units - 1];
+            CHECK(first == lo);
+            CHECK(count == hi - lo + 1);
+        }
     }
 }
 

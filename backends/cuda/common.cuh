@@ -86,6 +86,7 @@ struct ggx_cuda_ctx {
     int *          step_counter = nullptr;   // the strip step's grid counter: counters[n_counters], zero between launches
     long           strip_stages = 0;         // jobs issued as strip-step stages (ggx_backend_cuda_strip_stages)
     bool           prefetch = true;          // decode GEMV warms L2 before its PDL wait (GGX_CUDA_NO_PREFETCH=1 off)
+    int            qgemv_balance = 0;        // one-row GEMVs in the balanced form: 0 never, 1 where cheaper, 2 always (GGX_QGEMV_BALANCE)
     bool           use_graphs = true;        // GGX_CUDA_NO_GRAPH=1 turns capture off (debugging)
     bool           profile = false;          // GGX_CUDA_PROFILE=1: time every node (eager), print at exit
     void *         prof = nullptr;           // per-op timing table (ggx-cuda.cu)

@@ -585,6 +585,7 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->strip_depth = env_int_in("GGX_CUDA_STEP_DEPTH", 1, 2, 1);
     ctx->strip_prefetch = env_int_in("GGX_CUDA_STEP_PREFETCH", 0, 16, 0);   // units
     ctx->prefetch = !env_flag("GGX_CUDA_NO_PREFETCH");
+    ctx->qgemv_balance = env_int_in("GGX_QGEMV_BALANCE", 0, 2, 0);
     ggx_cuda_trace_init(*ctx);
     snprintf(ctx->name, sizeof ctx->name, "cuda:%d", device);
     auto fail_init = [&](const char * what, int code) {
