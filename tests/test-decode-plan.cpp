@@ -437,6 +437,29 @@ TEST_CASE("decode plan: balanced GEMV ranges, the block of a unit and the blocks
             CHECK(first == lo);
             CHECK(count == hi - lo + 1);
         }
+        // the warp groups' runs (W = 4) cover each block's units exactly, in the block's tiles
+        std::vector<int> covered(U, 0);
+        for (int64_t b = 0; b < sh.B; b++)
+            for (int g = 0; g < 4; g++) {
+                int tile0, n_tiles, tile, u0, u1, u_next;
+                ggx_bal_group_run(b, g, 4, sh.units, U, sh.B, &tile0, &n_tiles, &tile, &u0, &u1, &u_next);
+                CHECK(tile0 == ggx_bal_start(b, U, sh.B) / sh.units);
+                CHECK((n_tiles == 1 || n_tiles == 2));
+                CHECK(u0 <= u1);
+                if (u1 == u0 && u_next == 0) continue;   // a group without units
+                CHECK((tile == tile0 || (tile == tile0 + 1 && n_tiles == 2 && u_next == 0)));
+                CHECK(u1 <= sh.units);
+                CHECK((u_next == 0 || (u1 == sh.units && tile == tile0 && n_tiles == 2)));
+                for (int u = u0; u < u1; u++) {
+                    CHECK(owner[tile * sh.units + u] == b);
+                    covered[tile * sh.units + u]++;
+                }
+                for (int u = 0; u < u_next; u++) {
+                    CHECK(owner[(tile + 1) * sh.units + u] == b);
+                    covered[(tile + 1) * sh.units + u]++;
+                }
+            }
+        CHECK(std::count(covered.begin(), covered.end(), 1) == (std::ptrdiff_t)U);
     }
 }
 

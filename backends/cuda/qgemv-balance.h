@@ -34,3 +34,20 @@ GGX_BAL_FN void ggx_bal_tile_blocks(int64_t t, int64_t units, int64_t U, int64_t
     *first = lo;
     *count = hi - lo + 1;
 }
+
+// Warp group g of W in block b: its run of units starts in tile *tile at unit *u0 and ends before
+// unit *u1 of it (*u1 == *u0: no units); when it goes on into tile *tile + 1, it takes that
+// tile's units [0, *u_next) (else *u_next is 0). The block's tiles are *tile0 and, with *n_tiles
+// 2, *tile0 + 1; a group's run starts in one of them.
+GGX_BAL_FN void ggx_bal_group_run(int64_t b, int g, int W, int64_t units, int64_t U, int64_t B, int * tile0, int * n_tiles,
+                                  int * tile, int * u0, int * u1, int * u_next) {
+    const int64_t sb = ggx_bal_start(b, U, B), se = ggx_bal_start(b + 1, U, B);
+    const int64_t g0 = sb + g * (se - sb) / W, g1 = sb + (g + 1) * (se - sb) / W;
+    *tile0 = (int)(sb / units);
+    *n_tiles = (int)((se - 1) / units) - *tile0 + 1;
+    const int64_t t = g0 / units;
+    *tile = (int)t;
+    *u0 = (int)(g0 - t * units);
+    *u1 = (int)(g1 - t * units < units ? g1 - t * units : units);
+    *u_next = (int)(g1 > (t + 1) * units ? g1 - (t + 1) * units : 0);
+}

@@ -304,20 +304,14 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         p_begin = active ? M.slice_first[fine >> sh] : 0;
         p_end = active ? M.slice_first[(min(fine + M.m, M.n_fine) + sh) >> sh] : 0;
     } else {
-        const int units = M.units;
-        U = (int64_t)M.n_tiles * units;
-        const int64_t sb = ggx_bal_start(local, U, M.bal), se = ggx_bal_start(local + 1, U, M.bal);
-        const int64_t g0 = sb + grp * (se - sb) / W, g1 = sb + (grp + 1) * (se - sb) / W;
-        tile0 = (int)(sb / units);
-        n_bt = (int)((se - 1) / units) - tile0 + 1;
-        tile = (int)(g0 / units);
-        const int u0 = (int)(g0 - (int64_t)tile * units);
-        const int u1 = (int)min(g1 - (int64_t)tile * units, (int64_t)units);
-        p_begin = u0 < units ? M.slice_first[u0] : 0;
+        U = (int64_t)M.n_tiles * M.units;
+        int u0, u1, u_next;
+        ggx_bal_group_run(local, grp, W, M.units, U, M.bal, &tile0, &n_bt, &tile, &u0, &u1, &u_next);
+        p_begin = M.slice_first[u0];
         p_end = u1 > u0 ? M.slice_first[u1] : p_begin;
-        if (g1 > (int64_t)(tile + 1) * units) {
+        if (u_next > 0) {
             p1_begin = M.slice_first[0];
-            p1_end = M.slice_first[(int)(g1 - (int64_t)(tile + 1) * units)];
+            p1_end = M.slice_first[u_next];
         }
         ldx = M.K;
         k_begin = 0;
