@@ -181,6 +181,30 @@ __device__ __forceinline__ void sum_partials(const gemv_mat * const (&Ms)[NM], i
     for (int m = 0; m < NM; m++) add_bias<T>(*Ms[m], n, v[m]);
 }
 
+// A tile's result for this thread's 4 columns from its ns partials: the GLU's activation product
+// (gate and up share the slicing: same shape), else the sums; + bias. U: partials in flight per
+// matrix (0: sum_partials' default).
+template <int T, int U = 0>
+__device__ __forceinline__ void tile_result(const gemv_args & a, const gemv_mat & M, int ns, int n, float (&v)[T][4]) {
+    if (M.epi == GGX_QGEMV_GLU) {
+        const gemv_mat * gu[2] = {M.is_gate ? &M : &a.m[M.pair], M.is_gate ? &a.m[M.pair] : &M};
+        float s[2][T][4];
+        sum_partials<T, 2, U ? U : (16 / T + 1) / 2>(gu, ns, n, s);
+#pragma unroll
+        for (int t = 0; t < T; t++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) v[t][c] = (a.act == GGX_ACT_SILU ? silu_f(s[0][t][c]) : gelu_f(s[0][t][c])) * s[1][t][c];
+    } else {
+        const gemv_mat * one[1] = {&M};
+        float s[1][T][4];
+        sum_partials<T, 1, U ? U : 16 / T>(one, ns, n, s);
+#pragma unroll
+        for (int t = 0; t < T; t++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) v[t][c] = s[0][t][c];
+    }
+}
+
 // One piece (at most 32 rows of one group, or 64 of 4 bits in the paired tables; qmatrix.cu cuts
 // them so) for a thread's 4 columns: its packed words (rows x bits / 32 per column, at most 8)
 // and its scale.
@@ -596,26 +620,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
             int64_t first, count;
             ggx_bal_tile_blocks(tt, units, U, M.bal, &first, &count);
             float w[T][4] = {};
-            if (lead) {
-                if (M.epi == GGX_QGEMV_GLU) {
-                    const gemv_mat * gu[2] = {M.is_gate ? &M : &a.m[M.pair], M.is_gate ? &a.m[M.pair] : &M};
-                    float s2[2][T][4];
-                    sum_partials<T, 2, 4>(gu, (int)count, nn, s2);
-#pragma unroll
-                    for (int t = 0; t < T; t++)
-#pragma unroll
-                        for (int c = 0; c < 4; c++)
-                            w[t][c] = (a.act == GGX_ACT_SILU ? silu_f(s2[0][t][c]) : gelu_f(s2[0][t][c])) * s2[1][t][c];
-                } else {
-                    const gemv_mat * one[1] = {&M};
-                    float s1[1][T][4];
-                    sum_partials<T, 1, 4>(one, (int)count, nn, s1);
-#pragma unroll
-                    for (int t = 0; t < T; t++)
-#pragma unroll
-                        for (int c = 0; c < 4; c++) w[t][c] = s1[0][t][c];
-                }
-            }
+            if (lead) tile_result<T, 4>(a, M, (int)count, nn, w);   // 4 loads per matrix in flight: no more spills
             rope(w);
             if (lead && nn < M.Np) store(nn, w);
             if (M.rope) __syncthreads();   // the RoPE tile is rewritten for the next tile
@@ -664,26 +669,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
             return;
         }
         __threadfence();
-        if (lead) {
-            if (M.epi == GGX_QGEMV_GLU) {   // gate and up share the slicing (same shape)
-                const gemv_mat * gu[2] = {M.is_gate ? &M : &a.m[M.pair], M.is_gate ? &a.m[M.pair] : &M};
-                float s[2][T][4];
-                sum_partials<T, 2>(gu, M.n_slices, n, s);
-#pragma unroll
-                for (int t = 0; t < T; t++)
-#pragma unroll
-                    for (int c = 0; c < 4; c++)
-                        v[t][c] = (a.act == GGX_ACT_SILU ? silu_f(s[0][t][c]) : gelu_f(s[0][t][c])) * s[1][t][c];
-            } else {
-                const gemv_mat * one[1] = {&M};
-                float s[1][T][4];
-                sum_partials<T, 1>(one, M.n_slices, n, s);
-#pragma unroll
-                for (int t = 0; t < T; t++)
-#pragma unroll
-                    for (int c = 0; c < 4; c++) v[t][c] = s[0][t][c];
-            }
-        }
+        if (lead) tile_result<T>(a, M, M.n_slices, n, v);
     }
 
     rope(v);
