@@ -28,6 +28,10 @@
 #   balance         tg128@16 of llama3-8b 4.0, 3.0, 2.5 and llama3.2-1b 4.0 with GGX_QGEMV_BALANCE=1
 #                   (one-row GEMVs in the balanced form where the cost model prefers it: the
 #                   gate/up job on all SMs), then without; a trace with it
+#   tail2           a trace of llama3-8b 4.0 @16 with the default bench, then with variant tail2 (each
+#                   GEMV tile's last block sums its partials twice, the first result dropped): if
+#                   the tails ("tail mx") grow by much less than they are, a tail's cost is in its
+#                   first, cold run (code fetch), not in its work
 #   windows         a second bench built with -DGGX_PAIR_WINDOWS=0 (3-, 5- and 6-bit codes placed one
 #                   by one, as before session 22) against the default (byte-permuted windows,
 #                   backends/cuda/pair-window.h): tg128@16 at 3.0, 5.0, 6.0, 4.0 and 2.5 bpw
@@ -137,9 +141,12 @@ for part in "$@"; do
         balance)
             ab GGX_QGEMV_BALANCE=1 "llama3-8b 4.0" "llama3-8b 3.0" "llama3-8b 2.5" "llama3.2-1b 4.0"
             GGX_QGEMV_BALANCE=1 GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12 ;;
+        tail2)
+            GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12
+            variant_bench tail2 && GGX_CUDA_TRACE=4 build-dev-tail2/bench --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12 ;;
         windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
         x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample, solo, balance, windows, x16)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample, solo, balance, tail2, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"

@@ -45,6 +45,9 @@ constexpr int k_block_rows = 230;             // a block's fixed cost in rows (s
 constexpr int k_stage = k_max_rows / k_group; // rows of x each thread stages (see the kernel's step 2)
 constexpr int k_max_smem = 96 * 1024;         // dynamic shared memory at most: T = 8 with RoPE (see ggx_cuda_qgemv_run)
 constexpr int k_prefetch_rows = 2;            // L2 warm-up rows per thread (see prefetch_rows; measured)
+#ifndef GGX_QGEMV_TAIL_TWICE
+#define GGX_QGEMV_TAIL_TWICE 0   // 1: the measurement build `tail2` (see the tile's last block)
+#endif
 
 // Warp groups per block for T rows: shared memory holds T * W fine slices of x.
 constexpr int groups_for(int T) { return T <= 2 ? 4 : T <= 4 ? 2 : 1; }
@@ -669,7 +672,17 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
             return;
         }
         __threadfence();
-        if (lead) tile_result<T>(a, M, M.n_slices, n, v);
+        if (lead) {
+#if GGX_QGEMV_TAIL_TWICE
+            // measurement build `tail2` (bench/variants.sh): the partial sums once more before the
+            // real ones, their result dropped; the tail's growth is what the sums cost with their
+            // code and lines already fetched (is a cold tail slow because of its code?)
+            float w[T][4];
+            tile_result<T>(a, M, M.n_slices, n, w);
+            asm volatile("" : : "f"(w[0][0]), "f"(w[T - 1][3]) : "memory");
+#endif
+            tile_result<T>(a, M, M.n_slices, n, v);
+        }
     }
 
     rope(v);
