@@ -828,8 +828,14 @@ static balance_plan plan_balance(const ggx_cuda_ctx & ctx, const ggx_qgemv_job &
         if (job.m[i].epi == GGX_QGEMV_GLU && (bp.blocks[i] != bp.blocks[job.m[i].pair] || bp.units[i] != bp.units[job.m[i].pair]))
             return bp;
     if (mode == 1) {
+        // the classic form's blocks; with one K-slice per tile it has no partials at all, which
+        // the cost model does not count: keep it then
         int64_t classic = 0;
-        for (int i = 0; i < job.n_mat; i++) classic += (int64_t)tiles[i] * block_slices(qextra_of(job.m[i]), 1, m);
+        for (int i = 0; i < job.n_mat; i++) {
+            const int slices = block_slices(qextra_of(job.m[i]), 1, m);
+            if (slices == 1) return bp;
+            classic += (int64_t)tiles[i] * slices;
+        }
         const int64_t waves = (classic + ctx.n_sm - 1) / std::max(1, ctx.n_sm);
         if (k_block_rows + cost_bal >= waves * (k_block_rows + m * k_fine)) return bp;
     }
