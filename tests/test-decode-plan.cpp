@@ -393,6 +393,56 @@ TEST_CASE("decode plan: paired piece tables are the plain ones with 2-4-bit piec
     }
 }
 
+// Which decode GEMV jobs take the balanced form (qgemv-balance.h) where the cost model decides
+// (GGX_QGEMV_BALANCE=1), at the H200's 132 SMs, with the paired tables real matrices have: only
+// llama3-8b's gate/up (112 blocks of 16 fine slices per group in the classic form, 132 of at most
+// 14 balanced). q/k/v and o tie at the pairs' 64-row granularity, down's K is too large to stage
+// whole, the head has more tiles than SMs, llama3.2-1b's jobs tie. With mode 2 every job that
+// fits takes it; with 0 none.
+TEST_CASE("decode plan: the jobs that take the balanced GEMV form at 132 SMs") {
+    DecodeGraph G;
+    static int4 table_mark;   // a paired table that is never read
+    auto job = [&](std::initializer_list<std::pair<int, int>> mats, bool glu = false) {
+        ggx_qgemv_job j;
+        j.n_mat = 0;
+        j.T = 1;
+        for (const auto & kn : mats) {
+            ggx_tensor * w = G.exl2(kn.first, kn.second);
+            ((ggx_cuda_qextra *)((ggx_qmatrix *)w->extra)->backend_extra)->pieces2 = &table_mark;
+            j.m[j.n_mat++].w = w;
+        }
+        j.x = ggx_new_tensor_1d(G.ctx, GGX_TYPE_F32, mats.begin()->first);
+        if (glu) {
+            j.m[0].epi = j.m[1].epi = GGX_QGEMV_GLU;
+            j.m[0].pair = 1;
+            j.m[1].pair = 0;
+            j.m[0].is_gate = true;
+        }
+        return j;
+    };
+    struct Case {
+        const char * name;
+        ggx_qgemv_job job;
+        bool auto_on, forced_on;
+    };
+    const Case cases[] = {
+        {"llama3-8b q/k/v", job({{4096, 4096}, {4096, 1024}, {4096, 1024}}), false, true},
+        {"llama3-8b o", job({{4096, 4096}}), false, true},
+        {"llama3-8b gate/up", job({{4096, 14336}, {4096, 14336}}, true), true, true},
+        {"llama3-8b down", job({{14336, 4096}}), false, false},
+        {"llama3-8b head", job({{4096, 128256}}), false, false},
+        {"llama3.2-1b q/k/v", job({{2048, 2048}, {2048, 512}, {2048, 512}}), false, true},
+        {"llama3.2-1b gate/up", job({{2048, 8192}, {2048, 8192}}, true), false, true},
+        {"llama3.2-1b down", job({{8192, 2048}}), false, false},
+    };
+    for (const Case & c : cases) {
+        CAPTURE(c.name);
+        CHECK(ggx_cuda_qgemv_balanced(c.job, 132, 1) == c.auto_on);
+        CHECK(ggx_cuda_qgemv_balanced(c.job, 132, 2) == c.forced_on);
+        CHECK(!ggx_cuda_qgemv_balanced(c.job, 132, 0));
+    }
+}
+
 // The balanced GEMV form's block ranges (qgemv-balance.h), checked by brute force: every unit in
 // exactly one block, no empty block, a block within two tiles when B >= tiles, ggx_bal_block_of
 // the inverse of the ranges, and each tile's first block and block count those of the ranges.

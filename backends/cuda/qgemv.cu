@@ -795,9 +795,9 @@ struct balance_plan {
     int slots[GGX_QGEMV_MAX_MATS] = {};   // the most blocks that touch one tile (partials per tile)
 };
 
-static balance_plan plan_balance(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job, int m, bool pairs) {
+static balance_plan plan_balance(int n_sm, int mode_default, const ggx_qgemv_job & job, int m, bool pairs) {
     balance_plan bp;
-    const int mode = env_int("GGX_QGEMV_BALANCE", ctx.qgemv_balance);
+    const int mode = env_int("GGX_QGEMV_BALANCE", mode_default);
     constexpr int W = groups_for(1);
     if (mode <= 0 || job.T != 1 || job.x->ne[0] > (int64_t)k_stage * k_group * W) return bp;
     int tiles[GGX_QGEMV_MAX_MATS], all_tiles = 0;
@@ -813,7 +813,7 @@ static balance_plan plan_balance(const ggx_cuda_ctx & ctx, const ggx_qgemv_job &
         const int sh = pairs && e->pieces2 ? 1 : 0;
         bp.units[i] = (e->n_slices + sh) >> sh;
         const int64_t U = (int64_t)tiles[i] * bp.units[i];
-        bp.blocks[i] = (int)std::min<int64_t>(U, (int64_t)ctx.n_sm * tiles[i] / all_tiles);
+        bp.blocks[i] = (int)std::min<int64_t>(U, (int64_t)n_sm * tiles[i] / all_tiles);
         if (bp.blocks[i] < tiles[i]) return bp;   // a block would span more than two tiles
         cost_bal = std::max(cost_bal, (U + (int64_t)bp.blocks[i] * W - 1) / ((int64_t)bp.blocks[i] * W) * (k_fine << sh));
         int64_t most = 0;
@@ -836,11 +836,15 @@ static balance_plan plan_balance(const ggx_cuda_ctx & ctx, const ggx_qgemv_job &
             if (slices == 1) return bp;
             classic += (int64_t)tiles[i] * slices;
         }
-        const int64_t waves = (classic + ctx.n_sm - 1) / std::max(1, ctx.n_sm);
+        const int64_t waves = (classic + n_sm - 1) / std::max(1, n_sm);
         if (k_block_rows + cost_bal >= waves * (k_block_rows + m * k_fine)) return bp;
     }
     bp.on = true;
     return bp;
+}
+
+bool ggx_cuda_qgemv_balanced(const ggx_qgemv_job & job, int n_sm, int mode) {
+    return plan_balance(n_sm, mode, job, ggx_cuda_qgemv_group_slices(job, n_sm), env_int("GGX_QGEMV_PAIRS", 1) != 0).on;
 }
 
 // Whether one-row jobs whose warp groups own whole pairs of fine slices walk the paired piece
@@ -851,7 +855,7 @@ static bool use_pairs(const ggx_qgemv_job & job, int m) {
 
 size_t ggx_cuda_qgemv_scratch(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     const int m = ggx_cuda_qgemv_group_slices(job, ctx.n_sm);
-    const balance_plan bp = plan_balance(ctx, job, m, env_int("GGX_QGEMV_PAIRS", 1) != 0);
+    const balance_plan bp = plan_balance(ctx.n_sm, ctx.qgemv_balance, job, m, env_int("GGX_QGEMV_PAIRS", 1) != 0);
     size_t total = 0;
     for (int i = 0; i < job.n_mat; i++) {
         const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
@@ -892,7 +896,7 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     int blocks = 0, counters = 0;
     const int m = ggx_cuda_qgemv_group_slices(job, ctx.n_sm);
     // the balanced form walks the paired tables whatever m (its runs are whole units)
-    const balance_plan bp = plan_balance(ctx, job, m, env_int("GGX_QGEMV_PAIRS", 1) != 0);
+    const balance_plan bp = plan_balance(ctx.n_sm, ctx.qgemv_balance, job, m, env_int("GGX_QGEMV_PAIRS", 1) != 0);
     const bool pairs = bp.on ? env_int("GGX_QGEMV_PAIRS", 1) != 0 : use_pairs(job, m);
     bool rope = false;
     for (int i = 0; i < job.n_mat; i++) {
