@@ -58,6 +58,14 @@ struct DecodeGraph {
         mats.push_back(std::move(m));
         return t;
     }
+    // A one-row decode GEMV job over new EXL2 matrices of these {K, N}, nothing else set.
+    ggx_qgemv_job gemv_job(std::initializer_list<std::pair<int, int>> kn) {
+        ggx_qgemv_job j;
+        j.n_mat = 0;
+        j.T = 1;
+        for (const auto & p : kn) j.m[j.n_mat++].w = exl2(p.first, p.second);
+        return j;
+    }
     ggx_tensor * input(ggx_type type, int64_t ne0, int64_t ne1 = 1) {
         ggx_tensor * t = ggx_new_tensor_2d(ctx, type, ne0, ne1);
         t->flags |= GGX_FLAG_INPUT;
@@ -158,13 +166,7 @@ TEST_CASE("decode plan: a Llama layer becomes four fused GEMV jobs and attention
 // (132 blocks), o 2, gate/up 16 (112 blocks), down 7, the head 32; llama3.2-1b's q/k/v and o at 1.
 TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs") {
     DecodeGraph G;
-    auto job = [&](std::initializer_list<std::pair<int, int>> mats, int T = 1) {
-        ggx_qgemv_job j;
-        j.n_mat = 0;
-        j.T = T;
-        for (const auto & kn : mats) j.m[j.n_mat++].w = G.exl2(kn.first, kn.second);
-        return j;
-    };
+    auto job = [&](std::initializer_list<std::pair<int, int>> mats) { return G.gemv_job(mats); };
     struct Case {
         const char * name;
         ggx_qgemv_job job;
@@ -403,14 +405,8 @@ TEST_CASE("decode plan: the jobs that take the balanced GEMV form at 132 SMs") {
     DecodeGraph G;
     static int4 table_mark;   // a paired table that is never read
     auto job = [&](std::initializer_list<std::pair<int, int>> mats, bool glu = false) {
-        ggx_qgemv_job j;
-        j.n_mat = 0;
-        j.T = 1;
-        for (const auto & kn : mats) {
-            ggx_tensor * w = G.exl2(kn.first, kn.second);
-            ((ggx_cuda_qextra *)((ggx_qmatrix *)w->extra)->backend_extra)->pieces2 = &table_mark;
-            j.m[j.n_mat++].w = w;
-        }
+        ggx_qgemv_job j = G.gemv_job(mats);
+        for (int i = 0; i < j.n_mat; i++) ((ggx_cuda_qextra *)((ggx_qmatrix *)j.m[i].w->extra)->backend_extra)->pieces2 = &table_mark;
         j.x = ggx_new_tensor_1d(G.ctx, GGX_TYPE_F32, mats.begin()->first);
         if (glu) {
             j.m[0].epi = j.m[1].epi = GGX_QGEMV_GLU;

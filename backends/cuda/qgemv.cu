@@ -585,14 +585,16 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
             gs[((1 * W + grp) * T + t) * k_group + lt] = later ? f : make_float4(v[t][0], v[t][1], v[t][2], v[t][3]);
         }
         __syncthreads();
-        const int units = M.units;
+        // each tile's first block and its blocks (the block's place among them; the arrivals),
+        // picked by r with selects so that they stay in registers
+        int64_t first0, count0, first1 = 0, count1 = 0;
+        ggx_bal_tile_blocks(tile0, M.units, U, M.bal, &first0, &count0);
+        if (n_bt > 1) ggx_bal_tile_blocks(tile0 + 1, M.units, U, M.bal, &first1, &count1);
         const int reports = M.epi == GGX_QGEMV_GLU ? 2 : 1;   // gate's and up's blocks report to one counter
         if (lead)
             for (int r = 0; r < n_bt; r++) {
-                const int tt = tile0 + r, nn = tt * k_tile + lt * 4;
+                const int nn = (tile0 + r) * k_tile + lt * 4;
                 if (nn >= M.Np) continue;
-                int64_t first, count;
-                ggx_bal_tile_blocks(tt, units, U, M.bal, &first, &count);
 #pragma unroll
                 for (int t = 0; t < T; t++) {
                     float4 f = gs[((r * W) * T + t) * k_group + lt];
@@ -601,17 +603,15 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
                         const float4 o = gs[((r * W + g) * T + t) * k_group + lt];
                         f.x += o.x; f.y += o.y; f.z += o.z; f.w += o.w;
                     }
-                    *(float4 *)(M.partial + ((size_t)(local - first) * T + t) * M.Np + nn) = f;
+                    *(float4 *)(M.partial + ((size_t)(local - (r ? first1 : first0)) * T + t) * M.Np + nn) = f;
                 }
             }
         __threadfence();
         __syncthreads();
         if (threadIdx.x == 0)
             for (int r = 0; r < n_bt; r++) {
-                int64_t first, count;
-                ggx_bal_tile_blocks(tile0 + r, units, U, M.bal, &first, &count);
                 int * ctr = a.counters + M.counter0 + tile0 + r;
-                last2[r] = atomicAdd(ctr, 1) == (int)count * reports - 1;
+                last2[r] = atomicAdd(ctr, 1) == (int)(r ? count1 : count0) * reports - 1;
                 if (last2[r]) *ctr = 0;   // ready for the next launch
             }
         __syncthreads();
@@ -619,11 +619,9 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         for (int r = 0; r < n_bt; r++) {
             if (!last2[r]) continue;   // the same for the whole block
             __threadfence();
-            const int tt = tile0 + r, nn = tt * k_tile + lt * 4;
-            int64_t first, count;
-            ggx_bal_tile_blocks(tt, units, U, M.bal, &first, &count);
+            const int nn = (tile0 + r) * k_tile + lt * 4;
             float w[T][4] = {};
-            if (lead) tile_result<T, 4>(a, M, (int)count, nn, w);   // 4 loads per matrix in flight: no more spills
+            if (lead) tile_result<T, 4>(a, M, (int)(r ? count1 : count0), nn, w);   // 4 loads per matrix in flight: no more spills
             rope(w);
             if (lead && nn < M.Np) store(nn, w);
             if (M.rope) __syncthreads();   // the RoPE tile is rewritten for the next tile
@@ -816,13 +814,6 @@ static balance_plan plan_balance(int n_sm, int mode_default, const ggx_qgemv_job
         bp.blocks[i] = (int)std::min<int64_t>(U, (int64_t)n_sm * tiles[i] / all_tiles);
         if (bp.blocks[i] < tiles[i]) return bp;   // a block would span more than two tiles
         cost_bal = std::max(cost_bal, (U + (int64_t)bp.blocks[i] * W - 1) / ((int64_t)bp.blocks[i] * W) * (k_fine << sh));
-        int64_t most = 0;
-        for (int t = 0; t < tiles[i]; t++) {
-            int64_t first, count;
-            ggx_bal_tile_blocks(t, bp.units[i], U, bp.blocks[i], &first, &count);
-            most = std::max(most, count);
-        }
-        bp.slots[i] = (int)most;
     }
     for (int i = 0; i < job.n_mat; i++)
         if (job.m[i].epi == GGX_QGEMV_GLU && (bp.blocks[i] != bp.blocks[job.m[i].pair] || bp.units[i] != bp.units[job.m[i].pair]))
@@ -839,23 +830,31 @@ static balance_plan plan_balance(int n_sm, int mode_default, const ggx_qgemv_job
         const int64_t waves = (classic + n_sm - 1) / std::max(1, n_sm);
         if (k_block_rows + cost_bal >= waves * (k_block_rows + m * k_fine)) return bp;
     }
+    for (int i = 0; i < job.n_mat; i++) {
+        int64_t most = 0;
+        for (int t = 0; t < tiles[i]; t++) {
+            int64_t first, count;
+            ggx_bal_tile_blocks(t, bp.units[i], (int64_t)tiles[i] * bp.units[i], bp.blocks[i], &first, &count);
+            most = std::max(most, count);
+        }
+        bp.slots[i] = (int)most;
+    }
     bp.on = true;
     return bp;
 }
 
-bool ggx_cuda_qgemv_balanced(const ggx_qgemv_job & job, int n_sm, int mode) {
-    return plan_balance(n_sm, mode, job, ggx_cuda_qgemv_group_slices(job, n_sm), env_int("GGX_QGEMV_PAIRS", 1) != 0).on;
-}
+// Whether one-row jobs may walk the paired piece tables (GGX_QGEMV_PAIRS=0: never; read per job
+// so that a test can compare both): the classic form when its warp groups own whole pairs of fine
+// slices (even m), the balanced form always (its runs are whole units).
+static bool pairs_allowed() { return env_int("GGX_QGEMV_PAIRS", 1) != 0; }
 
-// Whether one-row jobs whose warp groups own whole pairs of fine slices walk the paired piece
-// tables (GGX_QGEMV_PAIRS=0: never; read per job so that a test can compare both).
-static bool use_pairs(const ggx_qgemv_job & job, int m) {
-    return job.T == 1 && m % 2 == 0 && env_int("GGX_QGEMV_PAIRS", 1) != 0;
+bool ggx_cuda_qgemv_balanced(const ggx_qgemv_job & job, int n_sm, int mode) {
+    return plan_balance(n_sm, mode, job, ggx_cuda_qgemv_group_slices(job, n_sm), pairs_allowed()).on;
 }
 
 size_t ggx_cuda_qgemv_scratch(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     const int m = ggx_cuda_qgemv_group_slices(job, ctx.n_sm);
-    const balance_plan bp = plan_balance(ctx.n_sm, ctx.qgemv_balance, job, m, env_int("GGX_QGEMV_PAIRS", 1) != 0);
+    const balance_plan bp = plan_balance(ctx.n_sm, ctx.qgemv_balance, job, m, pairs_allowed());
     size_t total = 0;
     for (int i = 0; i < job.n_mat; i++) {
         const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
@@ -895,9 +894,9 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     char * part = (char *)ctx.scratch;
     int blocks = 0, counters = 0;
     const int m = ggx_cuda_qgemv_group_slices(job, ctx.n_sm);
-    // the balanced form walks the paired tables whatever m (its runs are whole units)
-    const balance_plan bp = plan_balance(ctx.n_sm, ctx.qgemv_balance, job, m, env_int("GGX_QGEMV_PAIRS", 1) != 0);
-    const bool pairs = bp.on ? env_int("GGX_QGEMV_PAIRS", 1) != 0 : use_pairs(job, m);
+    const bool pairs_ok = pairs_allowed();
+    const balance_plan bp = plan_balance(ctx.n_sm, ctx.qgemv_balance, job, m, pairs_ok);
+    const bool pairs = pairs_ok && (bp.on || (job.T == 1 && m % 2 == 0));
     bool rope = false;
     for (int i = 0; i < job.n_mat; i++) {
         const ggx_qgemv_job_mat & jm = job.m[i];
