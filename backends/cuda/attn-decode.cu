@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
     // registers, so that no warp waits for another and no state goes through shared memory (the
     // four warps' merge took ~3.8 us at ctx 16, run 142's trace). The other warps leave before
     // any block barrier.
-    const bool solo = n_active == 1 && n_tiles <= a.solo_tiles;
+    const bool solo = a.solo_tiles > 0 && n_active == 1 && n_tiles <= a.solo_tiles;
     if (solo && warp != 0) return;
     const int wstride = solo ? 1 : dm_warps;   // tiles between two of this warp's
     const int n_mine = solo ? n_tiles : n_tiles > warp ? (n_tiles - warp + dm_warps - 1) / dm_warps : 0;   // this warp's tiles

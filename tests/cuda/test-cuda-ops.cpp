@@ -318,16 +318,18 @@ TEST_CASE("cuda: attention decode with 64 and 256 keys at least per split (the d
 
 // GGX_ATTN_SOLO_TILES: a lone decode split of at most that many 16-key tiles is walked
 // by one warp, which writes the output from its registers; 0 makes the four warps share the tiles
-// and merge. Both against the CPU: short contexts, T x G up to 16 rows, softcap, a window that
-// masks whole tiles, non-causal, and (with one split of up to 1024 keys) a long solo walk.
+// and merge. Both against the CPU: short contexts, T x G up to 16 rows (G at most 8, as the
+// backend supports), softcap, windows (one of 4 keys over 8 tokens: the last token's rows mask
+// the whole first tile the block walks), non-causal, and (with one split of up to 1024 keys) a
+// long solo walk.
 TEST_CASE("cuda: attention decode by one warp alone and by four warps, few keys") {
     REQUIRE_CUDA();
     const AttnCase cases[] = {
         {128, 32, 8, 20, 1, GGX_TYPE_F16, 0, 0},     {128, 32, 8, 140, 3, GGX_TYPE_F16, 0, 0},
         {64, 4, 4, 90, 8, GGX_TYPE_F16, 0, 0},       {96, 8, 4, 120, 2, GGX_TYPE_F16, 15.0f, 0},
         {80, 8, 1, 100, 2, GGX_TYPE_F16, 0, 20},     {128, 8, 2, 60, 1, GGX_TYPE_F16, 0, 0, 1},
-        {64, 16, 1, 33, 1, GGX_TYPE_F16, 0, 0},      {128, 32, 8, 900, 1, GGX_TYPE_F16, 0, 0},
-        {128, 32, 8, 1000, 2, GGX_TYPE_F16, 0, 100},
+        {64, 16, 2, 33, 2, GGX_TYPE_F16, 0, 0},      {128, 32, 8, 900, 1, GGX_TYPE_F16, 0, 0},
+        {128, 32, 8, 1000, 2, GGX_TYPE_F16, 0, 100}, {64, 4, 2, 40, 8, GGX_TYPE_F16, 0, 4},
     };
     for (const char * tiles : {"0", "8", "64"}) {
         CAPTURE(tiles);
