@@ -20,6 +20,7 @@
 #include "attn-common.cuh"
 #include "async-copy.cuh"
 #include "decode-plan.h"   // ggx_cuda_attn_is_prefill
+#include "env-knobs.h"
 
 #include <algorithm>
 
@@ -535,7 +536,7 @@ struct plan {
 // GGX_ATTN_DECODE_MMA=0 sends decode to k_attn_split even where the tensor-core kernel applies
 // (measurements).
 bool decode_mma() {
-    static const bool v = !getenv("GGX_ATTN_DECODE_MMA") || atoi(getenv("GGX_ATTN_DECODE_MMA")) != 0;
+    static const bool v = ggx_env_int("GGX_ATTN_DECODE_MMA", 1) != 0;
     return v;
 }
 
@@ -543,7 +544,7 @@ bool decode_mma() {
 // the KV head's query heads, so K/V tiles are read qsplit times (from L2) and a block's chain is
 // shorter. 1 unless the variable names a divisor of G.
 int attn_qsplit(int G) {
-    static const int v = getenv("GGX_ATTN_QSPLIT") ? atoi(getenv("GGX_ATTN_QSPLIT")) : 1;
+    static const int v = ggx_env_int("GGX_ATTN_QSPLIT", 1);
     return v >= 1 && G % v == 0 ? v : 1;
 }
 
@@ -555,8 +556,7 @@ int attn_qsplit(int G) {
 // longer lone walks lose at 512. Read per plan (host code, once per captured graph) so that a
 // test can set it.
 static int min_split_keys() {
-    const char * v = getenv("GGX_ATTN_MIN_SPLIT_KEYS");
-    const int n = v ? atoi(v) : 128;
+    const int n = ggx_env_int("GGX_ATTN_MIN_SPLIT_KEYS", 128);
     return std::max(64, std::min(1 << 16, (n + 63) / 64 * 64));
 }
 
@@ -564,8 +564,7 @@ static int min_split_keys() {
 // (GGX_ATTN_SOLO_TILES; 0, the default until measured: the four warps always share them and
 // merge). Read per launch (host code, once per captured graph) so that a test can set it.
 static int solo_tiles() {
-    const char * v = getenv("GGX_ATTN_SOLO_TILES");
-    return v ? std::max(0, atoi(v)) : 0;
+    return std::max(0, ggx_env_int("GGX_ATTN_SOLO_TILES", 0));
 }
 
 plan make_plan(const ggx_tensor * dst) {
@@ -698,12 +697,12 @@ ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst, half * x16) {
     }
     if (ctx.trace) {
         a.trace = ggx_cuda_trace_launch(ctx, dst->name);
-        static const bool last = getenv("GGX_ATTN_TRACE_LAST") && atoi(getenv("GGX_ATTN_TRACE_LAST"));
+        static const bool last = ggx_env_int("GGX_ATTN_TRACE_LAST", 0) != 0;
         a.trace_last = last;
     }
     if (decode_mma() && decode_mma_ok(a.hd, a.H / a.Hkv, a.T, (int)kc->type)) {
         a.solo_tiles = solo_tiles();
-        a.late_launch = getenv("GGX_ATTN_LATE_LAUNCH") && atoi(getenv("GGX_ATTN_LATE_LAUNCH")) != 0;
+        a.late_launch = ggx_env_int("GGX_ATTN_LATE_LAUNCH", 0) != 0;
         return decode_mma_launch(ctx, a);
     }
     a.tile_keys = tile_keys(ctx, a.hd, (int)ggx_type_size(kc->type));

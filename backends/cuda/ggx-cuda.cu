@@ -11,6 +11,7 @@
 
 #include "attn.cuh"
 #include "elementwise.cuh"
+#include "env-knobs.h"
 #include "getrows.cuh"
 #include "mmf.cuh"
 #include "norm.cuh"
@@ -502,22 +503,6 @@ __global__ void k_probe(int * p) { if (p) *p = 1; }
 
 }  // namespace
 
-// A switch from the environment: set, non-empty and not "0".
-static bool env_flag(const char * name) {
-    const char * v = getenv(name);
-    return v && *v && strcmp(v, "0") != 0;
-}
-
-// An integer knob from the environment in lo .. hi; def when unset, or (with a message) out of range.
-static int env_int_in(const char * name, int lo, int hi, int def) {
-    const char * v = getenv(name);
-    if (!v) return def;
-    const int n = atoi(v);
-    if (n >= lo && n <= hi) return n;
-    fprintf(stderr, "ggx-cuda: %s=%s: expected %d..%d; using %d\n", name, v, lo, hi, def);
-    return def;
-}
-
 extern "C" long ggx_backend_cuda_strip_stages(ggx_backend * be) { return be ? ctx_of(be)->strip_stages : 0; }
 
 extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
@@ -566,26 +551,26 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->smem_optin = prop.sharedMemPerBlockOptin;
     ctx->smem_per_sm = prop.sharedMemPerMultiprocessor;
 #endif  // GGX_USE_HIP
-    ctx->use_graphs = !env_flag("GGX_CUDA_NO_GRAPH");
-    ctx->profile = env_flag("GGX_CUDA_PROFILE");
-    ctx->pdl = prop.major >= 9 && !env_flag("GGX_CUDA_NO_PDL");
-    ctx->fuse = !env_flag("GGX_CUDA_NO_FUSE");
-    ctx->strip_step = env_flag("GGX_CUDA_STEP");
+    ctx->use_graphs = !ggx_env_flag("GGX_CUDA_NO_GRAPH");
+    ctx->profile = ggx_env_flag("GGX_CUDA_PROFILE");
+    ctx->pdl = prop.major >= 9 && !ggx_env_flag("GGX_CUDA_NO_PDL");
+    ctx->fuse = !ggx_env_flag("GGX_CUDA_NO_FUSE");
+    ctx->strip_step = ggx_env_flag("GGX_CUDA_STEP");
     ctx->step_tile = ctx->strip_step && strcmp(getenv("GGX_CUDA_STEP"), "tile") == 0;
-    ctx->tile_warps = ggx_tile_step_warps(env_int_in("GGX_CUDA_STEP_TILE_WARPS", 12, 16, 16));
-    ctx->tile_split = env_int_in("GGX_CUDA_STEP_TILE_QKV", 0, 1, 1) != 0;
+    ctx->tile_warps = ggx_tile_step_warps(ggx_env_int_in("GGX_CUDA_STEP_TILE_WARPS", 12, 16, 16));
+    ctx->tile_split = ggx_env_int_in("GGX_CUDA_STEP_TILE_QKV", 0, 1, 1) != 0;
 #if defined(GGX_USE_HIP)
     // its units are 32 lanes wide, one per slice: not written for 64-wide wavefronts, never run on AMD
     if (ctx->strip_step) fprintf(stderr, "ggx-cuda: GGX_CUDA_STEP is not available in the HIP build; ignored\n");
     ctx->strip_step = false;
     ctx->step_tile = false;
 #endif
-    ctx->strip_ring = env_flag("GGX_CUDA_STEP_RING");
-    ctx->strip_xpad = env_flag("GGX_CUDA_STEP_XPAD");
-    ctx->strip_depth = env_int_in("GGX_CUDA_STEP_DEPTH", 1, 2, 1);
-    ctx->strip_prefetch = env_int_in("GGX_CUDA_STEP_PREFETCH", 0, 16, 0);   // units
-    ctx->prefetch = !env_flag("GGX_CUDA_NO_PREFETCH");
-    ctx->qgemv_balance = env_int_in("GGX_QGEMV_BALANCE", 0, 2, 0);
+    ctx->strip_ring = ggx_env_flag("GGX_CUDA_STEP_RING");
+    ctx->strip_xpad = ggx_env_flag("GGX_CUDA_STEP_XPAD");
+    ctx->strip_depth = ggx_env_int_in("GGX_CUDA_STEP_DEPTH", 1, 2, 1);
+    ctx->strip_prefetch = ggx_env_int_in("GGX_CUDA_STEP_PREFETCH", 0, 16, 0);   // units
+    ctx->prefetch = !ggx_env_flag("GGX_CUDA_NO_PREFETCH");
+    ctx->qgemv_balance = ggx_env_int_in("GGX_QGEMV_BALANCE", 0, 2, 0);
     ggx_cuda_trace_init(*ctx);
     snprintf(ctx->name, sizeof ctx->name, "cuda:%d", device);
     auto fail_init = [&](const char * what, int code) {
@@ -637,12 +622,11 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     be->iface.get_begin = be_get_begin;
     be->iface.get_end = be_get_end;
     // GGX_CUDA_NO_TOP_N=1: samplers read the whole row of logits instead (measurements)
-    be->iface.top_n = env_flag("GGX_CUDA_NO_TOP_N") ? nullptr : be_top_n;
+    be->iface.top_n = ggx_env_flag("GGX_CUDA_NO_TOP_N") ? nullptr : be_top_n;
     // Sampled run-ahead (Context::sample_ahead): the draw made on the device, the next step queued
     // before the host has the id (run 139: llama3-8b 409.2 -> 415.2 t/s sampled, llama3.2-1b
     // 1244.9 -> 1262.7). GGX_CUDA_SAMPLE_AHEAD=0 turns it off.
-    const char * ahead = getenv("GGX_CUDA_SAMPLE_AHEAD");
-    if (be->iface.top_n && !(ahead && strcmp(ahead, "0") == 0)) {
+    if (be->iface.top_n && ggx_env_int("GGX_CUDA_SAMPLE_AHEAD", 1) != 0) {
         be->iface.top_n_begin = be_top_n_begin;
         be->iface.top_n_end = be_top_n_end;
     }

@@ -25,6 +25,7 @@
 #include "qgemv-balance.h"
 
 #include "activation.cuh"
+#include "env-knobs.h"
 #include "exl2-unpack.cuh"
 #include "qmatrix.cuh"
 #include "rope.cuh"
@@ -51,12 +52,6 @@ constexpr int k_prefetch_rows = 2;            // L2 warm-up rows per thread (see
 
 // Warp groups per block for T rows: shared memory holds T * W fine slices of x.
 constexpr int groups_for(int T) { return T <= 2 ? 4 : T <= 4 ? 2 : 1; }
-
-// Integer tuning knobs from the environment (measurements only): `def` when unset.
-int env_int(const char * name, int def) {
-    const char * e = getenv(name);
-    return e ? atoi(e) : def;
-}
 
 struct gemv_mat {
     const uint32_t * qw;
@@ -707,7 +702,7 @@ size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 // measurements; 0 = the whole slice).
 int prefetch_rows() {
     static const int v = [] {
-        const int i = env_int("GGX_QGEMV_PREFETCH", k_prefetch_rows);
+        const int i = ggx_env_int("GGX_QGEMV_PREFETCH", k_prefetch_rows);
         return i > 0 ? i : 1 << 30;
     }();
     return v;
@@ -716,7 +711,7 @@ int prefetch_rows() {
 // GGX_QGEMV_EVICT_FIRST=P: P percent of the weight loads are marked L2 evict-first (default all:
 // +3.7% decode on the H200, RESULTS.md; 0 turns it off).
 float evict_first_fraction() {
-    static const float v = std::max(0, std::min(100, env_int("GGX_QGEMV_EVICT_FIRST", 100))) / 100.0f;
+    static const float v = std::max(0, std::min(100, ggx_env_int("GGX_QGEMV_EVICT_FIRST", 100))) / 100.0f;
     return v;
 }
 
@@ -762,7 +757,7 @@ static int block_slices(const ggx_cuda_qextra * e, int T, int m) {
 // Taking an even m only for one-row jobs (so that every matrix walks the paired piece tables:
 // llama3-8b q/k/v m = 3 -> 4, down 7 -> 8) measured 2.4-3.0% slower (run 139): the model stands.
 int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm) {
-    const int forced = env_int("GGX_QGEMV_GROUP_ROWS", 0);   // measurements and tests (read per job: host code)
+    const int forced = ggx_env_int("GGX_QGEMV_GROUP_ROWS", 0);   // measurements and tests (read per job: host code)
     if (forced >= k_fine) return std::min(k_max_rows, forced) / k_fine;
     const int W = groups_for(job.T);
     const int64_t slots = std::max(1, n_sm);
@@ -795,7 +790,7 @@ struct balance_plan {
 
 static balance_plan plan_balance(int n_sm, int mode_default, const ggx_qgemv_job & job, int m, bool pairs) {
     balance_plan bp;
-    const int mode = env_int("GGX_QGEMV_BALANCE", mode_default);
+    const int mode = ggx_env_int("GGX_QGEMV_BALANCE", mode_default);
     constexpr int W = groups_for(1);
     if (mode <= 0 || job.T != 1 || job.x->ne[0] > (int64_t)k_stage * k_group * W) return bp;
     int tiles[GGX_QGEMV_MAX_MATS], all_tiles = 0;
@@ -846,7 +841,7 @@ static balance_plan plan_balance(int n_sm, int mode_default, const ggx_qgemv_job
 // Whether one-row jobs may walk the paired piece tables (GGX_QGEMV_PAIRS=0: never; read per job
 // so that a test can compare both): the classic form when its warp groups own whole pairs of fine
 // slices (even m), the balanced form always (its runs are whole units).
-static bool pairs_allowed() { return env_int("GGX_QGEMV_PAIRS", 1) != 0; }
+static bool pairs_allowed() { return ggx_env_int("GGX_QGEMV_PAIRS", 1) != 0; }
 
 bool ggx_cuda_qgemv_balanced(const ggx_qgemv_job & job, int n_sm, int mode) {
     return plan_balance(n_sm, mode, job, ggx_cuda_qgemv_group_slices(job, n_sm), pairs_allowed()).on;

@@ -1,5 +1,6 @@
 #include "strip-plan.cuh"
 
+#include "env-knobs.h"
 #include "qmatrix.cuh"
 #include "strip-step.h"
 #include "tile-step.h"
@@ -427,7 +428,7 @@ ggx_status ggx_cuda_strip_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job * const * 
         ggx_tile_step s = {};
         s.n_stages = n;
         s.counter = ctx.step_counter;
-        static const int trace_stage = getenv("GGX_CUDA_TRACE_STAGE") ? atoi(getenv("GGX_CUDA_TRACE_STAGE")) : -1;   // measurements only
+        static const int trace_stage = ggx_env_int("GGX_CUDA_TRACE_STAGE", -1);   // measurements only
         s.trace_stage = trace_stage;
         for (int i = 0; i < n; i++) {
             if (job_is_split(*jobs[i])) fill_split_stage(*jobs[i], &s.st[i]);

@@ -1,6 +1,8 @@
 // Host side of the in-graph kernel timeline (see trace.cuh).
 #include "trace.cuh"
 
+#include "env-knobs.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -160,8 +162,7 @@ void print_summary(const ggx_cuda_trace & tr, const std::vector<ggx_trace_rec> &
 }  // namespace
 
 void ggx_cuda_trace_init(ggx_cuda_ctx & ctx) {
-    const char * e = getenv("GGX_CUDA_TRACE");
-    const int step = e ? atoi(e) : 0;
+    const int step = ggx_env_int("GGX_CUDA_TRACE", 0);
     if (step <= 0) return;
 #if defined(GGX_USE_HIP)
     fprintf(stderr, "ggx-cuda: GGX_CUDA_TRACE is not available in the HIP build; ignored\n");
