@@ -110,6 +110,9 @@ struct ggx_backend * ggx_backend_cuda_init(int device);
 // Decode jobs this CUDA backend has issued as stages of the strip step (GGX_CUDA_STEP=1) since
 // it started, counted when a graph is recorded (not per replay): tests check that the path ran.
 long                 ggx_backend_cuda_strip_stages(struct ggx_backend * be);
+// Decode GEMV jobs this CUDA backend has issued in the balanced form (GGX_QGEMV_BALANCE), counted
+// the same way.
+long                 ggx_backend_cuda_balanced_gemvs(struct ggx_backend * be);
 #endif
 
 // Convenience wrappers.

@@ -6,6 +6,7 @@
 
 #include "backends/cuda/decode-plan.h"
 #include "backends/cuda/qgemv-balance.h"
+#include "tests/scoped-env.h"
 #include "ggx/ggx-backend.h"
 #include "ggx/ggx.h"
 
@@ -402,6 +403,7 @@ TEST_CASE("decode plan: paired piece tables are the plain ones with 2-4-bit piec
 // whole, the head has more tiles than SMs, llama3.2-1b's jobs tie. With mode 2 every job that
 // fits takes it; with 0 none.
 TEST_CASE("decode plan: the jobs that take the balanced GEMV form at 132 SMs") {
+    const ScopedEnv no_override("GGX_QGEMV_BALANCE", nullptr);   // set, it would override the mode argument
     DecodeGraph G;
     static int4 table_mark;   // a paired table that is never read
     auto job = [&](std::initializer_list<std::pair<int, int>> mats, bool glu = false) {

@@ -504,6 +504,7 @@ __global__ void k_probe(int * p) { if (p) *p = 1; }
 }  // namespace
 
 extern "C" long ggx_backend_cuda_strip_stages(ggx_backend * be) { return be ? ctx_of(be)->strip_stages : 0; }
+extern "C" long ggx_backend_cuda_balanced_gemvs(ggx_backend * be) { return be ? ctx_of(be)->balanced_gemvs : 0; }
 
 extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     int n_dev = 0;

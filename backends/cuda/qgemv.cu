@@ -956,6 +956,7 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
         ggx_set_error("cuda: decode matmul of %s needs %zu bytes of shared memory (at most %d)", job.m[0].w->name, smem, k_max_smem);
         return GGX_STATUS_FAILED;
     }
+    ctx.balanced_gemvs += bp.on;
     switch (job.T) {
         case 1: return bp.on ? launch<1, true>(ctx, a, blocks, smem) : launch<1>(ctx, a, blocks, smem);
         case 2: return launch<2>(ctx, a, blocks, smem);

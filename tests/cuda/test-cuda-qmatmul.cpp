@@ -12,6 +12,7 @@
 // moves an output by ~S / sqrt(K), above 2^-10 S for any K here). Outputs near zero get +1e-6;
 // against the CPU backend, which has its own rounding, twice the bound.
 #include "cuda-harness.h"
+#include "tests/scoped-env.h"
 
 #include "exl2/quant/dequant.h"
 #include "exl2/quant/qlayer.h"
@@ -175,25 +176,25 @@ TEST_CASE("cuda: EXL2 matmul at real shapes (4096 x 1024, 14336 x 4096)") {
 // block's units run across tile boundaries, its groups' sums are added per tile, and each tile's
 // last block adds one partial per block that touched it. Against the double reference with the
 // GEMV's bounds: shapes where a block has one unit, several, or splits them across two tiles,
-// an odd number of fine slices (a half pair at the end), padded columns, every width, act-order,
-// and the plain tables (GGX_QGEMV_PAIRS=0, units of one fine slice).
+// warp groups whose run goes on into the next tile (4096 x 8192: 12 such groups at 132 SMs,
+// paired or not; 3072 x 7400: into a padded last tile, and groups that start in it), an odd
+// number of fine slices (a half pair at the end), padded columns, every width, act-order, and the
+// plain tables (GGX_QGEMV_PAIRS=0, units of one fine slice).
 TEST_CASE("cuda: EXL2 one-row GEMV in the balanced form") {
     REQUIRE_CUDA();
     struct Shape { int K, N; const char * lay; };
     const Shape shapes[] = {
         {4096, 1024, "4 g128"},  {1024, 4096, "4/3 g32 .25/.75"}, {2048, 5000, "6/3/2 g32,64,64 .05/.2/.75"},
         {1056, 3000, "4/3 g32 .5/.5"}, {512, 200, "5 g32"}, {3072, 2600, "4 g64"},
+        {4096, 8192, "4 g128"},  {3072, 7400, "4/3 g64 .5/.5"},
     };
     uint64_t seed = 700;
     for (const Shape & sh : shapes) {
         QCase c = make_exl2(sh.K, sh.N, sh.lay, true, seed++);
         for (const char * pairs : {"1", "0"}) {
-            setenv("GGX_QGEMV_BALANCE", "2", 1);
-            setenv("GGX_QGEMV_PAIRS", pairs, 1);
+            const ScopedEnv balance("GGX_QGEMV_BALANCE", "2"), paired("GGX_QGEMV_PAIRS", pairs);
             check_qmatmul(c, 1, false, std::string("exl2 ") + std::to_string(sh.K) + "x" + std::to_string(sh.N) + " '" + sh.lay +
                                            "' balanced, pairs " + pairs);
-            unsetenv("GGX_QGEMV_PAIRS");
-            unsetenv("GGX_QGEMV_BALANCE");
         }
     }
 }
