@@ -32,6 +32,10 @@
 #                   GEMV tile's last block sums its partials twice, the first result dropped): if
 #                   the tails ("tail mx") grow by much less than they are, a tail's cost is in its
 #                   first, cold run (code fetch), not in its work
+#   fa32            pp512 and pp2048 of llama3-8b 4.0 with GGX_ATTN_FA_ROWS=32 (prefill attention with
+#                   two 16-row tiles per warp, 128 queries per block, 32-key tiles), then without,
+#                   twice each (prefill figures move by ~1-3% between runs); the attention lines
+#                   of an eager profile of each
 #   windows         a second bench built with -DGGX_PAIR_WINDOWS=0 (3-, 5- and 6-bit codes placed one
 #                   by one, as before session 22) against the default (byte-permuted windows,
 #                   backends/cuda/pair-window.h): tg128@16 at 3.0, 5.0, 6.0, 4.0 and 2.5 bpw
@@ -144,9 +148,18 @@ for part in "$@"; do
         tail2)
             GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12
             variant_bench tail2 && GGX_CUDA_TRACE=4 build-dev-tail2/bench --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12 ;;
+        fa32)
+            for r in 1 2; do
+                echo "-- llama3-8b 4.0 prefill, round $r: GGX_ATTN_FA_ROWS=32, then the default"
+                GGX_ATTN_FA_ROWS=32 $B --synthetic llama3-8b --bpw 4.0 -p 512,2048 -n 0 -r 3 2>&1 | grep -E '^\| pp'
+                $B --synthetic llama3-8b --bpw 4.0 -p 512,2048 -n 0 -r 3 2>&1 | grep -E '^\| pp'
+            done
+            echo "-- eager profiles at -p 2048 (GGX_CUDA_PROFILE=1): attention with GGX_ATTN_FA_ROWS=32, then the default"
+            GGX_ATTN_FA_ROWS=32 GGX_CUDA_PROFILE=1 $B --synthetic llama3-8b --bpw 4.0 -p 2048 -n 0 -r 1 2>&1 | grep -iE 'attn|attention'
+            GGX_CUDA_PROFILE=1 $B --synthetic llama3-8b --bpw 4.0 -p 2048 -n 0 -r 1 2>&1 | grep -iE 'attn|attention' ;;
         windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
         x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample, solo, balance, tail2, windows, x16)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample, solo, balance, tail2, fa32, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"

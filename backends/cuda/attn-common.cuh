@@ -172,4 +172,11 @@ __device__ __forceinline__ void online_softmax_step(float (&s)[NS][4], float (&m
 bool       decode_mma_ok(int hd, int G, int T, int cache_type);
 ggx_status decode_mma_launch(const ggx_cuda_ctx & ctx, const attn_args & a);
 
+// The tensor-core prefill kernel (attn-prefill.cu): whether it takes this attention (T > 8, f16
+// cache, hd 64/80/96/128; never in a HIP build), and its launch.
+bool       prefill_ok(const ggx_tensor * dst);
+#if defined(GGX_ATTN_WMMA)
+ggx_status prefill_launch(const attn_args & a, cudaStream_t s);
+#endif  // GGX_ATTN_WMMA
+
 }  // namespace ggx_cuda_attn

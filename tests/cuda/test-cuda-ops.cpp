@@ -7,6 +7,7 @@
 // tensor-core prefill path rounds q*scale and p to fp16 (2^-11 relative each; through hd = 128
 // products the score error reaches ~1.5e-3): atol and rtol 5e-3 there.
 #include "cuda-harness.h"
+#include "tests/scoped-env.h"
 
 using namespace cudatest;
 
@@ -297,6 +298,24 @@ TEST_CASE("cuda: attention decode (split-K) and prefill paths, GQA, softcap, win
     for (const AttnCase & c : cases) check_attn_case(c);
 }
 
+// GGX_ATTN_FA_ROWS=32 (measurements): the prefill kernel with two 16-row tiles per warp, 128
+// queries per block and 32-key tiles. The prefill shapes above against the CPU with the same
+// bounds (fp16 q and p as before), plus whole prompts that end inside a 128-query block and a
+// 32-key tile, and a window that leaves some warps of a block without a visible key in a tile.
+TEST_CASE("cuda: prefill attention with 32 query rows per warp") {
+    REQUIRE_CUDA();
+    const AttnCase cases[] = {
+        {128, 32, 8, 600, 100, GGX_TYPE_F16, 0, 0}, {96, 4, 1, 300, 70, GGX_TYPE_F16, 20.0f, 50},
+        {80, 4, 2, 200, 40, GGX_TYPE_F16, 0, 0},    {64, 8, 8, 130, 129, GGX_TYPE_F16, 0, 0},
+        {128, 32, 8, 300, 300, GGX_TYPE_F16, 0, 0}, {80, 6, 2, 217, 217, GGX_TYPE_F16, 0, 0},
+        {128, 8, 2, 700, 150, GGX_TYPE_F16, 0, 40}, {96, 8, 4, 260, 190, GGX_TYPE_F16, 15.0f, 0},
+        {128, 8, 2, 500, 200, GGX_TYPE_F16, 0, 0, 1}, {64, 4, 2, 100, 20, GGX_TYPE_F16, 0, 0, 1},
+        {128, 8, 2, 397, 397, GGX_TYPE_F16, 0, 0},  {64, 4, 4, 300, 260, GGX_TYPE_F16, 0, 20},
+    };
+    const ScopedEnv rows("GGX_ATTN_FA_ROWS", "32");
+    for (const AttnCase & c : cases) check_attn_case(c);
+}
+
 // GGX_ATTN_MIN_SPLIT_KEYS (measurements): decode splits of at least 64 keys (the default before
 // run 132) and 256 keys, so one split walks up to that many keys alone and longer contexts merge
 // more or fewer splits than the default's. The same bounds hold.
@@ -310,10 +329,9 @@ TEST_CASE("cuda: attention decode with 64 and 256 keys at least per split (the d
     };
     for (const char * keys : {"64", "256"}) {
         CAPTURE(keys);
-        setenv("GGX_ATTN_MIN_SPLIT_KEYS", keys, 1);
+        const ScopedEnv split_keys("GGX_ATTN_MIN_SPLIT_KEYS", keys);
         for (const AttnCase & c : cases) check_attn_case(c);
     }
-    unsetenv("GGX_ATTN_MIN_SPLIT_KEYS");
 }
 
 // GGX_ATTN_SOLO_TILES: a lone decode split of at most that many 16-key tiles is walked
@@ -333,12 +351,9 @@ TEST_CASE("cuda: attention decode by one warp alone and by four warps, few keys"
     };
     for (const char * tiles : {"0", "8", "64"}) {
         CAPTURE(tiles);
-        setenv("GGX_ATTN_SOLO_TILES", tiles, 1);
-        setenv("GGX_ATTN_MIN_SPLIT_KEYS", "1024", 1);
+        const ScopedEnv solo("GGX_ATTN_SOLO_TILES", tiles), split_keys("GGX_ATTN_MIN_SPLIT_KEYS", "1024");
         for (const AttnCase & c : cases) check_attn_case(c);
     }
-    unsetenv("GGX_ATTN_SOLO_TILES");
-    unsetenv("GGX_ATTN_MIN_SPLIT_KEYS");
 }
 
 TEST_CASE("cuda: a captured graph replays with new inputs") {
