@@ -36,6 +36,8 @@
 #                   two 16-row tiles per warp, 128 queries per block, 32-key tiles), then without,
 #                   twice each (prefill figures move by ~1-3% between runs); the attention lines
 #                   of an eager profile of each
+#   clusters        bench/probes/cluster-fit.cu built and run: clusters of whole-SM blocks that fit
+#                   at once per cluster size, and their SMs (split-K through clusters needs 16)
 #   windows         a second bench built with -DGGX_PAIR_WINDOWS=0 (3-, 5- and 6-bit codes placed one
 #                   by one, as before session 22) against the default (byte-permuted windows,
 #                   backends/cuda/pair-window.h): tg128@16 at 3.0, 5.0, 6.0, 4.0 and 2.5 bpw
@@ -157,9 +159,11 @@ for part in "$@"; do
             echo "-- eager profiles at -p 2048 (GGX_CUDA_PROFILE=1): attention with GGX_ATTN_FA_ROWS=32, then the default"
             GGX_ATTN_FA_ROWS=32 GGX_CUDA_PROFILE=1 $B --synthetic llama3-8b --bpw 4.0 -p 2048 -n 0 -r 1 2>&1 | grep -iE 'attn|attention'
             GGX_CUDA_PROFILE=1 $B --synthetic llama3-8b --bpw 4.0 -p 2048 -n 0 -r 1 2>&1 | grep -iE 'attn|attention' ;;
+        clusters)
+            nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/cluster-fit.cu -o /tmp/cluster-fit && /tmp/cluster-fit ;;
         windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
         x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample, solo, balance, tail2, fa32, windows, x16)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample, solo, balance, tail2, fa32, clusters, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"
