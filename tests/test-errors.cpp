@@ -197,6 +197,32 @@ TEST_CASE("main: bad inputs give one-line errors and exit 1") {
     CHECK(contains(h.out, "usage: main"));
 }
 
+TEST_CASE("bench: bad inputs give one-line errors; --ctx 0 measures decode from an empty cache") {
+    REQUIRE_TOOL("./bench/bench");
+    struct { const char * args; const char * expect; } cases[] = {
+        {"--synthetic nope", "unknown synthetic model \"nope\""},
+        {"--synthetic llama3.2-1b --bpw 1.0", "bad --bpw '1.0' (2..8)"},
+        {"-m models/kjv-6m -p abc", "bad value 'abc' in -p"},
+        {"-m models/kjv-6m -p 0 -n 0", "nothing to measure"},
+        {"-m models/kjv-6m -p 0 --ctx ''", "bad value '' in --ctx"},
+        {"-m /nonexistent/model", "/nonexistent/model"},
+        {"-m models/kjv-6m -o yaml", "bad -o 'yaml'"},
+    };
+    for (const auto & c : cases) {
+        CAPTURE(c.args);
+        Run r = run_cmd(std::string("bash -c \"./bench/bench ") + c.args + "\"");
+        CAPTURE(r.out);
+        CHECK(r.status == 1);
+        CHECK(contains(r.out, c.expect));
+    }
+    Run r = run_cmd("./bench/bench -m models/kjv-6m -p 16 -n 4 --ctx 0,8 -r 1 --device cpu -o json");
+    CAPTURE(r.out);
+    CHECK(r.status == 0);
+    CHECK(contains(r.out, "\"test\": \"pp16\""));
+    CHECK(contains(r.out, "\"test\": \"tg4@0\""));
+    CHECK(contains(r.out, "\"test\": \"tg4@8\""));
+}
+
 TEST_CASE("perplexity: bad inputs") {
     REQUIRE_TOOL("./perplexity");
     Run r = run_cmd("./perplexity -m models/kjv-6m -f /nonexistent.txt");

@@ -44,7 +44,7 @@ void usage() {
         "  --device D           cpu | cuda | cuda:N (default cuda:0 when compiled in, else cpu)\n"
         "  -p LIST              prompt sizes, comma separated (default 512,2048; 0 = none)\n"
         "  -n N                 tokens generated per decode test (default 128; 0 = none)\n"
-        "  --ctx LIST           cache depths for decode tests (default 16,4096)\n"
+        "  --ctx LIST           cache depths for decode tests (default 16,4096; 0 = an empty cache)\n"
         "  -r N                 repetitions, the median is reported (default 3)\n"
         "  --run-ahead N        greedy run-ahead: 0 = on for GPUs (default), 1 = on, -1 = off\n"
         "  --sample             decode tests draw tokens as main does by default (temperature 0.8,\n"
@@ -68,14 +68,16 @@ bool parse_int(const char * s, long lo, long hi, long * out) {
     return true;
 }
 
-std::vector<int> parse_list(const std::string & flag, const char * s, int lo, int hi) {
+// A comma-separated list of integers in lo..hi; zeros are dropped unless keep_zero ("-p 0": no
+// prompt test; "--ctx 0": a decode test from an empty cache).
+std::vector<int> parse_list(const std::string & flag, const char * s, int lo, int hi, bool keep_zero = false) {
     std::vector<int> v;
     std::string cur;
     for (const char * p = s;; p++) {
         if (*p == ',' || *p == 0) {
             long x;
             if (!parse_int(cur.c_str(), lo, hi, &x)) die("bad value '" + cur + "' in " + flag + " (integers " + std::to_string(lo) + ".." + std::to_string(hi) + ")");
-            if (x > 0) v.push_back((int)x);
+            if (x > 0 || keep_zero) v.push_back((int)x);
             cur.clear();
             if (!*p) break;
         } else cur += *p;
@@ -107,7 +109,7 @@ Options parse(int argc, char ** argv) {
         else if (a == "--device") o.device = val();
         else if (a == "-p") o.pp = parse_list(a, val(), 0, 1 << 20);
         else if (a == "-n") { if (!parse_int(val(), 0, 1 << 20, &x)) die("bad -n (0..1048576)"); o.n_gen = (int)x; }
-        else if (a == "--ctx") o.depths = parse_list(a, val(), 0, 1 << 22);
+        else if (a == "--ctx") o.depths = parse_list(a, val(), 0, 1 << 22, true);
         else if (a == "--run-ahead") { if (!parse_int(val(), -1, 1, &x)) die("bad --run-ahead (-1, 0 or 1)"); o.run_ahead = (int)x; }
         else if (a == "--sample") o.sample = true;
         else if (a == "-r") { if (!parse_int(val(), 1, 1000, &x)) die("bad -r (1..1000)"); o.reps = (int)x; }
@@ -117,6 +119,8 @@ Options parse(int argc, char ** argv) {
     }
     if (o.model_dir.empty() == o.synthetic.empty()) die("give exactly one of -m DIR or --synthetic NAME (see --help)");
     if (!o.save_dir.empty() && o.synthetic.empty()) die("--save needs --synthetic");
+    if (o.save_dir.empty() && o.pp.empty() && (o.n_gen == 0 || o.depths.empty()))
+        die("nothing to measure: -p selects no prompt test and -n / --ctx no decode test (see --help)");
     // a GPU backend compiled in (CUDA or HIP, both answer to "cuda") lists more than "cpu"
     if (o.device.empty()) o.device = strcmp(exl2_backends(), "cpu") != 0 ? "cuda:0" : "cpu";
     return o;
@@ -228,7 +232,7 @@ int main(int argc, char ** argv) {
     }
     for (int d : (o.n_gen > 0 ? o.depths : std::vector<int>{})) {
         exl2_context_truncate(ctx, 0);
-        if (exl2_decode(ctx, toks.data(), d, 0) != EXL2_OK || exl2_sampler_sample(greedy, ctx, -1) < 0)
+        if (d > 0 && (exl2_decode(ctx, toks.data(), d, 0) != EXL2_OK || exl2_sampler_sample(greedy, ctx, -1) < 0))
             die(exl2_last_error());
         std::vector<double> ts;
         for (int r = -1; r < o.reps; r++) {
