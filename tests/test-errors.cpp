@@ -166,9 +166,28 @@ TEST_CASE("loader: missing tensor is named") {
 using testfx::run_cmd;
 using testfx::Run;
 
+struct ToolError {
+    const char * args;
+    const char * expect;
+};
+
+// Runs `tool args` through bash for each case: exit status 1, and the expected words and the
+// tool's error prefix in what it printed.
+template <size_t N>
+void check_tool_errors(const char * tool, const char * prefix, const ToolError (&cases)[N]) {
+    for (const ToolError & c : cases) {
+        CAPTURE(c.args);
+        Run r = run_cmd(std::string("bash -c \"") + tool + " " + c.args + "\"");
+        CAPTURE(r.out);
+        CHECK(r.status == 1);
+        CHECK(contains(r.out, c.expect));
+        CHECK(contains(r.out, prefix));
+    }
+}
+
 TEST_CASE("main: bad inputs give one-line errors and exit 1") {
     REQUIRE_TOOL("./main");
-    struct { const char * args; const char * expect; } cases[] = {
+    const ToolError cases[] = {
         {"-m /nonexistent/model -p hi", "/nonexistent/model"},
         {"-m models/kjv-6m -p ''", "the prompt is empty"},
         {"-m models/kjv-6m -p hi -n 0", "-n: 0 is out of range"},
@@ -184,14 +203,7 @@ TEST_CASE("main: bad inputs give one-line errors and exit 1") {
         {"-m models/kjv-6m --prompt-ids '1 x'", "not a list of token ids"},
         {"-m models/kjv-6m --prompt-ids '5000'", "outside the vocabulary"},
     };
-    for (const auto & c : cases) {
-        CAPTURE(c.args);
-        Run r = run_cmd(std::string("bash -c \"./main ") + c.args + "\"");
-        CAPTURE(r.out);
-        CHECK(r.status == 1);
-        CHECK(contains(r.out, c.expect));
-        CHECK(contains(r.out, "main: error: "));
-    }
+    check_tool_errors("./main", "main: error: ", cases);
     Run h = run_cmd("./main --help");
     CHECK(h.status == 0);
     CHECK(contains(h.out, "usage: main"));
@@ -199,7 +211,7 @@ TEST_CASE("main: bad inputs give one-line errors and exit 1") {
 
 TEST_CASE("bench: bad inputs give one-line errors; --ctx 0 measures decode from an empty cache") {
     REQUIRE_TOOL("./bench/bench");
-    struct { const char * args; const char * expect; } cases[] = {
+    const ToolError cases[] = {
         {"--synthetic nope", "unknown synthetic model \"nope\""},
         {"--synthetic llama3.2-1b --bpw 1.0", "bad --bpw '1.0' (2..8)"},
         {"-m models/kjv-6m -p abc", "bad value 'abc' in -p"},
@@ -208,13 +220,7 @@ TEST_CASE("bench: bad inputs give one-line errors; --ctx 0 measures decode from 
         {"-m /nonexistent/model", "/nonexistent/model"},
         {"-m models/kjv-6m -o yaml", "bad -o 'yaml'"},
     };
-    for (const auto & c : cases) {
-        CAPTURE(c.args);
-        Run r = run_cmd(std::string("bash -c \"./bench/bench ") + c.args + "\"");
-        CAPTURE(r.out);
-        CHECK(r.status == 1);
-        CHECK(contains(r.out, c.expect));
-    }
+    check_tool_errors("./bench/bench", "bench: ", cases);
     Run r = run_cmd("./bench/bench -m models/kjv-6m -p 16 -n 4 --ctx 0,8 -r 1 --device cpu -o json");
     CAPTURE(r.out);
     CHECK(r.status == 0);
