@@ -32,6 +32,9 @@
 #                   GEMV tile's last block sums its partials twice, the first result dropped): if
 #                   the tails ("tail mx") grow by much less than they are, a tail's cost is in its
 #                   first, cold run (code fetch), not in its work
+#   ropetable       tg128@16 of llama3-8b 4.0 and llama3.2-1b 4.0 with GGX_QGEMV_ROPE_TABLE=1 (the step's
+#                   RoPE factors computed once, not in every q/k/v block's prologue), then without;
+#                   a trace with it (does q/k/v's straggle shrink?)
 #   fa32            pp512 and pp2048 of llama3-8b 4.0 with GGX_ATTN_FA_ROWS=32 (prefill attention with
 #                   two 16-row tiles per warp, 128 queries per block, 32-key tiles), then without,
 #                   twice each (prefill figures move by ~1-3% between runs); the attention lines
@@ -150,6 +153,9 @@ for part in "$@"; do
         tail2)
             GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12
             variant_bench tail2 && GGX_CUDA_TRACE=4 build-dev-tail2/bench --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12 ;;
+        ropetable)
+            ab GGX_QGEMV_ROPE_TABLE=1 "llama3-8b 4.0" "llama3.2-1b 4.0"
+            GGX_QGEMV_ROPE_TABLE=1 GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12 ;;
         fa32)
             for r in 1 2; do
                 echo "-- llama3-8b 4.0 prefill, round $r: GGX_ATTN_FA_ROWS=32, then the default"
@@ -163,7 +169,7 @@ for part in "$@"; do
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/cluster-fit.cu -o /tmp/cluster-fit && /tmp/cluster-fit ;;
         windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
         x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample, solo, balance, tail2, fa32, clusters, windows, x16)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample, solo, balance, tail2, ropetable, fa32, clusters, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"

@@ -113,6 +113,8 @@ long                 ggx_backend_cuda_strip_stages(struct ggx_backend * be);
 // Decode GEMV jobs this CUDA backend has issued in the balanced form (GGX_QGEMV_BALANCE), counted
 // the same way.
 long                 ggx_backend_cuda_balanced_gemvs(struct ggx_backend * be);
+// Decode GEMV jobs that read the step's RoPE table (GGX_QGEMV_ROPE_TABLE=1), counted the same way.
+long                 ggx_backend_cuda_rope_table_jobs(struct ggx_backend * be);
 #endif
 
 // Convenience wrappers.

@@ -108,6 +108,17 @@ struct ggx_cuda_ctx {
     int2 *         top_host = nullptr;
     cudaEvent_t    top_ready = nullptr;      // recorded after the copy into top_host (top_n_begin)
     int            top_pending = 0;          // n of the queued ranking, negative with a draw; 0: none
+    // RoPE factors of a decode step, computed once per step (rope-table.cu, GGX_QGEMV_ROPE_TABLE=1)
+    // for the GEMV epilogues of every layer instead of in each block's prologue.
+    bool           rope_table_on = false;
+    float2 *       rope_table = nullptr;     // [T][n_rot / 2] (cos, sin): room for 8 tokens x 128 pairs
+    struct ggx_cuda_rope_key {
+        const void * pos = nullptr, * freq_div = nullptr;
+        int T = 0;
+        struct ggx_params_rope rope = {};
+    } rope_key;                              // what the table holds; T = 0: nothing this run
+    bool           rope_table_fresh = false; // launched just now: the next kernel may not read it early
+    long           rope_table_jobs = 0;      // GEMV jobs recorded reading it (ggx_backend_cuda_rope_table_jobs)
     char           name[16] = {0};
 };
 

@@ -233,6 +233,7 @@ ggx_status run_nodes(ggx_cuda_ctx & ctx, ggx_graph * g, const ggx_cuda_plan & pl
         GGX_CUDA_CHECK(cudaEventCreate(&ev[1]));
     }
     ctx.x16_of = nullptr;   // the scratch may have moved, and x's data changed, since the last graph
+    GGX_RETURN_IF_ERR(ggx_cuda_rope_table_begin(ctx, plan));
     for (int i = 0; i < ggx_graph_n_nodes(g); i++) {
         ggx_tensor * n = ggx_graph_node(g, i);
         const int act = plan.action[i];
@@ -250,6 +251,7 @@ ggx_status run_nodes(ggx_cuda_ctx & ctx, ggx_graph * g, const ggx_cuda_plan & pl
                       : x16_of    ? compute_x16(ctx, n)
                                   : compute_node(ctx, n);
         if (st == GGX_STATUS_OK && x16_of) ctx.x16_of = x16_of;
+        if (act >= 0 || n->op != GGX_OP_NONE) ctx.rope_table_fresh = false;   // a kernel ran after the table's
         if (ctx.profile && n->op != GGX_OP_NONE && st == GGX_STATUS_OK) {
             (void)cudaEventRecord(ev[1], ctx.stream);
             (void)cudaEventSynchronize(ev[1]);
@@ -286,6 +288,7 @@ ggx_status prepare(ggx_backend * be, ggx_graph * g, ggx_cuda_plan & plan) {
         need = std::max(need, node_scratch(ctx, n));
     }
     ggx_cuda_plan_graph(ctx.fuse, g, plan);
+    GGX_RETURN_IF_ERR(ggx_cuda_rope_table_prepare(ctx, plan));   // (before the capture: it allocates)
     for (const ggx_qgemv_job & job : plan.jobs) {
         need = std::max(need, ggx_cuda_qgemv_scratch(ctx, job));
         if (ctx.step_tile) GGX_RETURN_IF_ERR(ggx_cuda_tile_fit(ctx, job));   // (before the capture: it allocates)
@@ -486,6 +489,7 @@ void be_free(ggx_backend * be) {
         (void)cudaFree(ctx->cublas_ws);
         (void)cudaFree(ctx->scratch);
         (void)cudaFree(ctx->counters);
+        (void)cudaFree(ctx->rope_table);
         ggx_cuda_top_n_release(*ctx);
         if (ctx->mailbox_ready) (void)cudaEventDestroy(ctx->mailbox_ready);
         if (ctx->mailbox) (void)cudaFreeHost(ctx->mailbox);
@@ -505,6 +509,7 @@ __global__ void k_probe(int * p) { if (p) *p = 1; }
 
 extern "C" long ggx_backend_cuda_strip_stages(ggx_backend * be) { return be ? ctx_of(be)->strip_stages : 0; }
 extern "C" long ggx_backend_cuda_balanced_gemvs(ggx_backend * be) { return be ? ctx_of(be)->balanced_gemvs : 0; }
+extern "C" long ggx_backend_cuda_rope_table_jobs(ggx_backend * be) { return be ? ctx_of(be)->rope_table_jobs : 0; }
 
 extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     int n_dev = 0;
@@ -572,6 +577,7 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->strip_prefetch = ggx_env_int_in("GGX_CUDA_STEP_PREFETCH", 0, 16, 0);   // units
     ctx->prefetch = !ggx_env_flag("GGX_CUDA_NO_PREFETCH");
     ctx->qgemv_balance = ggx_env_int_in("GGX_QGEMV_BALANCE", 0, 2, 0);
+    ctx->rope_table_on = ggx_env_int_in("GGX_QGEMV_ROPE_TABLE", 0, 1, 0) != 0;
     ggx_cuda_trace_init(*ctx);
     snprintf(ctx->name, sizeof ctx->name, "cuda:%d", device);
     auto fail_init = [&](const char * what, int code) {

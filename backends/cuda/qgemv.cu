@@ -87,6 +87,7 @@ struct gemv_args {
     float norm_eps;
     const int32_t * pos;
     const float * freq_div;
+    const float2 * rope_table;   // the step's (cos, sin) [T][n_rot / 2] (rope-table.cu), or null: computed here
     ggx_params_rope rope;
     int head_dim, act;
     int prefetch;
@@ -368,9 +369,9 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         }
     }
     // RoPE factors of this thread's columns: they depend only on inputs (pos is uploaded before
-    // the graph runs), so they are computed while the weights load; the epilogue of the tile's
-    // last block reads them back (the double-precision angle at the end of the last block made
-    // the qkv launch several us longer)
+    // the graph runs), so they are computed (or read from the step's table: rope-table.cu) while
+    // the weights load; the epilogue of the tile's last block reads them back (the double-
+    // precision angle at the end of the last block made the qkv launch several us longer)
     float * tb = smem + T * max(ldx / 2, (Bal ? 2 * W : W - 1) * k_tile);   // RoPE tile, past the x rows (fp16) and group sums
     float2 * rcs = (float2 *)(tb + T * k_tile);                      // [T][k_tile] (cos, sin)
     if (M.rope && grp == 0) {
@@ -382,9 +383,13 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
             const int i = a.rope.mode == GGX_ROPE_NEOX ? (d < half ? d : d - half) : d / 2;
 #pragma unroll
             for (int t = 0; t < T; t++) {
-                float cs, sn;
-                ggx_rope_cos_sin(a.pos[t], i, a.freq_div, a.rope, cs, sn);
-                rcs[t * k_tile + lc] = make_float2(cs, sn);
+                if (a.rope_table) {
+                    rcs[t * k_tile + lc] = a.rope_table[t * half + i];
+                } else {
+                    float cs, sn;
+                    ggx_rope_cos_sin(a.pos[t], i, a.freq_div, a.rope, cs, sn);
+                    rcs[t * k_tile + lc] = make_float2(cs, sn);
+                }
             }
         }
     }
@@ -871,6 +876,7 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     a.pos = job.pos ? (const int32_t *)job.pos->data : nullptr;
     a.freq_div = job.freq_div ? (const float *)job.freq_div->data : nullptr;
     a.rope = job.rope;
+    a.rope_table = ggx_cuda_rope_table_for(ctx, job);
     a.head_dim = job.head_dim;
     a.act = job.act;
     a.counters = ctx.counters;

@@ -8,6 +8,16 @@
 enum ggx_status ggx_cuda_op_rope(ggx_cuda_ctx & ctx, struct ggx_tensor * dst);
 bool            ggx_cuda_supports_rope(const struct ggx_tensor * dst);
 
+// The step's RoPE table (rope-table.cu; ctx.rope_table_on): prepare allocates it before a graph is
+// captured, when a job of the plan could use it; begin, at the start of a run, computes it for the
+// first such job (a plain launch); table_for gives a job the table when it holds the job's
+// factors and at least one other kernel ran since it was launched (else null: compute inline).
+struct ggx_cuda_plan;
+struct ggx_qgemv_job;
+enum ggx_status ggx_cuda_rope_table_prepare(ggx_cuda_ctx & ctx, const ggx_cuda_plan & plan);
+enum ggx_status ggx_cuda_rope_table_begin(ggx_cuda_ctx & ctx, const ggx_cuda_plan & plan);
+const float2 *  ggx_cuda_rope_table_for(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job);
+
 // cos and sin (times attn_factor) of pair i at position pos. Shared by k_rope and the fused decode
 // GEMV epilogue (qgemv.cu) so that both give bit-identical results. The angle is formed in double:
 // at positions ~1e5 a float angle is off by ~1e-2 rad. The optional YaRN ramp (ext_factor != 0)

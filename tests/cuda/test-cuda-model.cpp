@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <utility>
 
 using namespace exl2;
 
@@ -220,6 +221,24 @@ TEST_CASE("cuda: balanced one-row GEMVs match the CPU backend and the default de
     const three_models q = load_synthetic("qwen2.5-7b", 3.0, 1, "GGX_QGEMV_BALANCE", "2");
     compare_models(*q.cpu, *q.gpu_env, "qwen2.5-7b (balanced GEMVs)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, q.gpu.get());
     CHECK(ggx_backend_cuda_balanced_gemvs(q.gpu_env->backend) >= 1);
+}
+
+// GGX_QGEMV_ROPE_TABLE=1: the step's RoPE factors computed once (rope-table.cu) and read by every
+// layer's q/k GEMV instead of formed in each block. The same function (ggx_rope_cos_sin) makes
+// the values in both kernels, so the logits should be bit-identical to the default path's; the
+// bound, 1e-4, still passes a last-ulp difference in a cos or sin (should the two kernels compile
+// it differently: ~1e-6 here) and fails any wrong pair or token (a wrong angle moves q and k by
+// O(1): ~1e-2 and more, as the CPU bound shows). The counter shows that the table was read (by
+// every layer's q/k/v job after the first kernel of a step).
+TEST_CASE("cuda: the step's RoPE table gives the default decode path's logits") {
+    REQUIRE_CUDA();
+    for (const auto & [name, bpw] : {std::pair<const char *, double>{"llama3.2-1b", 4.0}, {"qwen2.5-7b", 3.0}}) {
+        CAPTURE(name);
+        const three_models m = load_synthetic(name, bpw, 2, "GGX_QGEMV_ROPE_TABLE", "1");
+        compare_models(*m.cpu, *m.gpu_env, std::string(name) + " (RoPE table)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu.get(), 1e-4);
+        CHECK(ggx_backend_cuda_rope_table_jobs(m.gpu_env->backend) >= 2);
+        CHECK(ggx_backend_cuda_rope_table_jobs(m.gpu->backend) == 0);
+    }
 }
 
 TEST_CASE("cuda: the strip step (GGX_CUDA_STEP=1) matches the CPU backend and the fused decode path") {
