@@ -7,6 +7,7 @@
 #include "tests/fixtures.h"
 #include "tests/greedy-run-ahead.h"
 #include "tests/sampled-run-ahead.h"
+#include "tests/scoped-env.h"
 
 #include "cuda-harness.h"
 
@@ -239,6 +240,15 @@ TEST_CASE("cuda: the step's RoPE table gives the default decode path's logits") 
         CHECK(ggx_backend_cuda_rope_table_jobs(m.gpu_env->backend) >= 2);
         CHECK(ggx_backend_cuda_rope_table_jobs(m.gpu->backend) == 0);
     }
+}
+
+// GGX_ATTN_FA_ROWS=32 (read per launch) in a model: the prefill attention with two row tiles per
+// warp writing the o matmul's fp16 x, against the CPU with the fused path's bound.
+TEST_CASE("cuda: prefill attention with 32 query rows per warp in a model matches the CPU backend") {
+    REQUIRE_CUDA();
+    const three_models m = load_synthetic("llama3.2-1b", 4.0, 2, "GGX_CUDA_NO_FUSE");
+    const ScopedEnv rows("GGX_ATTN_FA_ROWS", "32");
+    compare_models(*m.cpu, *m.gpu, "llama3.2-1b (prefill attention, 32 rows per warp)", {1, 8, 2}, 5e-2);
 }
 
 TEST_CASE("cuda: the strip step (GGX_CUDA_STEP=1) matches the CPU backend and the fused decode path") {

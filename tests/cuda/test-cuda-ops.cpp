@@ -301,7 +301,10 @@ TEST_CASE("cuda: attention decode (split-K) and prefill paths, GQA, softcap, win
 // GGX_ATTN_FA_ROWS=32 (measurements): the prefill kernel with two 16-row tiles per warp, 128
 // queries per block and 32-key tiles. The prefill shapes above against the CPU with the same
 // bounds (fp16 q and p as before), plus whole prompts that end inside a 128-query block and a
-// 32-key tile, and a window that leaves some warps of a block without a visible key in a tile.
+// 32-key tile, a window that leaves some warps of a block without a visible key in a tile, and
+// one of 64 keys at an offset where a tile is wholly visible to one row tile of a warp and not
+// the other (a "fully visible" test that looked at one row tile fails only there; found by
+// review, with a host emulation of the kernel).
 TEST_CASE("cuda: prefill attention with 32 query rows per warp") {
     REQUIRE_CUDA();
     const AttnCase cases[] = {
@@ -311,6 +314,7 @@ TEST_CASE("cuda: prefill attention with 32 query rows per warp") {
         {128, 8, 2, 700, 150, GGX_TYPE_F16, 0, 40}, {96, 8, 4, 260, 190, GGX_TYPE_F16, 15.0f, 0},
         {128, 8, 2, 500, 200, GGX_TYPE_F16, 0, 0, 1}, {64, 4, 2, 100, 20, GGX_TYPE_F16, 0, 0, 1},
         {128, 8, 2, 397, 397, GGX_TYPE_F16, 0, 0},  {64, 4, 4, 300, 260, GGX_TYPE_F16, 0, 20},
+        {128, 8, 2, 700, 180, GGX_TYPE_F16, 0, 64},
     };
     const ScopedEnv rows("GGX_ATTN_FA_ROWS", "32");
     for (const AttnCase & c : cases) check_attn_case(c);
