@@ -189,9 +189,8 @@ TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs
         CHECK(ggx_cuda_qgemv_group_slices(c.job, 132) == c.m);
     }
     // GGX_QGEMV_GROUP_ROWS forces the rows per warp group (in fine slices of 32 rows)
-    setenv("GGX_QGEMV_GROUP_ROWS", "128", 1);
+    const ScopedEnv rows("GGX_QGEMV_GROUP_ROWS", "128");
     CHECK(ggx_cuda_qgemv_group_slices(cases[0].job, 132) == 4);
-    unsetenv("GGX_QGEMV_GROUP_ROWS");
 }
 
 TEST_CASE("decode plan: without fusion every node runs as it is") {

@@ -127,9 +127,10 @@ three_models load_synthetic(const char * name, double bpw, int layers, const cha
     three_models m;
     m.cpu = Model::load_tensors(std::move(a.st), a.config, cpu_p, "", false);
     m.gpu = Model::load_tensors(std::move(b.st), b.config, gpu_p, "", false);
-    setenv(env, value, 1);
-    m.gpu_env = Model::load_tensors(std::move(c.st), c.config, gpu_p, "", false);
-    unsetenv(env);
+    {
+        const ScopedEnv knob(env, value);
+        m.gpu_env = Model::load_tensors(std::move(c.st), c.config, gpu_p, "", false);
+    }
     return m;
 }
 
@@ -265,14 +266,14 @@ TEST_CASE("cuda: the tile step (GGX_CUDA_STEP=tile) matches the CPU backend and 
     return;
 #endif
     compare_synthetic_step("llama3.2-1b", 4.0, 2, "tile", 4, 1e-1);
-    setenv("GGX_CUDA_STEP_TILE_WARPS", "12", 1);   // the 12-warp form of the kernel
-    compare_synthetic_step("llama3.2-1b", 2.5, 1, "tile", 4, 1e-1);   // mixed widths
-    unsetenv("GGX_CUDA_STEP_TILE_WARPS");
+    {
+        const ScopedEnv warps("GGX_CUDA_STEP_TILE_WARPS", "12");   // the 12-warp form of the kernel
+        compare_synthetic_step("llama3.2-1b", 2.5, 1, "tile", 4, 1e-1);   // mixed widths
+    }
     // q/k/v with biases; down (K = 18944): x in three fp16 variants does not fit
     compare_synthetic_step("qwen2.5-7b", 6.0, 1, "tile", 3, 1e-1);
-    setenv("GGX_CUDA_STEP_TILE_QKV", "0", 1);   // q/k/v by the fused GEMV: the sharp bound for the other stages
+    const ScopedEnv qkv("GGX_CUDA_STEP_TILE_QKV", "0");   // q/k/v by the fused GEMV: the sharp bound for the other stages
     compare_synthetic_step("llama3.2-1b", 4.0, 2, "tile", 3);
-    unsetenv("GGX_CUDA_STEP_TILE_QKV");
 }
 
 // A top-k sampler through the C API ranks the logits on the device (ggx_backend_i::top_n) and
@@ -351,9 +352,11 @@ TEST_CASE("cuda: sampled run-ahead with the draw on the device gives the same id
     exl2test::check_sampled_run_ahead(*kjv, ContextParams(), 21);
     exl2test::check_sampled_run_ahead(*syn, ContextParams(), 21, false);
     // the off switch: no draw slots, so Context::sample_ahead queues nothing
-    setenv("GGX_CUDA_SAMPLE_AHEAD", "0", 1);
-    ggx_backend * off = ggx_backend_init("cuda:0", 0);
-    unsetenv("GGX_CUDA_SAMPLE_AHEAD");
+    ggx_backend * off = nullptr;
+    {
+        const ScopedEnv ahead("GGX_CUDA_SAMPLE_AHEAD", "0");
+        off = ggx_backend_init("cuda:0", 0);
+    }
     REQUIRE_MESSAGE(off, ggx_last_error());
     CHECK((off->iface.top_n != nullptr));
     CHECK((off->iface.top_n_begin == nullptr));

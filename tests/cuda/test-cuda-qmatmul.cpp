@@ -214,13 +214,16 @@ TEST_CASE("cuda: EXL2 one-row GEMV, paired piece tables give the same bits as th
             return ggx_mul_mat(r.ctx, r.qweight(c.L), r.input(GGX_TYPE_F32, {K, 1}, xb));
         };
         for (const char * rows : {"64", "128", "96"}) {
-            setenv("GGX_QGEMV_GROUP_ROWS", rows, 1);
-            setenv("GGX_QGEMV_PAIRS", "0", 1);
-            const Output plain = run_graph(cuda_backend(), build);
-            setenv("GGX_QGEMV_PAIRS", "1", 1);
-            const Output paired = run_graph(cuda_backend(), build);
-            unsetenv("GGX_QGEMV_PAIRS");
-            unsetenv("GGX_QGEMV_GROUP_ROWS");
+            const ScopedEnv group_rows("GGX_QGEMV_GROUP_ROWS", rows);
+            Output plain, paired;
+            {
+                const ScopedEnv pairs("GGX_QGEMV_PAIRS", "0");
+                plain = run_graph(cuda_backend(), build);
+            }
+            {
+                const ScopedEnv pairs("GGX_QGEMV_PAIRS", "1");
+                paired = run_graph(cuda_backend(), build);
+            }
             REQUIRE(plain.bytes.size() == paired.bytes.size());
             CHECK_MESSAGE(memcmp(plain.bytes.data(), paired.bytes.data(), plain.bytes.size()) == 0,
                           "exl2 '" << lay << "' at " << rows << " rows per warp group: paired tables differ");
@@ -247,14 +250,13 @@ TEST_CASE("cuda: EXL2 one-row GEMV gives row 0 of the two-row GEMV bit for bit (
         const std::vector<float> x2 = random_x(2, K, seed * 17);
         const std::vector<uint8_t> xb1 = bytes_of(std::vector<float>(x2.begin(), x2.begin() + K)), xb2 = bytes_of(x2);
         for (const char * rows : {"96", "64"}) {
-            setenv("GGX_QGEMV_GROUP_ROWS", rows, 1);
+            const ScopedEnv group_rows("GGX_QGEMV_GROUP_ROWS", rows);
             const Output one = run_graph(cuda_backend(), [&](GraphRun & r) {
                 return ggx_mul_mat(r.ctx, r.qweight(c.L), r.input(GGX_TYPE_F32, {K, 1}, xb1));
             });
             const Output two = run_graph(cuda_backend(), [&](GraphRun & r) {
                 return ggx_mul_mat(r.ctx, r.qweight(c.L), r.input(GGX_TYPE_F32, {K, 2}, xb2));
             });
-            unsetenv("GGX_QGEMV_GROUP_ROWS");
             REQUIRE(one.bytes.size() == (size_t)N * sizeof(float));
             REQUIRE(two.bytes.size() == 2 * one.bytes.size());
             CHECK_MESSAGE(memcmp(one.bytes.data(), two.bytes.data(), one.bytes.size()) == 0,
