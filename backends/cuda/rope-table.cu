@@ -2,10 +2,11 @@
 // H200 has compared it): the step's positions are the same in every layer, so the (cos, sin) of
 // each (token, pair) is computed once at the step's start, and each layer's q/k GEMV reads it
 // instead of forming the double-precision angles in every block's prologue. Those prologues run
-// before the PDL wait and are hidden, except in the blocks that start late, on the SMs the
-// previous GEMV's tile-last blocks hold through their split-K tails (8 of q/k/v's 132 after
-// down's 8 tiles): a hypothesis for part of q/k/v's ~3.6 us straggle (run 141), not measured.
-// The values are ggx_rope_cos_sin's, so the results are bit-identical either way.
+// before the PDL wait, but they are longer than the time down leaves them: in run 141's trace the
+// median q/k/v block gets past its wait 2.6 us after the first (the v blocks, which have no
+// RoPE, pass it as it releases), against 0.15-1.0 us for the other GEMVs. The expected gain is
+// that 2.6 us per layer; not yet measured. The values are ggx_rope_cos_sin's, so the results are
+// bit-identical either way.
 #include "rope.cuh"
 
 #include "decode-plan.h"
