@@ -220,7 +220,7 @@ TEST_CASE("bench: bad inputs give one-line errors; --ctx 0 measures decode from 
         {"-m /nonexistent/model", "/nonexistent/model"},
         {"-m models/kjv-6m -o yaml", "bad -o 'yaml'"},
     };
-    check_tool_errors("./bench/bench", "bench: ", cases);
+    check_tool_errors("./bench/bench --device cpu", "bench: ", cases);   // (a GPU build would try cuda:0 first)
     Run r = run_cmd("./bench/bench -m models/kjv-6m -p 16 -n 4 --ctx 0,8 -r 1 --device cpu -o json");
     CAPTURE(r.out);
     CHECK(r.status == 0);
