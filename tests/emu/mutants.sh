@@ -1,0 +1,90 @@
+#!/bin/bash
+# mutants.sh [prefill|decode|all]: injects known bugs into a copy of the kernel source, one at a
+# time, and runs the emulator's default cases on each (stopping at the first failure). One line
+# per mutant: caught or NOT caught. Exit status 0 only when every mutant is caught.
+# A mutant whose sed expression no longer changes the source, or that does not build, counts as
+# a failure: fix its expression here after the kernel changed.
+# Work files: $EMU_BUILD/mut/KIND/NAME (src.cu, diff.txt, build.txt, out.txt, err.txt).
+# EMU_JOBS mutants run at a time (default: the number of cores).
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=${EMU_BUILD:-$root/build-emu}
+jobs=${EMU_JOBS:-$(nproc)}
+what=${1:-all}
+case "$what" in
+    prefill | decode) kinds=$what ;;
+    all) kinds="prefill decode" ;;
+    *) echo "usage: mutants.sh [prefill|decode|all]" >&2; exit 2 ;;
+esac
+
+# NAME SED_EXPRESSION
+decode_mutants=(
+    stride4 's/const int wstride = solo ? 1 : dm_warps;/const int wstride = dm_warps;/'
+    rows_past_R 's/            if (row >= R) continue;/            \/\/ (rows past R not skipped)/'
+    l_no_quad_sum_solo 's/l_r\[r\] += __shfl_xor_sync(0xffffffffu, l_r\[r\], \([12]\));/if (!solo) l_r[r] += __shfl_xor_sync(0xffffffffu, l_r[r], \1);/'
+    stage_i2 's/^        half \* Kd = KV + (size_t)(4 \* warp + 2 \* (i & 1))/        half * Kd = KV + (size_t)(4 * warp + 2 * ((i < 2 ? i : i + 1) \& 1))/'
+    wait2 's/ggx_cp_async_wait<1>();/ggx_cp_async_wait<2>();/'
+    solo_multi_split 's/const bool solo = a.solo_tiles > 0 \&\& n_active == 1 \&\& n_tiles <= a.solo_tiles;/const bool solo = a.solo_tiles > 0 \&\& n_tiles <= a.solo_tiles;/'
+    solo_syncthreads '/stage_q<HD, 32>(a, Qs, kvh, G, R, lane);/{n;s/__syncwarp();/__syncthreads();/}'
+    arrive_nsplits 's/arrive_last(a.counters + kvh, n_active)/arrive_last(a.counters + kvh, a.n_splits)/'
+    pdl_early 's/issue(i, k_lo, fresh, true);/issue(i, k_lo, fresh + 1, true);/'
+    n_mine_floor 's/(n_tiles - warp + dm_warps - 1) \/ dm_warps/(n_tiles - warp) \/ dm_warps/'
+    window_off1 's/lo_r\[i\] = a.window > 0 ? pt - a.window + 1 : 0;/lo_r[i] = a.window > 0 ? pt - a.window : 0;/'
+    ldsm_k_swap 's/ldsm_x4(b, smem_addr(Kd + (lane % 8 + (lane \/ 16) \* 8) \* C::ld + kk \* 16 + ((lane \/ 8) % 2) \* 8));/ldsm_x4(b, smem_addr(Kd + (lane % 8 + ((lane \/ 8) % 2) * 8) * C::ld + kk * 16 + (lane \/ 16) * 8));/'
+)
+prefill_mutants=(
+    full0 's/full &= hi_r\[mt\]\[i\] >= k0 + BK - 1 \&\& lo_r\[mt\]\[i\] <= k0;/full \&= hi_r[0][i] >= k0 + BK - 1 \&\& lo_r[0][i] <= k0;/'
+    hirow '/int hi_r\[MT\]\[2\], lo_r\[MT\]\[2\];/,/lo_r\[mt\]\[i\] =/s/q0 + row0 + 16 \* mt + g/q0 + row0 + 8 * mt + g/'
+    mask0 's/if (j > hi_r\[mt\]\[i\] || j < lo_r\[mt\]\[i\]) s\[mt\]/if (j > hi_r[0][i] || j < lo_r[0][i]) s[mt]/'
+    qrow 's/Qs + (row0 + 16 \* mt + lane % 16)/Qs + (row0 + lane % 16)/'
+    vis0 '/bool vis = false, full = true;/,/vis |=/s/for (int mt = 0; mt < MT; mt++)/for (int mt = 0; mt < 1; mt++)/'
+    vis1 '/bool vis = false, full = true;/,/vis |=/s/for (int mt = 0; mt < MT; mt++)/for (int mt = MT - 1; mt < MT; mt++)/'
+    wait2 's/ggx_cp_async_wait<1>();/ggx_cp_async_wait<2>();/'
+    window_off1 's/? a.pos\[t\] - a.window + 1 : 0;/? a.pos[t] - a.window : 0;/'
+)
+
+# one mutant: its result line into DIR/result
+mutant() {
+    local kind=$1 name=$2 expr=$3 src=$4 d=$5 r
+    rm -rf "$d"; mkdir -p "$d"
+    if ! sed "$expr" "$src" > "$d/src.cu" 2> "$d/diff.txt"; then r="BROKEN: bad sed expression ($(head -n 1 "$d/diff.txt"))"
+    elif diff "$src" "$d/src.cu" > "$d/diff.txt"; then r="BROKEN: the sed expression no longer changes the source"
+    elif ! "$here/build.sh" "$kind" "$d" "$d/src.cu" > "$d/build.txt" 2>&1; then r="BROKEN: does not build (build.txt)"
+    else
+        EMU_FAIL_FAST=1 timeout 1800 "$d/emu-$kind" > "$d/out.txt" 2> "$d/err.txt"
+        local rc=$?
+        if [ $rc -eq 0 ]; then r="NOT caught ($(tail -n 1 "$d/out.txt"))"
+        else
+            local why
+            why=$(head -n 1 "$d/err.txt")
+            if [ -z "$why" ]; then   # the first failed run: its start and its error
+                local line
+                line=$(grep -m 1 'bad [1-9]' "$d/out.txt" | tr -s ' ')
+                [ -n "$line" ] && why="run ${line:0:60}... $(grep -o 'bad [0-9]*/[0-9]* max err [^ ]*' <<< "$line")"
+            fi
+            [ -n "$why" ] || why="exit status $rc"
+            r="caught: ${why:0:150}"
+        fi
+    fi
+    echo "$r" > "$d/result"
+}
+
+rc=0
+for kind in $kinds; do
+    src=$root/backends/cuda/attn-$kind.cu
+    declare -n list=${kind}_mutants
+    names=()
+    for ((i = 0; i < ${#list[@]}; i += 2)); do
+        while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+        mutant "$kind" "${list[i]}" "${list[i + 1]}" "$src" "$build/mut/$kind/${list[i]}" &
+        names+=("${list[i]}")
+    done
+    wait
+    for n in "${names[@]}"; do
+        res=$(cat "$build/mut/$kind/$n/result" 2> /dev/null || echo "BROKEN: no result")
+        printf '%-8s %-20s %s\n' "$kind" "$n" "$res"
+        case "$res" in caught*) ;; *) rc=1 ;; esac
+    done
+    unset -n list
+done
+exit $rc
