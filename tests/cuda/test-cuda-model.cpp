@@ -234,9 +234,11 @@ TEST_CASE("cuda: balanced one-row GEMVs match the CPU backend and the default de
 // every layer's q/k/v job after the first kernel of a step).
 TEST_CASE("cuda: the step's RoPE table gives the default decode path's logits") {
     REQUIRE_CUDA();
-    for (const auto & [name, bpw] : {std::pair<const char *, double>{"llama3.2-1b", 4.0}, {"qwen2.5-7b", 3.0}}) {
+    const std::pair<const char *, double> models[] = {{"llama3.2-1b", 4.0}, {"qwen2.5-7b", 3.0}};
+    for (const auto & mb : models) {
+        const char * name = mb.first;   // (not a structured binding: clang's C++17 cannot capture one)
         CAPTURE(name);
-        const three_models m = load_synthetic(name, bpw, 2, "GGX_QGEMV_ROPE_TABLE", "1");
+        const three_models m = load_synthetic(name, mb.second, 2, "GGX_QGEMV_ROPE_TABLE", "1");
         compare_models(*m.cpu, *m.gpu_env, std::string(name) + " (RoPE table)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu.get(), 1e-4);
         CHECK(ggx_backend_cuda_rope_table_jobs(m.gpu_env->backend) >= 2);
         CHECK(ggx_backend_cuda_rope_table_jobs(m.gpu->backend) == 0);
