@@ -47,34 +47,34 @@ bool table_fits(const ggx_qgemv_job & job) {
            job.rope.n_rot / 2 <= k_pairs;
 }
 
+// The plan's first job that could read a table: the one the table is computed for.
+const ggx_qgemv_job * table_job(const ggx_cuda_plan & plan) {
+    for (const ggx_qgemv_job & job : plan.jobs)
+        if (table_fits(job)) return &job;
+    return nullptr;
+}
+
 }  // namespace
 
 ggx_status ggx_cuda_rope_table_prepare(ggx_cuda_ctx & ctx, const ggx_cuda_plan & plan) {
-    if (!ctx.rope_table_on || ctx.rope_table) return GGX_STATUS_OK;
-    for (const ggx_qgemv_job & job : plan.jobs)
-        if (table_fits(job)) {
-            GGX_CUDA_CHECK(cudaMalloc((void **)&ctx.rope_table, sizeof(float2) * GGX_CUDA_QGEMV_MAX_T * k_pairs));
-            break;
-        }
+    if (ctx.rope_table_on && !ctx.rope_table && table_job(plan))
+        GGX_CUDA_CHECK(cudaMalloc((void **)&ctx.rope_table, sizeof(float2) * GGX_CUDA_QGEMV_MAX_T * k_pairs));
     return GGX_STATUS_OK;
 }
 
 ggx_status ggx_cuda_rope_table_begin(ggx_cuda_ctx & ctx, const ggx_cuda_plan & plan) {
     ctx.rope_key = {};
     ctx.rope_table_fresh = false;
-    if (!ctx.rope_table_on || !ctx.rope_table) return GGX_STATUS_OK;
-    for (const ggx_qgemv_job & job : plan.jobs) {
-        if (!table_fits(job)) continue;
-        const int half = job.rope.n_rot / 2, n = job.T * half;
-        // a plain launch: the kernels after the next one find it complete, even before their PDL wait
-        k_rope_table<<<(n + 127) / 128, 128, 0, ctx.stream>>>((const int32_t *)job.pos->data, job.T, half,
-                                                              job.freq_div ? (const float *)job.freq_div->data : nullptr,
-                                                              job.rope, ctx.rope_table);
-        GGX_CUDA_LAUNCH_CHECK();
-        ctx.rope_key = key_of(job);
-        ctx.rope_table_fresh = true;
-        break;
-    }
+    const ggx_qgemv_job * job = ctx.rope_table_on && ctx.rope_table ? table_job(plan) : nullptr;
+    if (!job) return GGX_STATUS_OK;
+    const int half = job->rope.n_rot / 2, n = job->T * half;
+    // a plain launch: the kernels after the next one find it complete, even before their PDL wait
+    k_rope_table<<<(n + 127) / 128, 128, 0, ctx.stream>>>((const int32_t *)job->pos->data, job->T, half,
+                                                          job->freq_div ? (const float *)job->freq_div->data : nullptr,
+                                                          job->rope, ctx.rope_table);
+    GGX_CUDA_LAUNCH_CHECK();
+    ctx.rope_key = key_of(*job);
+    ctx.rope_table_fresh = true;
     return GGX_STATUS_OK;
 }
 
