@@ -268,6 +268,16 @@ void check_attn_case(const AttnCase & c) {
                 "attn hd " + std::to_string(c.hd) + " H " + std::to_string(c.H) + "/" + std::to_string(c.Hkv) + " C " +
                     std::to_string(c.C) + " T " + std::to_string(c.T));
 }
+// Prefill shapes (T > 8, f16 cache): tensor-core tiles, partial tiles, GQA, softcap, windows;
+// whole prompts (pos 0..T-1, many key tiles, partial last tile; a window shorter than a tile);
+// non-causal (every query sees keys up to the last position). Run with each prefill kernel form.
+const AttnCase k_prefill_cases[] = {
+    {128, 32, 8, 600, 100, GGX_TYPE_F16, 0, 0}, {96, 4, 1, 300, 70, GGX_TYPE_F16, 20.0f, 50},
+    {80, 4, 2, 200, 40, GGX_TYPE_F16, 0, 0},    {64, 8, 8, 130, 129, GGX_TYPE_F16, 0, 0},
+    {128, 32, 8, 300, 300, GGX_TYPE_F16, 0, 0}, {80, 6, 2, 217, 217, GGX_TYPE_F16, 0, 0},
+    {128, 8, 2, 700, 150, GGX_TYPE_F16, 0, 40}, {96, 8, 4, 260, 190, GGX_TYPE_F16, 15.0f, 0},
+    {64, 4, 2, 100, 20, GGX_TYPE_F16, 0, 0, 1}, {128, 8, 2, 500, 200, GGX_TYPE_F16, 0, 0, 1},
+};
 }  // namespace
 
 
@@ -280,27 +290,21 @@ TEST_CASE("cuda: attention decode (split-K) and prefill paths, GQA, softcap, win
         {64, 4, 2, 600, 2, GGX_TYPE_F16, 0, 100},  {64, 4, 2, 200, 17, GGX_TYPE_F16, 0, 0},
         {128, 8, 2, 300, 64, GGX_TYPE_F32, 0, 0},  {256, 4, 1, 150, 33, GGX_TYPE_F16, 20.0f, 40},
         {8, 4, 2, 64, 12, GGX_TYPE_F32, 0, 0},
-        // tensor-core prefill (f16 cache, hd 64/80/96/128), partial tiles, GQA, softcap, window
-        {128, 32, 8, 600, 100, GGX_TYPE_F16, 0, 0}, {96, 4, 1, 300, 70, GGX_TYPE_F16, 20.0f, 50},
-        {80, 4, 2, 200, 40, GGX_TYPE_F16, 0, 0},    {64, 8, 8, 130, 129, GGX_TYPE_F16, 0, 0},
-        // whole prompts (pos 0..T-1, many key tiles, partial last tile), a window shorter than a tile
-        {128, 32, 8, 300, 300, GGX_TYPE_F16, 0, 0}, {80, 6, 2, 217, 217, GGX_TYPE_F16, 0, 0},
-        {128, 8, 2, 700, 150, GGX_TYPE_F16, 0, 40}, {96, 8, 4, 260, 190, GGX_TYPE_F16, 15.0f, 0},
         // tensor-core decode (f16 cache, T x G <= 16 query rows per KV head): one split, many
         // splits merged per token, G = 1/2/4/8, softcap, window, non-causal
         {128, 32, 8, 20, 1, GGX_TYPE_F16, 0, 0},   {128, 32, 8, 4096, 3, GGX_TYPE_F16, 0, 0},
         {96, 8, 4, 500, 2, GGX_TYPE_F16, 15.0f, 0}, {80, 8, 1, 300, 2, GGX_TYPE_F16, 0, 50},
         {64, 4, 4, 1000, 8, GGX_TYPE_F16, 0, 0},    {128, 8, 2, 200, 2, GGX_TYPE_F16, 0, 0, 1},
-        // non-causal prefill (every query sees keys up to the last position)
-        {64, 4, 2, 100, 20, GGX_TYPE_F16, 0, 0, 1}, {64, 4, 2, 100, 3, GGX_TYPE_F16, 0, 0, 1},
-        {128, 8, 2, 500, 200, GGX_TYPE_F16, 0, 0, 1},
+        // non-causal decode (every query sees keys up to the last position)
+        {64, 4, 2, 100, 3, GGX_TYPE_F16, 0, 0, 1},
     };
     for (const AttnCase & c : cases) check_attn_case(c);
+    for (const AttnCase & c : k_prefill_cases) check_attn_case(c);
 }
 
 // GGX_ATTN_FA_ROWS=32 (measurements): the prefill kernel with two 16-row tiles per warp, 128
-// queries per block and 32-key tiles. The prefill shapes above against the CPU with the same
-// bounds (fp16 q and p as before), plus whole prompts that end inside a 128-query block and a
+// queries per block and 32-key tiles. The prefill shapes (k_prefill_cases) against the CPU with
+// the same bounds (fp16 q and p as before), plus whole prompts that end inside a 128-query block and a
 // 32-key tile, a window that leaves some warps of a block without a visible key in a tile, and
 // one of 64 keys at an offset where a tile is wholly visible to one row tile of a warp and not
 // the other (a "fully visible" test that looked at one row tile fails only there; found by
@@ -308,15 +312,11 @@ TEST_CASE("cuda: attention decode (split-K) and prefill paths, GQA, softcap, win
 TEST_CASE("cuda: prefill attention with 32 query rows per warp") {
     REQUIRE_CUDA();
     const AttnCase cases[] = {
-        {128, 32, 8, 600, 100, GGX_TYPE_F16, 0, 0}, {96, 4, 1, 300, 70, GGX_TYPE_F16, 20.0f, 50},
-        {80, 4, 2, 200, 40, GGX_TYPE_F16, 0, 0},    {64, 8, 8, 130, 129, GGX_TYPE_F16, 0, 0},
-        {128, 32, 8, 300, 300, GGX_TYPE_F16, 0, 0}, {80, 6, 2, 217, 217, GGX_TYPE_F16, 0, 0},
-        {128, 8, 2, 700, 150, GGX_TYPE_F16, 0, 40}, {96, 8, 4, 260, 190, GGX_TYPE_F16, 15.0f, 0},
-        {128, 8, 2, 500, 200, GGX_TYPE_F16, 0, 0, 1}, {64, 4, 2, 100, 20, GGX_TYPE_F16, 0, 0, 1},
         {128, 8, 2, 397, 397, GGX_TYPE_F16, 0, 0},  {64, 4, 4, 300, 260, GGX_TYPE_F16, 0, 20},
         {128, 8, 2, 700, 180, GGX_TYPE_F16, 0, 64},
     };
     const ScopedEnv rows("GGX_ATTN_FA_ROWS", "32");
+    for (const AttnCase & c : k_prefill_cases) check_attn_case(c);
     for (const AttnCase & c : cases) check_attn_case(c);
 }
 
