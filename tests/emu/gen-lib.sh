@@ -24,3 +24,17 @@ check() {
     if grep -n '__shared__\|__global__\|__device__\|__grid_constant__\|asm' "$1" >&2; then die "device-only text left in $1"; fi
     grep -q "void $2" "$1" || die "$2 not found in $1"
 }
+
+# kernel SRC FIRST: from the line matching FIRST (the kernel's first constant) up to its launch
+# function, without the launch's template line: the kernel and its helpers
+kernel() {
+    range "$1" "$2" '^ggx_status launch\(' | sed "\${/^template </d}"
+}
+
+# fix_kernel OUT THREADS: the device-only spellings every attention kernel has (inline helpers,
+# the __global__ line with its launch bounds, the dynamic shared memory) as host code
+fix_kernel() {
+    fix "$1" '__device__ __forceinline__' 'inline'
+    fix "$1" "__global__ void __launch_bounds__($2)" 'void'
+    fix "$1" 'extern __shared__ __align__(128) unsigned char smraw[];' 'unsigned char * smraw = g_smem;'
+}
