@@ -35,6 +35,9 @@
 #   ropetable       tg128@16 of llama3-8b 4.0 and llama3.2-1b 4.0 with GGX_QGEMV_ROPE_TABLE=1 (the step's
 #                   RoPE factors computed once, not in every q/k/v block's prologue), then without;
 #                   a trace with it (does q/k/v's straggle shrink?)
+#   normtable       tg128@16 of llama3-8b 4.0 and llama3.2-1b 4.0 with GGX_QGEMV_NORM_TABLE=1 (norm weights
+#                   in q_perm order: the GEMV prologue's two dependent loads made independent), then
+#                   without; then with and without it next to GGX_QGEMV_ROPE_TABLE=1; a trace of both
 #   fa32            pp512 and pp2048 of llama3-8b 4.0 with GGX_ATTN_FA_ROWS=32 (prefill attention with
 #                   two 16-row tiles per warp, 128 queries per block, 32-key tiles), then without,
 #                   twice each (prefill figures move by ~1-3% between runs); the attention lines
@@ -156,6 +159,12 @@ for part in "$@"; do
         ropetable)
             ab GGX_QGEMV_ROPE_TABLE=1 "llama3-8b 4.0" "llama3.2-1b 4.0"
             GGX_QGEMV_ROPE_TABLE=1 GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12 ;;
+        normtable)
+            ab GGX_QGEMV_NORM_TABLE=1 "llama3-8b 4.0" "llama3.2-1b 4.0"
+            echo "-- llama3-8b 4.0 @16: GGX_QGEMV_NORM_TABLE=1 with GGX_QGEMV_ROPE_TABLE=1, then the RoPE table alone"
+            GGX_QGEMV_NORM_TABLE=1 GGX_QGEMV_ROPE_TABLE=1 tg --synthetic llama3-8b --bpw 4.0 --ctx 16
+            GGX_QGEMV_ROPE_TABLE=1 tg --synthetic llama3-8b --bpw 4.0 --ctx 16
+            GGX_QGEMV_NORM_TABLE=1 GGX_QGEMV_ROPE_TABLE=1 GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12 ;;
         fa32)
             for r in 1 2; do
                 echo "-- llama3-8b 4.0 prefill, round $r: GGX_ATTN_FA_ROWS=32, then the default"
@@ -169,7 +178,7 @@ for part in "$@"; do
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/cluster-fit.cu -o /tmp/cluster-fit && /tmp/cluster-fit ;;
         windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
         x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample, solo, balance, tail2, ropetable, fa32, clusters, windows, x16)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample, solo, balance, tail2, ropetable, normtable, fa32, clusters, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"

@@ -115,6 +115,9 @@ long                 ggx_backend_cuda_strip_stages(struct ggx_backend * be);
 long                 ggx_backend_cuda_balanced_gemvs(struct ggx_backend * be);
 // Decode GEMV jobs that read the step's RoPE table (GGX_QGEMV_ROPE_TABLE=1), counted the same way.
 long                 ggx_backend_cuda_rope_table_jobs(struct ggx_backend * be);
+// Matrices of decode GEMV jobs that read their norm weights from a q_perm-ordered table
+// (GGX_QGEMV_NORM_TABLE=1), counted the same way.
+long                 ggx_backend_cuda_norm_table_mats(struct ggx_backend * be);
 #endif
 
 // Convenience wrappers.

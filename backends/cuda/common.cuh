@@ -119,6 +119,10 @@ struct ggx_cuda_ctx {
     } rope_key;                              // what the table holds; T = 0: nothing this run
     bool           rope_table_fresh = false; // launched just now: the next kernel may not read it early
     long           rope_table_jobs = 0;      // GEMV jobs recorded reading it (ggx_backend_cuda_rope_table_jobs)
+    // Norm weights in q_perm order per matrix (norm-table.cu, GGX_QGEMV_NORM_TABLE=1), so that the
+    // GEMV prologue's two dependent loads (q_perm, then the weight) become independent.
+    bool           norm_table_on = false;
+    long           norm_table_mats = 0;      // matrices of GEMV launches recorded reading one (ggx_backend_cuda_norm_table_mats)
     char           name[16] = {0};
 };
 

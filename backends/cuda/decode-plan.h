@@ -54,6 +54,8 @@ struct ggx_cuda_qextra {
     int    n_groups = 0;
     struct ggx_strip_matrix * strip = nullptr;   // strip-layout copy (strip-plan.cuh), GGX_CUDA_STEP=1 only
     struct ggx_tile_step_matrix * tile = nullptr;   // tile-layout copy (strip-plan.cuh), GGX_CUDA_STEP=tile only
+    float * norm_wp = nullptr;            // norm weights in q_perm order (norm-table.cu), GGX_QGEMV_NORM_TABLE=1 only
+    const void * norm_wp_of = nullptr;    // the norm weights they were read from
 };
 
 #define GGX_QGEMV_MAX_MATS 4

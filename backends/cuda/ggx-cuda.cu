@@ -289,6 +289,7 @@ ggx_status prepare(ggx_backend * be, ggx_graph * g, ggx_cuda_plan & plan) {
     }
     ggx_cuda_plan_graph(ctx.fuse, g, plan);
     GGX_RETURN_IF_ERR(ggx_cuda_rope_table_prepare(ctx, plan));   // (before the capture: it allocates)
+    GGX_RETURN_IF_ERR(ggx_cuda_norm_tables_prepare(ctx, plan));  // (likewise)
     for (const ggx_qgemv_job & job : plan.jobs) {
         need = std::max(need, ggx_cuda_qgemv_scratch(ctx, job));
         if (ctx.step_tile) GGX_RETURN_IF_ERR(ggx_cuda_tile_fit(ctx, job));   // (before the capture: it allocates)
@@ -510,6 +511,7 @@ __global__ void k_probe(int * p) { if (p) *p = 1; }
 extern "C" long ggx_backend_cuda_strip_stages(ggx_backend * be) { return be ? ctx_of(be)->strip_stages : 0; }
 extern "C" long ggx_backend_cuda_balanced_gemvs(ggx_backend * be) { return be ? ctx_of(be)->balanced_gemvs : 0; }
 extern "C" long ggx_backend_cuda_rope_table_jobs(ggx_backend * be) { return be ? ctx_of(be)->rope_table_jobs : 0; }
+extern "C" long ggx_backend_cuda_norm_table_mats(ggx_backend * be) { return be ? ctx_of(be)->norm_table_mats : 0; }
 
 extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     int n_dev = 0;
@@ -578,6 +580,7 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->prefetch = !ggx_env_flag("GGX_CUDA_NO_PREFETCH");
     ctx->qgemv_balance = ggx_env_int_in("GGX_QGEMV_BALANCE", 0, 2, 0);
     ctx->rope_table_on = ggx_env_int_in("GGX_QGEMV_ROPE_TABLE", 0, 1, 0) != 0;
+    ctx->norm_table_on = ggx_env_int_in("GGX_QGEMV_NORM_TABLE", 0, 1, 0) != 0;
     ggx_cuda_trace_init(*ctx);
     snprintf(ctx->name, sizeof ctx->name, "cuda:%d", device);
     auto fail_init = [&](const char * what, int code) {

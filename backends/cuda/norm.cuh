@@ -12,3 +12,12 @@ bool            ggx_cuda_supports_norm(const struct ggx_tensor * dst);
 // for the prefill matmuls).
 enum ggx_status ggx_cuda_op_add_rms_norm(ggx_cuda_ctx & ctx, struct ggx_tensor * add, struct ggx_tensor * norm,
                                          half * x16 = nullptr);
+
+// The fused GEMVs' norm weights in q_perm order (norm-table.cu; ctx.norm_table_on): prepare builds,
+// before a graph is captured, one table per matrix of the plan's normalising jobs that has a
+// q_perm; table_for gives matrix i of a job its table, or null (the kernel then reads the norm
+// weights through q_perm itself).
+struct ggx_cuda_plan;
+struct ggx_qgemv_job;
+enum ggx_status ggx_cuda_norm_tables_prepare(ggx_cuda_ctx & ctx, const ggx_cuda_plan & plan);
+const float *   ggx_cuda_norm_table_for(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job, int i);

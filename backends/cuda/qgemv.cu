@@ -27,6 +27,7 @@
 #include "activation.cuh"
 #include "env-knobs.h"
 #include "exl2-unpack.cuh"
+#include "norm.cuh"
 #include "qmatrix.cuh"
 #include "rope.cuh"
 #include "trace.cuh"
@@ -58,6 +59,7 @@ struct gemv_mat {
     const uint32_t * qs;
     const half *     qsmax;
     const int32_t *  perm;
+    const float *    norm_wp;   // the norm weights in perm order (norm-table.cu), or null: read through perm
     const int4 *     pieces;
     const int *      slice_first;   // per fine slice, or per pair of them (pair_shift 1: ggx_cuda_qextra::pieces2)
     int pair_shift;
@@ -402,7 +404,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     for (int j = 0; j < k_stage; j++) {
         const int i = threadIdx.x + j * NT, k = k_begin + i;
         src[j] = i < k_n ? (M.perm ? M.perm[k] : k) : -1;
-        nw[j] = a.norm && a.norm_w && i < k_n ? ggx_load_any(a.norm_w, a.norm_type, src[j]) : 1.0f;
+        nw[j] = !a.norm || !a.norm_w || i >= k_n ? 1.0f : M.norm_wp ? M.norm_wp[k] : ggx_load_any(a.norm_w, a.norm_type, src[j]);
     }
     ggx_pdl_wait();
     ggx_pdl_launch_next();
@@ -908,6 +910,7 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
         M.qs = q->q_scale;
         M.qsmax = (const half *)q->q_scale_max;
         M.perm = q->q_perm;
+        M.norm_wp = ggx_cuda_norm_table_for(ctx, job, i);
         const bool paired = pairs && e->pieces2;
         M.pieces = paired ? e->pieces2 : e->pieces;
         M.slice_first = paired ? e->slice_first2 : e->slice_first;

@@ -433,6 +433,7 @@ void ggx_cuda_qmatrix_release(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     (void)cudaFree(e->groups);
     (void)cudaFree(e->pieces2);
     (void)cudaFree(e->slice_first2);
+    (void)cudaFree(e->norm_wp);
     ggx_cuda_strip_release(e);
     ggx_cuda_tile_release(e);
     delete e;

@@ -245,6 +245,25 @@ TEST_CASE("cuda: the step's RoPE table gives the default decode path's logits") 
     }
 }
 
+// GGX_QGEMV_NORM_TABLE=1: each normalising GEMV (q/k/v, gate/up) reads its x rows' norm weights
+// from a table in q_perm order (norm-table.cu) instead of through q_perm. The table holds the same
+// floats the kernel would load (ggx_load_any), so the logits should be bit-identical to the default
+// path's; the bound is the RoPE table's (1e-4: a wrong or misordered weight scales an x row by
+// another weight, O(1e-2) and more in the logits). The counter shows the tables were read: per
+// captured one-token graph q/k/v and gate/up of both layers, five matrices a layer.
+TEST_CASE("cuda: norm weights in q_perm order give the default decode path's logits") {
+    REQUIRE_CUDA();
+    const std::pair<const char *, double> models[] = {{"llama3.2-1b", 4.0}, {"qwen2.5-7b", 3.0}};
+    for (const auto & mb : models) {
+        const char * name = mb.first;   // (not a structured binding: clang's C++17 cannot capture one)
+        CAPTURE(name);
+        const three_models m = load_synthetic(name, mb.second, 2, "GGX_QGEMV_NORM_TABLE", "1");
+        compare_models(*m.cpu, *m.gpu_env, std::string(name) + " (norm table)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu.get(), 1e-4);
+        CHECK(ggx_backend_cuda_norm_table_mats(m.gpu_env->backend) >= 5 * 2);
+        CHECK(ggx_backend_cuda_norm_table_mats(m.gpu->backend) == 0);
+    }
+}
+
 // GGX_ATTN_FA_ROWS=32 (read per launch) in a model: the prefill attention with two row tiles per
 // warp writing the o matmul's fp16 x, against the CPU with the fused path's bound.
 TEST_CASE("cuda: prefill attention with 32 query rows per warp in a model matches the CPU backend") {
