@@ -1,12 +1,13 @@
-// The RoPE factors of a decode step in one table (GGX_QGEMV_ROPE_TABLE=1, measurements until the
-// H200 has compared it): the step's positions are the same in every layer, so the (cos, sin) of
+// The RoPE factors of a decode step in one table (the default; GGX_QGEMV_ROPE_TABLE=0 turns it
+// off): the step's positions are the same in every layer, so the (cos, sin) of
 // each (token, pair) is computed once at the step's start, and each layer's q/k GEMV reads it
 // instead of forming the double-precision angles in every block's prologue. Those prologues run
 // before the PDL wait, but they are longer than the time down leaves them: in run 141's trace the
 // median q/k/v block gets past its wait 2.6 us after the first (the v blocks, which have no
-// RoPE, pass it as it releases), against 0.15-1.0 us for the other GEMVs. The expected gain is
-// that 2.6 us per layer; not yet measured. The values are ggx_rope_cos_sin's, so the results are
-// bit-identical either way.
+// RoPE, pass it as it releases), against 0.15-1.0 us for the other GEMVs. With the table (run
+// 143, H200) that median wait fell from 7.16 to 4.36 us and q/k/v's span from 11.73 to 10.38 us:
+// tg128@16 +1.9% on llama3-8b 4.0 (418.3 -> 426.4 t/s), +2.4% on llama3.2-1b (1311.9 -> 1342.8).
+// The values are ggx_rope_cos_sin's, so the results are bit-identical either way.
 #include "rope.cuh"
 
 #include "decode-plan.h"
