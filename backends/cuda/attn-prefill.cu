@@ -15,12 +15,11 @@
 // tiles that are partly visible. Query tiles are issued last-first: causal work grows with the
 // tile index, so the long blocks start first and the short ones fill the tail.
 //
-// MT = 1 (the default; BK = 64): Q's fragments stay in registers, and every K or V fragment a
-// warp reads from shared memory feeds two mma: ~256 bytes of ldmatrix per mma, which by count
-// (not yet profiled) keeps shared memory about as busy as the tensor cores. MT = 2
-// (GGX_ATTN_FA_ROWS=32, NOT YET RUN; BK = 32 so that S and O fit 255 registers: 246 at hd 128, no
-// spills): each K or V fragment feeds four mma (two row tiles) and Q's fragments are read per
-// k-step, ~192 bytes per mma. 8 warps and 128 queries per block with MT = 1 measured slower on
+// MT = 1 (BK = 64): Q's fragments stay in registers, and every K or V fragment a warp reads from
+// shared memory feeds two mma: ~256 bytes of ldmatrix per mma. MT = 2 (BK = 32 so that S and O
+// fit 255 registers: 246 at hd 128, no spills): each K or V fragment feeds four mma (two row
+// tiles) and Q's fragments are read per k-step, ~192 bytes per mma; 2.7% faster at T = 2048 on
+// the H200 (run 143), slower where its grid leaves SMs without two blocks (launch_rows). 8 warps and 128 queries per block with MT = 1 measured slower on
 // the H200 (227 against 206 us for llama3-8b at T = 2048).
 #include "attn-common.cuh"
 #include "async-copy.cuh"
@@ -293,11 +292,30 @@ ggx_status launch(const attn_args & a, cudaStream_t s) {
     return GGX_STATUS_OK;
 }
 
+// The GPU's SM count (of the current device; read once: one process drives one GPU model).
+int sm_count() {
+    static int n = 0;
+    if (n == 0) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+            (void)cudaGetLastError();
+            n = 132;
+        }
+    }
+    return n;
+}
+
+// Query rows per warp: 32 (MT = 2) when its grid still gives every SM its two resident blocks,
+// else 16. Run 143 (H200, llama3-8b, 32 heads): pp2048 (512 blocks at MT = 2) 36644 / 36800
+// against 36487 / 36383 t/s with MT = 1, its attention 165.4 against 170.1 us per call; pp512
+// (128 blocks, fewer than the SMs) 27528 / 27532 against 27829 / 27695. GGX_ATTN_FA_ROWS=16 or 32
+// forces one (read per launch, host code, once per captured graph, so that a test can set it).
 template <int HD>
 ggx_status launch_rows(const attn_args & a, cudaStream_t s) {
-    // Query rows per warp (GGX_ATTN_FA_ROWS, 16 or 32; measurements until the H200 has compared
-    // them). Read per launch (host code, once per captured graph) so that a test can set it.
-    return ggx_env_int("GGX_ATTN_FA_ROWS", 16) == 32 ? launch<HD, 2>(a, s) : launch<HD, 1>(a, s);
+    const int forced = ggx_env_int("GGX_ATTN_FA_ROWS", 0);
+    const int64_t blocks2 = (int64_t)a.H * ((a.T + fa_cfg<HD, 2>::bq - 1) / fa_cfg<HD, 2>::bq);
+    const bool two = forced == 32 || (forced != 16 && blocks2 >= 2 * (int64_t)sm_count());
+    return two ? launch<HD, 2>(a, s) : launch<HD, 1>(a, s);
 }
 
 }  // namespace

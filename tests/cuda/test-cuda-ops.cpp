@@ -299,11 +299,12 @@ TEST_CASE("cuda: attention decode (split-K) and prefill paths, GQA, softcap, win
         {64, 4, 2, 100, 3, GGX_TYPE_F16, 0, 0, 1},
     };
     for (const AttnCase & c : cases) check_attn_case(c);
+    const ScopedEnv rows("GGX_ATTN_FA_ROWS", "16");   // (the default picks 32 only for large grids)
     for (const AttnCase & c : k_prefill_cases) check_attn_case(c);
 }
 
-// GGX_ATTN_FA_ROWS=32 (measurements): the prefill kernel with two 16-row tiles per warp, 128
-// queries per block and 32-key tiles. The prefill shapes (k_prefill_cases) against the CPU with
+// GGX_ATTN_FA_ROWS=32: the prefill kernel with two 16-row tiles per warp, 128 queries per block
+// and 32-key tiles (the default where its grid gives every SM two blocks; forced here). The prefill shapes (k_prefill_cases) against the CPU with
 // the same bounds (fp16 q and p as before), plus whole prompts that end inside a 128-query block and a
 // 32-key tile, a window that leaves some warps of a block without a visible key in a tile, and
 // one of 64 keys at an offset where a tile is wholly visible to one row tile of a warp and not
