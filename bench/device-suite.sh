@@ -118,11 +118,17 @@ ab() {
         tg --synthetic "$model" --bpw "$bpw" --ctx 16
     done
 }
+# test-cuda with each failure's case, values and messages (run 143 printed only the ERROR lines)
+run_tests() {
+    build-dev/test-cuda "$@" > /tmp/test-cuda.log 2>&1
+    grep -E -A4 'TEST CASE|ERROR|FAILED' /tmp/test-cuda.log | head -120
+    grep -E 'test cases|assertions|Status' /tmp/test-cuda.log
+}
 for part in "$@"; do
     echo "== $part (at ${SECONDS} s)"
     case "$part" in
-        tests) build-dev/test-cuda 2>&1 | grep -E 'ERROR|FAILED|test cases|assertions|Status' ;;
-        tests:*) build-dev/test-cuda -tc="${part#tests:}" 2>&1 | grep -E 'ERROR|FAILED|test cases|assertions|Status' ;;
+        tests) run_tests ;;
+        tests:*) run_tests -tc="${part#tests:}" ;;
         figures)
             for b in 4.0 2.5 3.0 5.0 6.0 8.0; do echo "-- llama3-8b $b @16"; tg --synthetic llama3-8b --bpw "$b" --ctx 16; done
             echo "-- llama3.2-1b 4.0 @16"; tg --synthetic llama3.2-1b --bpw 4.0 --ctx 16
