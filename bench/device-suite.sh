@@ -13,6 +13,7 @@
 # Parts:
 #   tests[:FILTER]  build-dev/test-cuda (doctest -tc FILTER when given)
 #   figures         tg128@16 for llama3-8b at 2.5-8.0 bpw, llama3.2-1b, 4.0 @4096, pp512/pp2048
+#   figures-short   the same for llama3-8b 4.0 @16 and @4096, llama3.2-1b and pp512/pp2048 only
 #   attn-sweep      GGX_ATTN_MIN_SPLIT_KEYS = 64, 128, 256, 512 at --ctx 16,512,4096
 #   trace           GGX_CUDA_TRACE=4 summaries at 4.0 bpw and for llama3.2-1b
 #   pairs           tg128@16 at 2.5, 3.0, 4.0 bpw and llama3.2-1b with GGX_QGEMV_PAIR_BITS=4 (only
@@ -134,6 +135,11 @@ for part in "$@"; do
             echo "-- llama3.2-1b 4.0 @16"; tg --synthetic llama3.2-1b --bpw 4.0 --ctx 16
             echo "-- llama3-8b 4.0 @4096"; tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
             echo "-- prefill"; $B --synthetic llama3-8b --bpw 4.0 -p 512,2048 -n 0 -r 3 2>&1 | grep -E '^\| pp|^memory:' ;;
+        figures-short)
+            echo "-- llama3-8b 4.0 @16"; tg --synthetic llama3-8b --bpw 4.0 --ctx 16
+            echo "-- llama3.2-1b 4.0 @16"; tg --synthetic llama3.2-1b --bpw 4.0 --ctx 16
+            echo "-- llama3-8b 4.0 @4096"; tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
+            echo "-- prefill"; $B --synthetic llama3-8b --bpw 4.0 -p 512,2048 -n 0 -r 3 2>&1 | grep -E '^\| pp|^memory:' ;;
         attn-sweep)
             for k in 64 128 256 512; do echo "-- GGX_ATTN_MIN_SPLIT_KEYS=$k"; GGX_ATTN_MIN_SPLIT_KEYS=$k tg --synthetic llama3-8b --bpw 4.0 --ctx 16,512,4096; done ;;
         trace)
@@ -184,7 +190,7 @@ for part in "$@"; do
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/cluster-fit.cu -o /tmp/cluster-fit && /tmp/cluster-fit ;;
         windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
         x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, attn-sweep, trace, pairs, sample, solo, balance, tail2, ropetable, normtable, fa32, clusters, windows, x16)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, solo, balance, tail2, ropetable, normtable, fa32, clusters, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"
