@@ -31,8 +31,6 @@ struct attn_args {
     ggx_trace_dev trace;  // GGX_CUDA_TRACE only
     int trace_last;       // stamp the free points in the last tile, not the first (GGX_ATTN_TRACE_LAST=1)
     int qsplit;           // k_attn_split: blocks per KV head (each takes G / qsplit of its query heads)
-    int solo_tiles;       // k_attn_decode: one warp walks a lone split of at most this many 16-key tiles
-    int late_launch;      // k_attn_decode: the next kernel may launch only after the key loop (measurements)
 };
 
 constexpr int k_merge_loads = 8;   // split partials in flight per thread in the merge

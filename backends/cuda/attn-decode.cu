@@ -40,28 +40,6 @@ template <int HD> struct dm_cfg {
     static constexpr size_t bytes = q_bytes + kv_bytes;
 };
 
-// The query rows (t, g) of KV head kvh into Qs in fp16, pre-scaled; rows past R are zero. NTHR
-// threads (the block, or the solo warp) load all their rows before any store.
-template <int HD, int NTHR>
-__device__ __forceinline__ void stage_q(const attn_args & a, half * Qs, int kvh, int G, int R, int tid) {
-    using C = dm_cfg<HD>;
-    constexpr int NV = dm_rows * HD / 4, QV = (NV + NTHR - 1) / NTHR;   // float4s
-    float4 qv[QV];
-#pragma unroll
-    for (int u = 0; u < QV; u++) {
-        const int e = tid + u * NTHR, r = e / (HD / 4), c = (e % (HD / 4)) * 4;
-        qv[u] = e < NV && r < R ? *(const float4 *)(a.q + ((size_t)(r / G) * a.H + kvh * G + r % G) * HD + c)
-                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-#pragma unroll
-    for (int u = 0; u < QV; u++) {
-        const int e = tid + u * NTHR, r = e / (HD / 4), c = (e % (HD / 4)) * 4;
-        if (e < NV)
-            *(uint2 *)(Qs + r * C::ld + c) =
-            make_uint2(pack_h2(qv[u].x * a.scale, qv[u].y * a.scale), pack_h2(qv[u].z * a.scale, qv[u].w * a.scale));
-    }
-}
-
 template <int HD>
 __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constant__ attn_args a) {
     using C = dm_cfg<HD>;
@@ -101,14 +79,7 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
         return;
     }
     const int n_tiles = k_hi > k_lo ? (k_hi - k_lo + dm_bk - 1) / dm_bk : 0;
-    // Few keys and no split merge: warp 0 walks every tile alone and writes the output from its
-    // registers, so that no warp waits for another and no state goes through shared memory (the
-    // four warps' merge took ~3.8 us at ctx 16, run 142's trace). The other warps leave before
-    // any block barrier.
-    const bool solo = a.solo_tiles > 0 && n_active == 1 && n_tiles <= a.solo_tiles;
-    if (solo && warp != 0) return;
-    const int wstride = solo ? 1 : dm_warps;   // tiles between two of this warp's
-    const int n_mine = solo ? n_tiles : n_tiles > warp ? (n_tiles - warp + dm_warps - 1) / dm_warps : 0;   // this warp's tiles
+    const int n_mine = n_tiles > warp ? (n_tiles - warp + dm_warps - 1) / dm_warps : 0;   // this warp's tiles
 
     // this thread's two rows (g and g + 8): their last and first visible key
     int hi_r[2], lo_r[2];
@@ -128,7 +99,7 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
     // copies of the rows [r_lo, r_hi) of this warp's i-th tile; rows past k_hi are zero-filled
     // (an unwritten cache row may hold NaN, and 0 * NaN would poison O)
     auto issue = [&](int i, int r_lo, int r_hi, bool zero_tail) {
-        const int j0 = k_lo + (warp + wstride * i) * dm_bk;
+        const int j0 = k_lo + (warp + dm_warps * i) * dm_bk;
         half * Kd = KV + (size_t)(4 * warp + 2 * (i & 1)) * C::tile;
         half * Vd = Kd + C::tile;
         const int lo = max(r_lo, j0), hi = min(min(r_hi, k_hi), j0 + dm_bk);
@@ -151,19 +122,30 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
     // q and the rows at pos come from the previous kernel (the qkv GEMV); the next one (the o
     // GEMV) may start its static loads on the SMs this small grid leaves free
     ggx_pdl_wait();
-    if (!a.late_launch) ggx_pdl_launch_next();
+    ggx_pdl_launch_next();
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_WAITED);
     for (int i = 0; i < 2 && i < n_mine; i++) issue(i, fresh, 1 << 30, false);
     ggx_cp_async_commit();
 
-    // Q rows (t, g) pre-scaled, in fp16
-    if (solo) {
-        stage_q<HD, 32>(a, Qs, kvh, G, R, lane);
-        __syncwarp();
-    } else {
-        stage_q<HD, dm_threads>(a, Qs, kvh, G, R, tid);
-        __syncthreads();
+    // Q rows (t, g) pre-scaled, in fp16; rows past R are zero. All loads before the stores.
+    {
+        constexpr int NV = dm_rows * HD / 4, QV = (NV + dm_threads - 1) / dm_threads;   // float4s
+        float4 qv[QV];
+#pragma unroll
+        for (int u = 0; u < QV; u++) {
+            const int e = tid + u * dm_threads, r = e / (HD / 4), c = (e % (HD / 4)) * 4;
+            qv[u] = e < NV && r < R ? *(const float4 *)(a.q + ((size_t)(r / G) * a.H + kvh * G + r % G) * HD + c)
+                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int u = 0; u < QV; u++) {
+            const int e = tid + u * dm_threads, r = e / (HD / 4), c = (e % (HD / 4)) * 4;
+            if (e < NV)
+                *(uint2 *)(Qs + r * C::ld + c) =
+                make_uint2(pack_h2(qv[u].x * a.scale, qv[u].y * a.scale), pack_h2(qv[u].z * a.scale, qv[u].w * a.scale));
+        }
     }
+    __syncthreads();
     uint32_t qf[KS][4];
 #pragma unroll
     for (int kk = 0; kk < KS; kk++) ldsm_x4(qf[kk], smem_addr(Qs + (lane % 16) * C::ld + kk * 16 + (lane / 16) * 8));
@@ -179,7 +161,7 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
         if (i >= 1 && i + 1 < n_mine) ggx_cp_async_wait<1>();
         else ggx_cp_async_wait<0>();
         __syncwarp();
-        const int j0 = k_lo + (warp + wstride * i) * dm_bk;
+        const int j0 = k_lo + (warp + dm_warps * i) * dm_bk;
         const half * Kd = KV + (size_t)(4 * warp + 2 * (i & 1)) * C::tile;
         const half * Vd = Kd + C::tile;
         // S = Q K^T for 16 keys: two n-tiles of 8 keys
@@ -220,29 +202,13 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
         ggx_cp_async_commit();
     }
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP_END);
-    if (a.late_launch) ggx_pdl_launch_next();
+
+    // the warps' states into the (now free) stages: O [warp][row][HD], then m and l [warp][row]
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         l_r[r] += __shfl_xor_sync(0xffffffffu, l_r[r], 1);
         l_r[r] += __shfl_xor_sync(0xffffffffu, l_r[r], 2);
     }
-    if (solo) {   // the output straight from this warp's state: rows g and g + 8, columns 2 tq + 8 nt
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = g + 8 * r;
-            if (row >= R) continue;
-            const float L = l_r[r];
-            float * orow = a.out + ((size_t)(row / G) * a.H + kvh * G + row % G) * HD + 2 * tq;
-#pragma unroll
-            for (int nt = 0; nt < NT_O; nt++)
-                *(float2 *)(orow + nt * 8) = L > 0.0f ? make_float2(o[nt][2 * r] / L, o[nt][2 * r + 1] / L) : make_float2(0.0f, 0.0f);
-        }
-        ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_HANDOFF);
-        ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
-        return;
-    }
-
-    // the warps' states into the (now free) stages: O [warp][row][HD], then m and l [warp][row]
     __syncthreads();   // every warp is done with its stages
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_A);
     float * Os = (float *)KV;

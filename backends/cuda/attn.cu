@@ -333,13 +333,6 @@ static int min_split_keys() {
     return std::max(64, std::min(1 << 16, (n + 63) / 64 * 64));
 }
 
-// Most 16-key tiles one warp of k_attn_decode walks alone when a single split covers the keys
-// (GGX_ATTN_SOLO_TILES; 0, the default until measured: the four warps always share them and
-// merge). Read per launch (host code, once per captured graph) so that a test can set it.
-static int solo_tiles() {
-    return std::max(0, ggx_env_int("GGX_ATTN_SOLO_TILES", 0));
-}
-
 plan make_plan(const ggx_tensor * dst) {
     const ggx_tensor * kc = dst->src[1];
     const int C = (int)(ggx_nelements(kc) / (kc->ne[0] * kc->ne[1]));
@@ -466,11 +459,7 @@ ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst, half * x16) {
         static const bool last = ggx_env_int("GGX_ATTN_TRACE_LAST", 0) != 0;
         a.trace_last = last;
     }
-    if (decode_mma() && decode_mma_ok(a.hd, a.H / a.Hkv, a.T, (int)kc->type)) {
-        a.solo_tiles = solo_tiles();
-        a.late_launch = ggx_env_int("GGX_ATTN_LATE_LAUNCH", 0) != 0;
-        return decode_mma_launch(ctx, a);
-    }
+    if (decode_mma() && decode_mma_ok(a.hd, a.H / a.Hkv, a.T, (int)kc->type)) return decode_mma_launch(ctx, a);
     a.tile_keys = tile_keys(ctx, a.hd, (int)ggx_type_size(kc->type));
     a.qsplit = attn_qsplit(a.H / a.Hkv);
     const dim3 grid(a.Hkv * a.qsplit, a.n_splits, a.T);

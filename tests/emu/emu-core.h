@@ -92,7 +92,6 @@ inline int warp_() { return g_f[g_cur].tid / 32; }
 // ---- barriers ----
 struct Bar { int arrived = 0; unsigned gen = 0; };
 inline Bar g_wbar[4], g_bbar;
-inline long g_warp_syncs[4];    // barrier calls per warp in the current block
 inline int g_bbar_releases = 0;
 inline int g_no_copies_from = 0;   // > 0: no cp.async in flight once this many __syncthreads have released
 inline void check_no_copies_in_flight(const char * where);
@@ -101,7 +100,6 @@ inline void wsync() {
     const int w = warp_();
     CHECKX(warp_exited(w) == 0, "warp-synchronous op (__syncwarp / shfl / vote / ldmatrix / mma) with %d exited lanes",
            warp_exited(w));
-    g_warp_syncs[w]++;
     Bar & b = g_wbar[w];
     const unsigned g = b.gen;
     b.arrived++;
@@ -113,7 +111,6 @@ inline void wsync() {
 inline void __syncwarp(unsigned = 0xffffffffu) { wsync(); }
 inline void __syncthreads() {
     CHECKX(block_exited() == 0, "__syncthreads with %d threads of the block exited (undefined on hardware)", block_exited());
-    g_warp_syncs[warp_()]++;
     Bar & b = g_bbar;
     const unsigned g = b.gen;
     b.arrived++;
@@ -342,7 +339,6 @@ inline void run_block(int bx, int by) {
     memset(g_smem, 0xff, g_smem_bytes);
     g_pend.assign(g_smem_bytes / 16 + 1, 0);
     g_bbar_releases = 0;
-    for (auto & n : g_warp_syncs) n = 0;
     for (int t = 0; t < NTH; t++) {
         Fiber & f = g_f[t];
         f.tid = t;

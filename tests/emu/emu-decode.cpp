@@ -4,10 +4,9 @@
 //
 // Beyond emu-core.h's checks: out and part written only where the block owns them (per-block
 // diff), guard zones around q, out and part intact, the merge counters back to 0 after the grid,
-// no cp.async in flight from the second __syncthreads on (the stages become the merge scratch),
-// and the path the blocks took (one warp alone or four) is the one the arguments ask for.
+// and no cp.async in flight from the second __syncthreads on (the stages become the merge scratch).
 //
-//   emu-decode [CP_MODE 0|1|2(both)] [RAND_SCHED 0|1] [ONLY_CASE] ["hd,H,Hkv,C,T,cap,win,nc,min_chunk,solo_tiles"]
+//   emu-decode [CP_MODE 0|1|2(both)] [RAND_SCHED 0|1] [ONLY_CASE] ["hd,H,Hkv,C,T,cap,win,nc,min_chunk"]
 //   EMU_WINDOW_FROM_P=1: the reference with the CPU backend's window convention
 #include "emu-core.h"
 
@@ -23,8 +22,6 @@ using emu::attn_args;
 
 static attn_args g_args;
 template <int HD> static void thread_body() { emu::k_attn_decode<HD>(g_args); }
-
-static long g_blocks_path[2];   // blocks that worked: [0] four warps, [1] warp 0 alone
 
 template <int HD> static void run_grid(const attn_args & a, int order) {
     using C = emu::dm_cfg<HD>;
@@ -47,8 +44,6 @@ template <int HD> static void run_grid(const attn_args & a, int order) {
         for (int i = 0; i < 16; i++) g_wsum[i] = g_wmax[i] = NAN;
         g_last = 0x5a5a5a5a;
         run_block(bx, by);
-        // the path the block took: solo = warp 0 worked and warps 1-3 never reached a barrier
-        if (g_warp_syncs[0] > 0) g_blocks_path[g_warp_syncs[1] == 0 && g_warp_syncs[2] == 0 && g_warp_syncs[3] == 0]++;
         const int kvh = bx, split = by;
         check_writes(out0, a.out, [&](size_t e) { return (int)(e / HD % a.H) / G == kvh ? nullptr : "a head of another KV head"; }, "out");
         check_writes(part0, a.part, [&](size_t e) {
@@ -59,11 +54,11 @@ template <int HD> static void run_grid(const attn_args & a, int order) {
     }
 }
 
-struct Run { Case c; int min_chunk, solo; const char * suite; };
+struct Run { Case c; int min_chunk; const char * suite; };
 
 static std::vector<Run> default_runs() {
     std::vector<Run> runs;
-    // "attention decode by one warp alone and by four warps, few keys": MIN_SPLIT_KEYS 1024, SOLO_TILES 0/8/64
+    // "attention decode in one split of up to 1024 keys": MIN_SPLIT_KEYS 1024
     const Case few[] = {
         {128, 32, 8, 20, 1, 0, 0, 0},     {128, 32, 8, 140, 3, 0, 0, 0},
         {64, 4, 4, 90, 8, 0, 0, 0},       {96, 8, 4, 120, 2, 15.0f, 0, 0},
@@ -71,8 +66,7 @@ static std::vector<Run> default_runs() {
         {64, 16, 2, 33, 2, 0, 0, 0},      {128, 32, 8, 900, 1, 0, 0, 0},
         {128, 32, 8, 1000, 2, 0, 100, 0}, {64, 4, 2, 40, 8, 0, 4, 0},
     };
-    for (int solo : {0, 8, 64})
-        for (const Case & c : few) runs.push_back({c, 1024, solo, "few"});
+    for (const Case & c : few) runs.push_back({c, 1024, "few"});
     // the tensor-core decode cases of "attention decode (split-K) and prefill paths" (f16, T x G <= 16)
     const Case split[] = {
         {64, 4, 4, 40, 1, 0, 0, 0},        {128, 8, 2, 700, 1, 0, 0, 0},   {128, 32, 8, 4096, 1, 0, 0, 0},
@@ -80,8 +74,7 @@ static std::vector<Run> default_runs() {
         {96, 8, 4, 500, 2, 15.0f, 0, 0},   {80, 8, 1, 300, 2, 0, 50, 0},   {64, 4, 4, 1000, 8, 0, 0, 0},
         {128, 8, 2, 200, 2, 0, 0, 1},
     };
-    for (int solo : {0, 8})
-        for (const Case & c : split) runs.push_back({c, 128, solo, "split"});
+    for (const Case & c : split) runs.push_back({c, 128, "split"});
     // "attention decode with 64 and 256 keys at least per split" (its f16 tensor-core cases)
     const Case keys[] = {
         {128, 32, 8, 200, 1, 0, 0, 0}, {128, 32, 8, 4096, 1, 0, 0, 0}, {128, 32, 8, 700, 3, 0, 0, 0},
@@ -89,8 +82,7 @@ static std::vector<Run> default_runs() {
         {128, 8, 2, 700, 1, 0, 0, 0},
     };
     for (int mc : {64, 256})
-        for (int solo : {0, 8})
-            for (const Case & c : keys) runs.push_back({c, mc, solo, mc == 64 ? "keys64" : "keys256"});
+        for (const Case & c : keys) runs.push_back({c, mc, mc == 64 ? "keys64" : "keys256"});
     return runs;
 }
 
@@ -103,17 +95,17 @@ int main(int argc, char ** argv) {
     if (argc > 4) {
         Run r{};
         r.suite = "extra";
-        if (sscanf(argv[4], "%d,%d,%d,%d,%d,%f,%d,%d,%d,%d", &r.c.hd, &r.c.H, &r.c.Hkv, &r.c.C, &r.c.T, &r.c.softcap, &r.c.window,
-                   &r.c.non_causal, &r.min_chunk, &r.solo) != 10) {
-            fprintf(stderr, "emu-decode: the extra case needs 10 numbers\n");
+        if (sscanf(argv[4], "%d,%d,%d,%d,%d,%f,%d,%d,%d", &r.c.hd, &r.c.H, &r.c.Hkv, &r.c.C, &r.c.T, &r.c.softcap, &r.c.window,
+                   &r.c.non_causal, &r.min_chunk) != 9) {
+            fprintf(stderr, "emu-decode: the extra case needs 9 numbers\n");
             return 2;
         }
         runs.push_back(r);
     }
     g_no_copies_from = 2;   // the stages hold the warps' states after the second __syncthreads
     int n_fail = 0, idx = -1;
-    double max_err[2] = {0, 0};   // [0] four warps, [1] solo
-    long n_path[2] = {0, 0};
+    double max_err = 0;
+    long n_runs = 0;
     for (const Run & run : runs) {
         idx++;
         if (only >= 0 && idx != only) continue;
@@ -135,7 +127,6 @@ int main(int argc, char ** argv) {
         const int chunk = max(run.min_chunk, ((max(end - lo0, 1) + n_splits - 1) / n_splits + 63) / 64 * 64);
         const int n_active = max(1, (end - lo0 + chunk - 1) / chunk);
         const int tiles0 = (min(end, lo0 + chunk) - lo0 + 15) / 16;
-        const bool solo = run.solo > 0 && n_active == 1 && tiles0 <= run.solo;
         std::vector<double> ref;
         for (int cpmode = 0; cpmode < 2; cpmode++) {
             if (cpm != 2 && cpmode != cpm) continue;
@@ -148,9 +139,8 @@ int main(int argc, char ** argv) {
                 attn_args a = case_args<attn_args>(c, in, pos.data());
                 a.out = out.p(); a.out16 = nullptr; a.part = part.p(); a.counters = counters.data() + 1;
                 a.chunk = 0; a.n_splits = n_splits; a.min_chunk = run.min_chunk; a.tile_keys = 0;
-                a.qsplit = 1; a.solo_tiles = run.solo; a.late_launch = 0;
+                a.qsplit = 1;
                 g_fresh_min = *std::min_element(pos.begin(), pos.end());
-                g_blocks_path[0] = g_blocks_path[1] = 0;
                 switch (c.hd) {
                     case 64: run_grid<64>(a, order); break;
                     case 80: run_grid<80>(a, order); break;
@@ -161,24 +151,20 @@ int main(int argc, char ** argv) {
                 out.check_guards("out", NAN);
                 part.check_guards("part", NAN);
                 for (int i = 0; i < c.Hkv + 2; i++) CHECKX(counters[i] == 0, "counter %d is %d after the grid", i - 1, counters[i]);
-                CHECKX(g_blocks_path[!solo] == 0 && g_blocks_path[solo] > 0, "blocks took path solo %ld / 4-warp %ld, expected %s",
-                       g_blocks_path[1], g_blocks_path[0], solo ? "solo" : "4-warp");
                 if (ref.empty()) ref = reference(a, in, window_from_P);
                 const float * o = a.out;
                 const Compared r = compare(ref, [&](size_t i) { return (double)o[i]; });
-                max_err[solo] = std::max(max_err[solo], r.max_err);
-                n_path[solo]++;
-                printf("%3d %-7s hd %3d H %2d/%d C %4d T %d cap %2g win %3d nc %d | min_chunk %4d solo_tiles %2d -> splits %2d active %2d "
-                       "tiles0 %3d %s | cp %s order %d: bad %zu/%zu max err %.2e ratio %.3f\n",
-                       idx, run.suite, c.hd, c.H, c.Hkv, c.C, c.T, c.softcap, c.window, c.non_causal, run.min_chunk, run.solo, n_splits,
-                       n_active, tiles0, solo ? "SOLO" : "4-warp", cpmode ? "deferred" : "immediate", order, r.bad, nq, r.max_err,
-                       r.worst_ratio);
+                max_err = std::max(max_err, r.max_err);
+                n_runs++;
+                printf("%3d %-7s hd %3d H %2d/%d C %4d T %d cap %2g win %3d nc %d | min_chunk %4d -> splits %2d active %2d "
+                       "tiles0 %3d | cp %s order %d: bad %zu/%zu max err %.2e ratio %.3f\n",
+                       idx, run.suite, c.hd, c.H, c.Hkv, c.C, c.T, c.softcap, c.window, c.non_causal, run.min_chunk, n_splits,
+                       n_active, tiles0, cpmode ? "deferred" : "immediate", order, r.bad, nq, r.max_err, r.worst_ratio);
                 if (r.bad) n_fail++;
                 after_run(r.bad > 0);
             }
         }
     }
-    printf("decode: runs 4-warp %ld (max err %.2e), solo %ld (max err %.2e); failed runs %d, check errors %ld\n", n_path[0], max_err[0],
-           n_path[1], max_err[1], n_fail, g_errors);
+    printf("decode: runs %ld (max err %.2e); failed runs %d, check errors %ld\n", n_runs, max_err, n_fail, g_errors);
     return n_fail || g_errors;
 }

@@ -19,13 +19,9 @@ esac
 
 # NAME SED_EXPRESSION
 decode_mutants=(
-    stride4 's/const int wstride = solo ? 1 : dm_warps;/const int wstride = dm_warps;/'
-    rows_past_R 's/            if (row >= R) continue;/            \/\/ (rows past R not skipped)/'
-    l_no_quad_sum_solo 's/l_r\[r\] += __shfl_xor_sync(0xffffffffu, l_r\[r\], \([12]\));/if (!solo) l_r[r] += __shfl_xor_sync(0xffffffffu, l_r[r], \1);/'
+    l_no_quad_sum 's/l_r\[r\] += __shfl_xor_sync(0xffffffffu, l_r\[r\], \([12]\));/\/\/ (no quad sum of l over \1)/'
     stage_i2 's/^        half \* Kd = KV + (size_t)(4 \* warp + 2 \* (i & 1))/        half * Kd = KV + (size_t)(4 * warp + 2 * ((i < 2 ? i : i + 1) \& 1))/'
     wait2 's/ggx_cp_async_wait<1>();/ggx_cp_async_wait<2>();/'
-    solo_multi_split 's/const bool solo = a.solo_tiles > 0 \&\& n_active == 1 \&\& n_tiles <= a.solo_tiles;/const bool solo = a.solo_tiles > 0 \&\& n_tiles <= a.solo_tiles;/'
-    solo_syncthreads '/stage_q<HD, 32>(a, Qs, kvh, G, R, lane);/{n;s/__syncwarp();/__syncthreads();/}'
     arrive_nsplits 's/arrive_last(a.counters + kvh, n_active)/arrive_last(a.counters + kvh, a.n_splits)/'
     pdl_early 's/issue(i, k_lo, fresh, true);/issue(i, k_lo, fresh + 1, true);/'
     n_mine_floor 's/(n_tiles - warp + dm_warps - 1) \/ dm_warps/(n_tiles - warp) \/ dm_warps/'
