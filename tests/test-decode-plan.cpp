@@ -5,7 +5,6 @@
 #if defined(GGX_USE_CUDA)
 
 #include "backends/cuda/decode-plan.h"
-#include "backends/cuda/qgemv-balance.h"
 #include "tests/scoped-env.h"
 #include "ggx/ggx-backend.h"
 #include "ggx/ggx.h"
@@ -392,121 +391,6 @@ TEST_CASE("decode plan: paired piece tables are the plain ones with 2-4-bit piec
         for (auto g : L.groups) has4 |= g.first == 4;
         if (join == 0) CHECK(joined == 0);
         if (join == ((1 << 2) | (1 << 3) | (1 << 4)) || (join == (1 << 4) && has4)) CHECK(joined > 0);
-    }
-}
-
-// Which decode GEMV jobs take the balanced form (qgemv-balance.h) where the cost model decides
-// (GGX_QGEMV_BALANCE=1), at the H200's 132 SMs, with the paired tables real matrices have: only
-// llama3-8b's gate/up (112 blocks of 16 fine slices per group in the classic form, 132 of at most
-// 14 balanced). q/k/v and o tie at the pairs' 64-row granularity, down's K is too large to stage
-// whole, the head has more tiles than SMs, llama3.2-1b's jobs tie. With mode 2 every job that
-// fits takes it; with 0 none.
-TEST_CASE("decode plan: the jobs that take the balanced GEMV form at 132 SMs") {
-    const ScopedEnv no_override("GGX_QGEMV_BALANCE", nullptr);   // set, it would override the mode argument
-    DecodeGraph G;
-    static int4 table_mark;   // a paired table that is never read
-    auto job = [&](std::initializer_list<std::pair<int, int>> mats, bool glu = false) {
-        ggx_qgemv_job j = G.gemv_job(mats);
-        for (int i = 0; i < j.n_mat; i++) ((ggx_cuda_qextra *)((ggx_qmatrix *)j.m[i].w->extra)->backend_extra)->pieces2 = &table_mark;
-        j.x = ggx_new_tensor_1d(G.ctx, GGX_TYPE_F32, mats.begin()->first);
-        if (glu) {
-            j.m[0].epi = j.m[1].epi = GGX_QGEMV_GLU;
-            j.m[0].pair = 1;
-            j.m[1].pair = 0;
-            j.m[0].is_gate = true;
-        }
-        return j;
-    };
-    struct Case {
-        const char * name;
-        ggx_qgemv_job job;
-        bool auto_on, forced_on;
-    };
-    const Case cases[] = {
-        {"llama3-8b q/k/v", job({{4096, 4096}, {4096, 1024}, {4096, 1024}}), false, true},
-        {"llama3-8b o", job({{4096, 4096}}), false, true},
-        {"llama3-8b gate/up", job({{4096, 14336}, {4096, 14336}}, true), true, true},
-        {"llama3-8b down", job({{14336, 4096}}), false, false},
-        {"llama3-8b head", job({{4096, 128256}}), false, false},
-        {"llama3.2-1b q/k/v", job({{2048, 2048}, {2048, 512}, {2048, 512}}), false, true},
-        {"llama3.2-1b gate/up", job({{2048, 8192}, {2048, 8192}}, true), false, true},
-        {"llama3.2-1b down", job({{8192, 2048}}), false, false},
-    };
-    for (const Case & c : cases) {
-        CAPTURE(c.name);
-        CHECK(ggx_cuda_qgemv_balanced(c.job, 132, 1) == c.auto_on);
-        CHECK(ggx_cuda_qgemv_balanced(c.job, 132, 2) == c.forced_on);
-        CHECK(!ggx_cuda_qgemv_balanced(c.job, 132, 0));
-    }
-}
-
-// The balanced GEMV form's block ranges (qgemv-balance.h), checked by brute force: every unit in
-// exactly one block, no empty block, a block within two tiles when B >= tiles, ggx_bal_block_of
-// the inverse of the ranges, and each tile's first block and block count those of the ranges.
-TEST_CASE("decode plan: balanced GEMV ranges, the block of a unit and the blocks of a tile") {
-    struct Shape { int64_t tiles, units, B; };
-    std::vector<Shape> shapes = {
-        {28, 64, 66},     // llama3-8b gate (or up) of the gate/up job on 132 SMs, paired tables
-        {28, 128, 66},    // the same with the plain tables
-        {8, 64, 88},      // q of q/k/v
-        {2, 64, 22},      // k, v
-        {8, 64, 132},     // o alone
-        {2, 16, 32},      // a small matrix: one unit per block
-        {1, 5, 3}, {3, 7, 3}, {5, 3, 15}, {13, 11, 100},
-    };
-    for (int64_t t = 1; t <= 9; t++)
-        for (int64_t u = 1; u <= 9; u++)
-            for (int64_t B = t; B <= t * u; B += 1 + B / 7) shapes.push_back({t, u, B});
-    for (const Shape & sh : shapes) {
-        CAPTURE(sh.tiles);
-        CAPTURE(sh.units);
-        CAPTURE(sh.B);
-        const int64_t U = sh.tiles * sh.units;
-        REQUIRE(U >= sh.B);
-        CHECK(ggx_bal_start(0, U, sh.B) == 0);
-        CHECK(ggx_bal_start(sh.B, U, sh.B) == U);
-        std::vector<int64_t> owner(U, -1);
-        for (int64_t b = 0; b < sh.B; b++) {
-            const int64_t s0 = ggx_bal_start(b, U, sh.B), s1 = ggx_bal_start(b + 1, U, sh.B);
-            REQUIRE(s1 > s0);
-            CHECK((s1 - 1) / sh.units - s0 / sh.units <= 1);
-            for (int64_t x = s0; x < s1; x++) {
-                CHECK(owner[x] == -1);
-                owner[x] = b;
-                CHECK(ggx_bal_block_of(x, U, sh.B) == b);
-            }
-        }
-        CHECK(std::count(owner.begin(), owner.end(), (int64_t)-1) == 0);
-        for (int64_t t = 0; t < sh.tiles; t++) {
-            int64_t first, count;
-            ggx_bal_tile_blocks(t, sh.units, U, sh.B, &first, &count);
-            const int64_t lo = owner[t * sh.units], hi = owner[(t + 1) * sh.units - 1];
-            CHECK(first == lo);
-            CHECK(count == hi - lo + 1);
-        }
-        // the warp groups' runs (W = 4) cover each block's units exactly, in the block's tiles
-        std::vector<int> covered(U, 0);
-        for (int64_t b = 0; b < sh.B; b++)
-            for (int g = 0; g < 4; g++) {
-                int tile0, n_tiles, tile, u0, u1, u_next;
-                ggx_bal_group_run(b, g, 4, sh.units, U, sh.B, &tile0, &n_tiles, &tile, &u0, &u1, &u_next);
-                CHECK(tile0 == ggx_bal_start(b, U, sh.B) / sh.units);
-                CHECK((n_tiles == 1 || n_tiles == 2));
-                CHECK(u0 <= u1);
-                if (u1 == u0 && u_next == 0) continue;   // a group without units
-                CHECK((tile == tile0 || (tile == tile0 + 1 && n_tiles == 2 && u_next == 0)));
-                CHECK(u1 <= sh.units);
-                CHECK((u_next == 0 || (u1 == sh.units && tile == tile0 && n_tiles == 2)));
-                for (int u = u0; u < u1; u++) {
-                    CHECK(owner[tile * sh.units + u] == b);
-                    covered[tile * sh.units + u]++;
-                }
-                for (int u = 0; u < u_next; u++) {
-                    CHECK(owner[(tile + 1) * sh.units + u] == b);
-                    covered[(tile + 1) * sh.units + u]++;
-                }
-            }
-        CHECK(std::count(covered.begin(), covered.end(), 1) == (std::ptrdiff_t)U);
     }
 }
 

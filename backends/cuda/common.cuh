@@ -85,9 +85,7 @@ struct ggx_cuda_ctx {
     int            strip_prefetch = 0;       // ... units ahead asked of L2 (GGX_CUDA_STEP_PREFETCH=N)
     int *          step_counter = nullptr;   // the strip step's grid counter: counters[n_counters], zero between launches
     long           strip_stages = 0;         // jobs issued as strip-step stages (ggx_backend_cuda_strip_stages)
-    long           balanced_gemvs = 0;       // decode GEMV jobs issued in the balanced form (ggx_backend_cuda_balanced_gemvs)
     bool           prefetch = true;          // decode GEMV warms L2 before its PDL wait (GGX_CUDA_NO_PREFETCH=1 off)
-    int            qgemv_balance = 0;        // one-row GEMVs in the balanced form: 0 never, 1 where cheaper, 2 always (GGX_QGEMV_BALANCE)
     bool           use_graphs = true;        // GGX_CUDA_NO_GRAPH=1 turns capture off (debugging)
     bool           profile = false;          // GGX_CUDA_PROFILE=1: time every node (eager), print at exit
     void *         prof = nullptr;           // per-op timing table (ggx-cuda.cu)

@@ -122,10 +122,6 @@ ggx_qgemv_job ggx_cuda_qgemv_single(struct ggx_tensor * mul_mat);
 // Fine slices per warp group (m) for a decode GEMV job on n_sm SMs: the launch shape qgemv.cu
 // picks (its cost model; GGX_QGEMV_GROUP_ROWS overrides it).
 int           ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm);
-// Whether a decode GEMV job runs in the balanced form (qgemv-balance.h) on n_sm SMs with
-// GGX_QGEMV_BALANCE = mode (0 never, 1 where the cost model prefers it, 2 wherever it applies);
-// the variable itself, when set, overrides mode.
-bool          ggx_cuda_qgemv_balanced(const ggx_qgemv_job & job, int n_sm, int mode);
 // Host predicates of other ops, used by the plan (defined with their kernels).
 bool          ggx_cuda_supports_rows(const struct ggx_tensor * dst);
 bool          ggx_cuda_supports_rope(const struct ggx_tensor * dst);

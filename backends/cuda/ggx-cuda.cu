@@ -509,7 +509,6 @@ __global__ void k_probe(int * p) { if (p) *p = 1; }
 }  // namespace
 
 extern "C" long ggx_backend_cuda_strip_stages(ggx_backend * be) { return be ? ctx_of(be)->strip_stages : 0; }
-extern "C" long ggx_backend_cuda_balanced_gemvs(ggx_backend * be) { return be ? ctx_of(be)->balanced_gemvs : 0; }
 extern "C" long ggx_backend_cuda_rope_table_jobs(ggx_backend * be) { return be ? ctx_of(be)->rope_table_jobs : 0; }
 extern "C" long ggx_backend_cuda_norm_table_mats(ggx_backend * be) { return be ? ctx_of(be)->norm_table_mats : 0; }
 
@@ -578,7 +577,6 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->strip_depth = ggx_env_int_in("GGX_CUDA_STEP_DEPTH", 1, 2, 1);
     ctx->strip_prefetch = ggx_env_int_in("GGX_CUDA_STEP_PREFETCH", 0, 16, 0);   // units
     ctx->prefetch = !ggx_env_flag("GGX_CUDA_NO_PREFETCH");
-    ctx->qgemv_balance = ggx_env_int_in("GGX_QGEMV_BALANCE", 0, 2, 0);
     ctx->rope_table_on = ggx_env_int_in("GGX_QGEMV_ROPE_TABLE", 0, 1, 1) != 0;   // run 143: +1.9% (8B), +2.4% (1B)
     ctx->norm_table_on = ggx_env_int_in("GGX_QGEMV_NORM_TABLE", 0, 1, 1) != 0;   // run 143: +0.3-0.5% (8B), +1.1% (1B)
     ggx_cuda_trace_init(*ctx);

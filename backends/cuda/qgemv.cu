@@ -22,8 +22,6 @@
 //      it resets for the next launch) adds the blocks' partials in order and runs the epilogue.
 #include "qgemv.cuh"
 
-#include "qgemv-balance.h"
-
 #include "activation.cuh"
 #include "env-knobs.h"
 #include "exl2-unpack.cuh"
@@ -47,9 +45,6 @@ constexpr int k_block_rows = 230;             // a block's fixed cost in rows (s
 constexpr int k_stage = k_max_rows / k_group; // rows of x each thread stages (see the kernel's step 2)
 constexpr int k_max_smem = 96 * 1024;         // dynamic shared memory at most: T = 8 with RoPE (see ggx_cuda_qgemv_run)
 constexpr int k_prefetch_rows = 2;            // L2 warm-up rows per thread (see prefetch_rows; measured)
-#ifndef GGX_QGEMV_TAIL_TWICE
-#define GGX_QGEMV_TAIL_TWICE 0   // 1: the measurement build `tail2` (see the tile's last block)
-#endif
 
 // Warp groups per block for T rows: shared memory holds T * W fine slices of x.
 constexpr int groups_for(int T) { return T <= 2 ? 4 : T <= 4 ? 2 : 1; }
@@ -65,12 +60,10 @@ struct gemv_mat {
     int pair_shift;
     int K, N, Np, n_fine, n_slices, n_tiles;   // n_slices blocks per tile
     int m;             // fine slices per warp group
-    int bal;           // balanced form (qgemv-balance.h): this matrix's blocks; 0: the classic form
-    int units;         // balanced form: units per tile (fine slices, or pairs of them with pair_shift 1)
     int block0;        // first block of this matrix in the grid
     int counter0;      // first tile counter
     int arrivals;      // blocks reporting to each tile counter (both matrices' slices for GLU)
-    float * partial;   // [n_slices][T][Np] (balanced form: [the most blocks touching a tile][T][Np])
+    float * partial;   // [n_slices][T][Np]
     const float * bias;
     float * y;         // [T][N] result (null when writing to cache)
     const float * resid;
@@ -183,14 +176,13 @@ __device__ __forceinline__ void sum_partials(const gemv_mat * const (&Ms)[NM], i
 }
 
 // A tile's result for this thread's 4 columns from its ns partials: the GLU's activation product
-// (gate and up share the slicing: same shape), else the sums; + bias. U: partials in flight per
-// matrix (0: sum_partials' default).
-template <int T, int U = 0>
+// (gate and up share the slicing: same shape), else the sums; + bias.
+template <int T>
 __device__ __forceinline__ void tile_result(const gemv_args & a, const gemv_mat & M, int ns, int n, float (&v)[T][4]) {
     if (M.epi == GGX_QGEMV_GLU) {
         const gemv_mat * gu[2] = {M.is_gate ? &M : &a.m[M.pair], M.is_gate ? &a.m[M.pair] : &M};
         float s[2][T][4];
-        sum_partials<T, 2, U ? U : (16 / T + 1) / 2>(gu, ns, n, s);
+        sum_partials<T, 2>(gu, ns, n, s);
 #pragma unroll
         for (int t = 0; t < T; t++)
 #pragma unroll
@@ -198,7 +190,7 @@ __device__ __forceinline__ void tile_result(const gemv_args & a, const gemv_mat 
     } else {
         const gemv_mat * one[1] = {&M};
         float s[1][T][4];
-        sum_partials<T, 1, U ? U : 16 / T>(one, ns, n, s);
+        sum_partials<T, 1>(one, ns, n, s);
 #pragma unroll
         for (int t = 0; t < T; t++)
 #pragma unroll
@@ -291,16 +283,13 @@ __device__ __forceinline__ void piece_apply(const piece_regs & s, const half * x
     }
 }
 
-// Bal: the balanced form (qgemv-balance.h; one-row jobs): the block's units may span two tiles,
-// and it stages all of x.
-template <int T, int W = groups_for(T), bool Bal = false>
+template <int T, int W = groups_for(T)>
 __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant__ gemv_args a) {
     constexpr int NT = k_group * W;
     extern __shared__ float4 smem4[];
     float * smem = (float *)smem4;    // x rows [T][W * R] in fp16 (or the groups' sums), then the RoPE tile [T][k_tile]
     __shared__ float red[T][NT / GGX_CUDA_WARP], redmax[T][NT / GGX_CUDA_WARP];
     __shared__ int last, trace_slot;
-    __shared__ int last2[2];   // balanced form: whether this block finishes its first / second tile
     ggx_trace_begin(a.trace, &trace_slot);
 
     int mi = 0;
@@ -311,60 +300,24 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     const int grp = threadIdx.x / k_group, lt = threadIdx.x % k_group;
     const int local = blockIdx.x - M.block0;
     const int sh = M.pair_shift;   // with the paired table, fine and m are even
-    // Classic form: the block is (tile, K-slice), its group grp the slice's grp-th run of m fine
-    // slices, pieces [p_begin, p_end). Balanced form: the group's run of units starts in `tile`
-    // (tile0 or tile0 + 1, the block's two) with pieces [p_begin, p_end) and may go on in
-    // tile + 1 with pieces [p1_begin, p1_end); nq0 and nq of them are this thread's (none past Np).
-    int tile, slice = 0, ldx, k_begin, k_n, p_begin, p_end, p1_begin = 0, p1_end = 0;
-    int tile0 = 0, n_bt = 1;
-    int64_t U = 0;
-    if constexpr (!Bal) {
-        tile = local / M.n_slices;
-        slice = local - tile * M.n_slices;
-        const int fine = (slice * W + grp) * M.m;   // this group's first fine slice
-        const bool active = fine < M.n_fine;
-        ldx = W * M.m * k_fine;
-        k_begin = slice * ldx;
-        k_n = min(ldx, M.K - k_begin);
-        p_begin = active ? M.slice_first[fine >> sh] : 0;
-        p_end = active ? M.slice_first[(min(fine + M.m, M.n_fine) + sh) >> sh] : 0;
-    } else {
-        U = (int64_t)M.n_tiles * M.units;
-        int u0, u1, u_next;
-        ggx_bal_group_run(local, grp, W, M.units, U, M.bal, &tile0, &n_bt, &tile, &u0, &u1, &u_next);
-        p_begin = M.slice_first[u0];
-        p_end = u1 > u0 ? M.slice_first[u1] : p_begin;
-        if (u_next > 0) {
-            p1_begin = M.slice_first[0];
-            p1_end = M.slice_first[u_next];
-        }
-        ldx = M.K;
-        k_begin = 0;
-        k_n = M.K;
-    }
+    const int tile = local / M.n_slices, slice = local - tile * M.n_slices;
+    const int fine = (slice * W + grp) * M.m;   // this group's first fine slice
+    const bool active = fine < M.n_fine;
+    const int ldx = W * M.m * k_fine;
+    const int k_begin = slice * ldx, k_n = min(ldx, M.K - k_begin);
+    const int p_begin = active ? M.slice_first[fine >> sh] : 0;
+    const int p_end = active ? M.slice_first[(min(fine + M.m, M.n_fine) + sh) >> sh] : 0;
     const int n = tile * k_tile + lt * 4;
-    const int nq0 = n < M.Np ? p_end - p_begin : 0;
-    const int nq = nq0 + (n + k_tile < M.Np ? p1_end - p1_begin : 0);
-    // the q-th piece of this thread's run (balanced form), into R
-    auto load_q = [&](int q, piece_regs & R) {
-        const bool first = q < nq0;
-        piece_load(M, first ? p_begin + q : p1_begin + q - nq0, first ? n : n + k_tile, R, a.evict_first);
-    };
 
     // 1. static data first, before waiting for the previous kernel: the first two pieces into
     //    registers, and the next a.prefetch rows of packed words into L2 (the whole slice
     //    overflowed L2 on the head, 546 MB read for 394 MB of weights)
-    const bool work = Bal ? nq > 0 : n < M.Np && p_begin < p_end;
+    const bool work = n < M.Np && p_begin < p_end;
     piece_regs A, B;
     if (work) {
-        if constexpr (Bal) {
-            load_q(0, A);
-            if (nq > 1) load_q(1, B);
-        } else {
-            piece_load(M, p_begin, n, A, a.evict_first);
-            if (p_begin + 1 < p_end) piece_load(M, p_begin + 1, n, B, a.evict_first);
-        }
-        if (a.prefetch > 0 && p_begin + 2 < p_end && (!Bal || nq0 > 2)) {
+        piece_load(M, p_begin, n, A, a.evict_first);
+        if (p_begin + 1 < p_end) piece_load(M, p_begin + 1, n, B, a.evict_first);
+        if (a.prefetch > 0 && p_begin + 2 < p_end) {
             const int4 pf = M.pieces[p_begin + 2], pl = M.pieces[p_end - 1];
             const int q1 = min(pl.y + pl.w * (pl.z & 15) / 32, pf.y + a.prefetch);
             for (int r = pf.y; r < q1; r++) prefetch<2>(M.qw + (size_t)r * M.Np + n);
@@ -374,7 +327,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     // the graph runs), so they are computed (or read from the step's table: rope-table.cu) while
     // the weights load; the epilogue of the tile's last block reads them back (the double-
     // precision angle at the end of the last block made the qkv launch several us longer)
-    float * tb = smem + T * max(ldx / 2, (Bal ? 2 * W : W - 1) * k_tile);   // RoPE tile, past the x rows (fp16) and group sums
+    float * tb = smem + T * max(ldx / 2, (W - 1) * k_tile);   // RoPE tile, past the x rows (fp16) and group sums
     float2 * rcs = (float2 *)(tb + T * k_tile);                      // [T][k_tile] (cos, sin)
     if (M.rope && grp == 0) {
         const int hd = a.head_dim, half = a.rope.n_rot / 2;
@@ -483,43 +436,23 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP);
 
     // 3. this group's fine slice
-    float v[T][4], vs[T][4];   // vs: the balanced form's sums of the run's first tile
+    float v[T][4];
 #pragma unroll
-    for (int t = 0; t < T; t++) v[t][0] = v[t][1] = v[t][2] = v[t][3] = vs[t][0] = vs[t][1] = vs[t][2] = vs[t][3] = 0.0f;
+    for (int t = 0; t < T; t++) v[t][0] = v[t][1] = v[t][2] = v[t][3] = 0.0f;
     if (work) {
         // two pieces in flight: the next one's words load while this one is multiplied
         const half * xb = xh - k_begin;
-        if constexpr (!Bal) {
-            for (int p = p_begin; p < p_end; p += 2) {
-                piece_apply<T>(A, xb, ldx, v);
-                if (p + 2 < p_end) piece_load(M, p + 2, n, A, a.evict_first);
-                if (p + 1 >= p_end) break;
-                piece_apply<T>(B, xb, ldx, v);
-                if (p + 3 < p_end) piece_load(M, p + 3, n, B, a.evict_first);
-            }
-        } else {
-            // the sums move to vs after the first tile's last piece
-            auto tile_done = [&](int q) {
-                if (q != nq0 - 1) return;
-#pragma unroll
-                for (int t = 0; t < T; t++)
-#pragma unroll
-                    for (int c = 0; c < 4; c++) { vs[t][c] = v[t][c]; v[t][c] = 0.0f; }
-            };
-            for (int q = 0; q < nq; q += 2) {
-                piece_apply<T>(A, xb, ldx, v);
-                tile_done(q);
-                if (q + 2 < nq) load_q(q + 2, A);
-                if (q + 1 >= nq) break;
-                piece_apply<T>(B, xb, ldx, v);
-                tile_done(q + 1);
-                if (q + 3 < nq) load_q(q + 3, B);
-            }
+        for (int p = p_begin; p < p_end; p += 2) {
+            piece_apply<T>(A, xb, ldx, v);
+            if (p + 2 < p_end) piece_load(M, p + 2, n, A, a.evict_first);
+            if (p + 1 >= p_end) break;
+            piece_apply<T>(B, xb, ldx, v);
+            if (p + 3 < p_end) piece_load(M, p + 3, n, B, a.evict_first);
         }
 #pragma unroll
         for (int t = 0; t < T; t++)
 #pragma unroll
-            for (int c = 0; c < 4; c++) { v[t][c] *= xunscale[t]; vs[t][c] *= xunscale[t]; }
+            for (int c = 0; c < 4; c++) v[t][c] *= xunscale[t];
     }
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP_END);
     const bool lead = grp == 0;   // group 0 finishes the tile; the others only join barriers
@@ -574,64 +507,6 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         }
     };
 
-    if constexpr (Bal) {
-        // the groups' sums per tile the block touches (0: tile0, 1: tile0 + 1), added in group
-        // order by group 0 into one partial per tile, at the block's place among the tile's blocks
-        __syncthreads();   // the x rows are dead: reuse them
-        float4 * gs = (float4 *)smem;   // [2][W][T][k_group]
-        const bool later = tile != tile0;   // the group's run starts in the block's second tile
-#pragma unroll
-        for (int t = 0; t < T; t++) {
-            const float4 f = make_float4(vs[t][0], vs[t][1], vs[t][2], vs[t][3]);
-            gs[((0 * W + grp) * T + t) * k_group + lt] = later ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : f;
-            gs[((1 * W + grp) * T + t) * k_group + lt] = later ? f : make_float4(v[t][0], v[t][1], v[t][2], v[t][3]);
-        }
-        __syncthreads();
-        // each tile's first block and its blocks (the block's place among them; the arrivals),
-        // picked by r with selects so that they stay in registers
-        int64_t first0, count0, first1 = 0, count1 = 0;
-        ggx_bal_tile_blocks(tile0, M.units, U, M.bal, &first0, &count0);
-        if (n_bt > 1) ggx_bal_tile_blocks(tile0 + 1, M.units, U, M.bal, &first1, &count1);
-        const int reports = M.epi == GGX_QGEMV_GLU ? 2 : 1;   // gate's and up's blocks report to one counter
-        if (lead)
-            for (int r = 0; r < n_bt; r++) {
-                const int nn = (tile0 + r) * k_tile + lt * 4;
-                if (nn >= M.Np) continue;
-#pragma unroll
-                for (int t = 0; t < T; t++) {
-                    float4 f = gs[((r * W) * T + t) * k_group + lt];
-#pragma unroll
-                    for (int g = 1; g < W; g++) {
-                        const float4 o = gs[((r * W + g) * T + t) * k_group + lt];
-                        f.x += o.x; f.y += o.y; f.z += o.z; f.w += o.w;
-                    }
-                    *(float4 *)(M.partial + ((size_t)(local - (r ? first1 : first0)) * T + t) * M.Np + nn) = f;
-                }
-            }
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0)
-            for (int r = 0; r < n_bt; r++) {
-                int * ctr = a.counters + M.counter0 + tile0 + r;
-                last2[r] = atomicAdd(ctr, 1) == (int)(r ? count1 : count0) * reports - 1;
-                if (last2[r]) *ctr = 0;   // ready for the next launch
-            }
-        __syncthreads();
-        ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_HANDOFF);
-        for (int r = 0; r < n_bt; r++) {
-            if (!last2[r]) continue;   // the same for the whole block
-            __threadfence();
-            const int nn = (tile0 + r) * k_tile + lt * 4;
-            float w[T][4] = {};
-            if (lead) tile_result<T, 4>(a, M, (int)(r ? count1 : count0), nn, w);   // 4 loads per matrix in flight: no more spills
-            rope(w);
-            if (lead && nn < M.Np) store(nn, w);
-            if (M.rope) __syncthreads();   // the RoPE tile is rewritten for the next tile
-        }
-        ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
-        return;
-    }
-
     // the groups' sums, in group order, end up in group 0
     if constexpr (W > 1) {
         __syncthreads();   // the x rows are dead: reuse them
@@ -673,14 +548,6 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         }
         __threadfence();
         if (lead) {
-#if GGX_QGEMV_TAIL_TWICE
-            // measurement build `tail2` (bench/variants.sh): the partial sums once more before the
-            // real ones, their result dropped; the tail's growth is what the sums cost with their
-            // code and lines already fetched (is a cold tail slow because of its code?)
-            float w[T][4];
-            tile_result<T>(a, M, M.n_slices, n, w);
-            asm volatile("" : : "f"(w[0][0]), "f"(w[T - 1][3]) : "memory");
-#endif
             tile_result<T>(a, M, M.n_slices, n, v);
         }
     }
@@ -691,10 +558,10 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     store(n, v);
 }
 
-template <int T, bool Bal = false>
+template <int T>
 ggx_status launch(ggx_cuda_ctx & ctx, const gemv_args & a, int blocks, size_t smem) {
     constexpr int W = groups_for(T);
-    void (*kernel)(gemv_args) = k_qgemv<T, W, Bal>;
+    void (*kernel)(gemv_args) = k_qgemv<T, W>;
     static bool configured = false;   // one attribute call per instantiation (per process)
     if (!configured) {
         GGX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, k_max_smem));
@@ -784,84 +651,16 @@ int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm) {
     return best_m;
 }
 
-// One-row GEMVs in the balanced form (qgemv-balance.h) where it fills the SMs better: whether a
-// job takes it, and each matrix's blocks and units per tile. GGX_QGEMV_BALANCE (read per job so that
-// a test can set it; else the backend's setting, ggx_cuda_ctx::qgemv_balance): 0 never, 1 where the
-// cost model (that of ggx_cuda_qgemv_group_slices) prefers it, 2 wherever it applies (tests).
-struct balance_plan {
-    bool on = false;
-    int blocks[GGX_QGEMV_MAX_MATS] = {};
-    int units[GGX_QGEMV_MAX_MATS] = {};
-    int slots[GGX_QGEMV_MAX_MATS] = {};   // the most blocks that touch one tile (partials per tile)
-};
-
-static balance_plan plan_balance(int n_sm, int mode_default, const ggx_qgemv_job & job, int m, bool pairs) {
-    balance_plan bp;
-    const int mode = ggx_env_int("GGX_QGEMV_BALANCE", mode_default);
-    constexpr int W = groups_for(1);
-    if (mode <= 0 || job.T != 1 || job.x->ne[0] > (int64_t)k_stage * k_group * W) return bp;
-    int tiles[GGX_QGEMV_MAX_MATS], all_tiles = 0;
-    for (int i = 0; i < job.n_mat; i++) {
-        const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
-        tiles[i] = (q->Np + k_tile - 1) / k_tile;
-        all_tiles += tiles[i];
-    }
-    // one wave: the SMs shared out by tiles (every matrix has the same K); a GLU pair's two alike
-    int64_t cost_bal = 0;
-    for (int i = 0; i < job.n_mat; i++) {
-        const ggx_cuda_qextra * e = qextra_of(job.m[i]);
-        const int sh = pairs && e->pieces2 ? 1 : 0;
-        bp.units[i] = (e->n_slices + sh) >> sh;
-        const int64_t U = (int64_t)tiles[i] * bp.units[i];
-        bp.blocks[i] = (int)std::min<int64_t>(U, (int64_t)n_sm * tiles[i] / all_tiles);
-        if (bp.blocks[i] < tiles[i]) return bp;   // a block would span more than two tiles
-        cost_bal = std::max(cost_bal, (U + (int64_t)bp.blocks[i] * W - 1) / ((int64_t)bp.blocks[i] * W) * (k_fine << sh));
-    }
-    for (int i = 0; i < job.n_mat; i++)
-        if (job.m[i].epi == GGX_QGEMV_GLU && (bp.blocks[i] != bp.blocks[job.m[i].pair] || bp.units[i] != bp.units[job.m[i].pair]))
-            return bp;
-    if (mode == 1) {
-        // the classic form's blocks; with one K-slice per tile it has no partials at all, which
-        // the cost model does not count: keep it then
-        int64_t classic = 0;
-        for (int i = 0; i < job.n_mat; i++) {
-            const int slices = block_slices(qextra_of(job.m[i]), 1, m);
-            if (slices == 1) return bp;
-            classic += (int64_t)tiles[i] * slices;
-        }
-        const int64_t waves = (classic + n_sm - 1) / std::max(1, n_sm);
-        if (k_block_rows + cost_bal >= waves * (k_block_rows + m * k_fine)) return bp;
-    }
-    for (int i = 0; i < job.n_mat; i++) {
-        int64_t most = 0;
-        for (int t = 0; t < tiles[i]; t++) {
-            int64_t first, count;
-            ggx_bal_tile_blocks(t, bp.units[i], (int64_t)tiles[i] * bp.units[i], bp.blocks[i], &first, &count);
-            most = std::max(most, count);
-        }
-        bp.slots[i] = (int)most;
-    }
-    bp.on = true;
-    return bp;
-}
-
 // Whether one-row jobs may walk the paired piece tables (GGX_QGEMV_PAIRS=0: never; read per job
-// so that a test can compare both): the classic form when its warp groups own whole pairs of fine
-// slices (even m), the balanced form always (its runs are whole units).
+// so that a test can compare both): when their warp groups own whole pairs of fine slices (even m).
 static bool pairs_allowed() { return ggx_env_int("GGX_QGEMV_PAIRS", 1) != 0; }
-
-bool ggx_cuda_qgemv_balanced(const ggx_qgemv_job & job, int n_sm, int mode) {
-    return plan_balance(n_sm, mode, job, ggx_cuda_qgemv_group_slices(job, n_sm), pairs_allowed()).on;
-}
 
 size_t ggx_cuda_qgemv_scratch(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     const int m = ggx_cuda_qgemv_group_slices(job, ctx.n_sm);
-    const balance_plan bp = plan_balance(ctx.n_sm, ctx.qgemv_balance, job, m, pairs_allowed());
     size_t total = 0;
     for (int i = 0; i < job.n_mat; i++) {
         const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
-        const int slots = bp.on ? bp.slots[i] : block_slices(qextra_of(job.m[i]), job.T, m);
-        total += align256((size_t)slots * job.T * q->Np * sizeof(float));
+        total += align256((size_t)block_slices(qextra_of(job.m[i]), job.T, m) * job.T * q->Np * sizeof(float));
     }
     return total;
 }
@@ -897,9 +696,7 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     char * part = (char *)ctx.scratch;
     int blocks = 0, counters = 0;
     const int m = ggx_cuda_qgemv_group_slices(job, ctx.n_sm);
-    const bool pairs_ok = pairs_allowed();
-    const balance_plan bp = plan_balance(ctx.n_sm, ctx.qgemv_balance, job, m, pairs_ok);
-    const bool pairs = pairs_ok && (bp.on || (job.T == 1 && m % 2 == 0));
+    const bool pairs = pairs_allowed() && job.T == 1 && m % 2 == 0;
     bool rope = false;
     for (int i = 0; i < job.n_mat; i++) {
         const ggx_qgemv_job_mat & jm = job.m[i];
@@ -923,11 +720,9 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
         M.n_slices = block_slices(e, job.T, m);
         M.n_tiles = (q->Np + k_tile - 1) / k_tile;
         M.block0 = blocks;
-        M.bal = bp.on ? bp.blocks[i] : 0;
-        M.units = bp.units[i];
-        blocks += bp.on ? M.bal : M.n_tiles * M.n_slices;
+        blocks += M.n_tiles * M.n_slices;
         M.partial = (float *)part;
-        part += align256((size_t)(bp.on ? bp.slots[i] : M.n_slices) * job.T * q->Np * sizeof(float));
+        part += align256((size_t)M.n_slices * job.T * q->Np * sizeof(float));
         M.bias = jm.bias ? (const float *)jm.bias->data : nullptr;
         M.y = jm.cache ? nullptr : (float *)jm.out->data;
         M.resid = jm.resid ? (const float *)jm.resid->data : nullptr;
@@ -957,17 +752,15 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
         return GGX_STATUS_FAILED;
     }
     const int W = groups_for(job.T);
-    // x in fp16 (2 rows per float), then the groups' sums (balanced form: of two tiles)
-    const size_t rows = bp.on ? std::max((size_t)a.K / 2, (size_t)2 * W * k_tile)
-                              : std::max((size_t)W * m * k_fine / 2, W > 1 ? (size_t)(W - 1) * k_tile : 0);
+    // x in fp16 (2 rows per float), then the groups' sums
+    const size_t rows = std::max((size_t)W * m * k_fine / 2, W > 1 ? (size_t)(W - 1) * k_tile : 0);
     const size_t smem = (size_t)job.T * (rows + (rope ? 3 * k_tile : 0)) * sizeof(float);   // + RoPE tile and (cos, sin)
     if (smem > (size_t)k_max_smem) {
         ggx_set_error("cuda: decode matmul of %s needs %zu bytes of shared memory (at most %d)", job.m[0].w->name, smem, k_max_smem);
         return GGX_STATUS_FAILED;
     }
-    ctx.balanced_gemvs += bp.on;
     switch (job.T) {
-        case 1: return bp.on ? launch<1, true>(ctx, a, blocks, smem) : launch<1>(ctx, a, blocks, smem);
+        case 1: return launch<1>(ctx, a, blocks, smem);
         case 2: return launch<2>(ctx, a, blocks, smem);
         case 3: return launch<3>(ctx, a, blocks, smem);
         case 4: return launch<4>(ctx, a, blocks, smem);

@@ -172,33 +172,6 @@ TEST_CASE("cuda: EXL2 matmul at real shapes (4096 x 1024, 14336 x 4096)") {
     for (int T : {1, 2}) check_qmatmul(b, T, false, "exl2 14336x4096 T " + std::to_string(T));
 }
 
-// GGX_QGEMV_BALANCE=2 puts every one-row GEMV it can into the balanced form (qgemv-balance.h): a
-// block's units run across tile boundaries, its groups' sums are added per tile, and each tile's
-// last block adds one partial per block that touched it. Against the double reference with the
-// GEMV's bounds: shapes where a block has one unit, several, or splits them across two tiles,
-// warp groups whose run goes on into the next tile (4096 x 8192: 12 such groups at 132 SMs,
-// paired or not; 3072 x 7400: into a padded last tile, and groups that start in it), an odd
-// number of fine slices (a half pair at the end), padded columns, every width, act-order, and the
-// plain tables (GGX_QGEMV_PAIRS=0, units of one fine slice).
-TEST_CASE("cuda: EXL2 one-row GEMV in the balanced form") {
-    REQUIRE_CUDA();
-    struct Shape { int K, N; const char * lay; };
-    const Shape shapes[] = {
-        {4096, 1024, "4 g128"},  {1024, 4096, "4/3 g32 .25/.75"}, {2048, 5000, "6/3/2 g32,64,64 .05/.2/.75"},
-        {1056, 3000, "4/3 g32 .5/.5"}, {512, 200, "5 g32"}, {3072, 2600, "4 g64"},
-        {4096, 8192, "4 g128"},  {3072, 7400, "4/3 g64 .5/.5"},
-    };
-    uint64_t seed = 700;
-    for (const Shape & sh : shapes) {
-        QCase c = make_exl2(sh.K, sh.N, sh.lay, true, seed++);
-        for (const char * pairs : {"1", "0"}) {
-            const ScopedEnv balance("GGX_QGEMV_BALANCE", "2"), paired("GGX_QGEMV_PAIRS", pairs);
-            check_qmatmul(c, 1, false, std::string("exl2 ") + std::to_string(sh.K) + "x" + std::to_string(sh.N) + " '" + sh.lay +
-                                           "' balanced, pairs " + pairs);
-        }
-    }
-}
-
 // One-row GEMVs whose warp groups own whole pairs of fine slices walk the paired piece tables
 // (4-bit pieces of 64 rows, summed as two 32-row halves): the same sums in the same order as the
 // plain tables, so the same bits. GGX_QGEMV_GROUP_ROWS forces the rows per warp group (64, 128:
