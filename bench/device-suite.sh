@@ -22,27 +22,14 @@
 #                   (the default: the draw on the device), with GGX_CUDA_SAMPLE_AHEAD=0 (candidates
 #                   ranked on the device, the draw on the host), with GGX_CUDA_NO_TOP_N=1 (the whole
 #                   row read back), and greedy
-#   solo            tg128 of llama3-8b 4.0 at ctx 16 and 100 and llama3.2-1b 4.0 at 16 with
-#                   GGX_ATTN_SOLO_TILES=8 (one warp walks a lone split of up to 8 key tiles and
-#                   writes the output itself), then without; the same for GGX_ATTN_LATE_LAUNCH=1
-#                   (the o GEMV launched after attention's key loop); a trace with solo
-#   balance         tg128@16 of llama3-8b 4.0, 3.0, 2.5 and llama3.2-1b 4.0 with GGX_QGEMV_BALANCE=1
-#                   (one-row GEMVs in the balanced form where the cost model prefers it: the
-#                   gate/up job on all SMs), then without; a trace with it
-#   tail2           a trace of llama3-8b 4.0 @16 with the default bench, then with variant tail2 (each
-#                   GEMV tile's last block sums its partials twice, the first result dropped): if
-#                   the tails ("tail mx") grow by much less than they are, a tail's cost is in its
-#                   first, cold run (code fetch), not in its work
-#   ropetable       tg128@16 of llama3-8b 4.0 and llama3.2-1b 4.0 with GGX_QGEMV_ROPE_TABLE=1 (the step's
-#                   RoPE factors computed once, not in every q/k/v block's prologue), then without;
-#                   a trace with it (does q/k/v's straggle shrink?)
-#   normtable       tg128@16 of llama3-8b 4.0 and llama3.2-1b 4.0 with GGX_QGEMV_NORM_TABLE=1 (norm weights
-#                   in q_perm order: the GEMV prologue's two dependent loads made independent), then
-#                   without; then with and without it next to GGX_QGEMV_ROPE_TABLE=1; a trace of both
-#   fa32            pp512 and pp2048 of llama3-8b 4.0 with GGX_ATTN_FA_ROWS=32 (prefill attention with
-#                   two 16-row tiles per warp, 128 queries per block, 32-key tiles), then without,
-#                   twice each (prefill figures move by ~1-3% between runs); the attention lines
-#                   of an eager profile of each
+#   ropetable       tg128@16 of llama3-8b 4.0 and llama3.2-1b 4.0 with GGX_QGEMV_ROPE_TABLE=0 (each q/k
+#                   block's RoPE factors in its prologue, not from the step's table), then the default
+#   normtable       the same with GGX_QGEMV_NORM_TABLE=0 (norm weights read through q_perm, not from
+#                   a table in q_perm order)
+#   fa32            pp512 and pp2048 of llama3-8b 4.0 with GGX_ATTN_FA_ROWS=32, then =16 (prefill
+#                   attention with two 16-row tiles per warp or one; the default picks 32 where the
+#                   grid gives every SM two blocks), twice each (prefill figures move by ~1-3%
+#                   between runs); the attention lines of an eager profile of each
 #   clusters        bench/probes/cluster-fit.cu built and run: clusters of whole-SM blocks that fit
 #                   at once per cluster size, and their SMs (split-K through clusters needs 16)
 #   windows         a second bench built with -DGGX_PAIR_WINDOWS=0 (3-, 5- and 6-bit codes placed one
@@ -155,42 +142,22 @@ for part in "$@"; do
                 GGX_CUDA_SAMPLE_AHEAD=0 tg --synthetic $m --bpw 4.0 --ctx 16 --sample
                 GGX_CUDA_NO_TOP_N=1 tg --synthetic $m --bpw 4.0 --ctx 16 --sample
             done ;;
-        solo)
-            ab GGX_ATTN_SOLO_TILES=8 "llama3-8b 4.0" "llama3.2-1b 4.0"
-            echo "-- llama3-8b 4.0 @100: GGX_ATTN_SOLO_TILES=8, then the default"
-            GGX_ATTN_SOLO_TILES=8 tg --synthetic llama3-8b --bpw 4.0 --ctx 100
-            tg --synthetic llama3-8b --bpw 4.0 --ctx 100
-            ab GGX_ATTN_LATE_LAUNCH=1 "llama3-8b 4.0"
-            GGX_ATTN_SOLO_TILES=8 GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12 ;;
-        balance)
-            ab GGX_QGEMV_BALANCE=1 "llama3-8b 4.0" "llama3-8b 3.0" "llama3-8b 2.5" "llama3.2-1b 4.0"
-            GGX_QGEMV_BALANCE=1 GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12 ;;
-        tail2)
-            GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12
-            variant_bench tail2 && GGX_CUDA_TRACE=4 build-dev-tail2/bench --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12 ;;
-        ropetable)
-            ab GGX_QGEMV_ROPE_TABLE=1 "llama3-8b 4.0" "llama3.2-1b 4.0"
-            GGX_QGEMV_ROPE_TABLE=1 GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12 ;;
-        normtable)
-            ab GGX_QGEMV_NORM_TABLE=1 "llama3-8b 4.0" "llama3.2-1b 4.0"
-            echo "-- llama3-8b 4.0 @16: GGX_QGEMV_NORM_TABLE=1 with GGX_QGEMV_ROPE_TABLE=1, then the RoPE table alone"
-            GGX_QGEMV_NORM_TABLE=1 GGX_QGEMV_ROPE_TABLE=1 tg --synthetic llama3-8b --bpw 4.0 --ctx 16
-            GGX_QGEMV_ROPE_TABLE=1 tg --synthetic llama3-8b --bpw 4.0 --ctx 16
-            GGX_QGEMV_NORM_TABLE=1 GGX_QGEMV_ROPE_TABLE=1 GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12 ;;
+        ropetable) ab GGX_QGEMV_ROPE_TABLE=0 "llama3-8b 4.0" "llama3.2-1b 4.0" ;;
+        normtable) ab GGX_QGEMV_NORM_TABLE=0 "llama3-8b 4.0" "llama3.2-1b 4.0" ;;
         fa32)
             for r in 1 2; do
-                echo "-- llama3-8b 4.0 prefill, round $r: GGX_ATTN_FA_ROWS=32, then the default"
+                echo "-- llama3-8b 4.0 prefill, round $r: GGX_ATTN_FA_ROWS=32, then =16"
                 GGX_ATTN_FA_ROWS=32 $B --synthetic llama3-8b --bpw 4.0 -p 512,2048 -n 0 -r 3 2>&1 | grep -E '^\| pp'
-                $B --synthetic llama3-8b --bpw 4.0 -p 512,2048 -n 0 -r 3 2>&1 | grep -E '^\| pp'
+                GGX_ATTN_FA_ROWS=16 $B --synthetic llama3-8b --bpw 4.0 -p 512,2048 -n 0 -r 3 2>&1 | grep -E '^\| pp'
             done
-            echo "-- eager profiles at -p 2048 (GGX_CUDA_PROFILE=1): attention with GGX_ATTN_FA_ROWS=32, then the default"
+            echo "-- eager profiles at -p 2048 (GGX_CUDA_PROFILE=1): attention with GGX_ATTN_FA_ROWS=32, then =16"
             GGX_ATTN_FA_ROWS=32 GGX_CUDA_PROFILE=1 $B --synthetic llama3-8b --bpw 4.0 -p 2048 -n 0 -r 1 2>&1 | grep -iE 'attn|attention'
-            GGX_CUDA_PROFILE=1 $B --synthetic llama3-8b --bpw 4.0 -p 2048 -n 0 -r 1 2>&1 | grep -iE 'attn|attention' ;;
+            GGX_ATTN_FA_ROWS=16 GGX_CUDA_PROFILE=1 $B --synthetic llama3-8b --bpw 4.0 -p 2048 -n 0 -r 1 2>&1 | grep -iE 'attn|attention' ;;
         clusters)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/cluster-fit.cu -o /tmp/cluster-fit && /tmp/cluster-fit ;;
         windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
         x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, solo, balance, tail2, ropetable, normtable, fa32, clusters, windows, x16)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, clusters, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"
