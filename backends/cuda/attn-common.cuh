@@ -174,7 +174,7 @@ ggx_status decode_mma_launch(const ggx_cuda_ctx & ctx, const attn_args & a);
 // cache, hd 64/80/96/128; never in a HIP build), and its launch.
 bool       prefill_ok(const ggx_tensor * dst);
 #if defined(GGX_ATTN_WMMA)
-ggx_status prefill_launch(const attn_args & a, cudaStream_t s);
+ggx_status prefill_launch(const ggx_cuda_ctx & ctx, const attn_args & a);
 #endif  // GGX_ATTN_WMMA
 
 }  // namespace ggx_cuda_attn

@@ -19,8 +19,9 @@
 // shared memory feeds two mma: ~256 bytes of ldmatrix per mma. MT = 2 (BK = 32 so that S and O
 // fit 255 registers: 246 at hd 128, no spills): each K or V fragment feeds four mma (two row
 // tiles) and Q's fragments are read per k-step, ~192 bytes per mma; 2.7% faster at T = 2048 on
-// the H200 (run 143), slower where its grid leaves SMs without two blocks (launch_rows). 8 warps and 128 queries per block with MT = 1 measured slower on
-// the H200 (227 against 206 us for llama3-8b at T = 2048).
+// the H200 (run 143), slower where its grid leaves SMs without two blocks (launch_rows). 8 warps
+// and 128 queries per block with MT = 1 measured slower on the H200 (227 against 206 us for
+// llama3-8b at T = 2048).
 #include "attn-common.cuh"
 #include "async-copy.cuh"
 #include "env-knobs.h"
@@ -292,30 +293,17 @@ ggx_status launch(const attn_args & a, cudaStream_t s) {
     return GGX_STATUS_OK;
 }
 
-// The GPU's SM count (of the current device; read once: one process drives one GPU model).
-int sm_count() {
-    static int n = 0;
-    if (n == 0) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-            (void)cudaGetLastError();
-            n = 132;
-        }
-    }
-    return n;
-}
-
 // Query rows per warp: 32 (MT = 2) when its grid still gives every SM its two resident blocks,
 // else 16. Run 143 (H200, llama3-8b, 32 heads): pp2048 (512 blocks at MT = 2) 36644 / 36800
 // against 36487 / 36383 t/s with MT = 1, its attention 165.4 against 170.1 us per call; pp512
 // (128 blocks, fewer than the SMs) 27528 / 27532 against 27829 / 27695. GGX_ATTN_FA_ROWS=16 or 32
 // forces one (read per launch, host code, once per captured graph, so that a test can set it).
 template <int HD>
-ggx_status launch_rows(const attn_args & a, cudaStream_t s) {
+ggx_status launch_rows(const ggx_cuda_ctx & ctx, const attn_args & a) {
     const int forced = ggx_env_int("GGX_ATTN_FA_ROWS", 0);
     const int64_t blocks2 = (int64_t)a.H * ((a.T + fa_cfg<HD, 2>::bq - 1) / fa_cfg<HD, 2>::bq);
-    const bool two = forced == 32 || (forced != 16 && blocks2 >= 2 * (int64_t)sm_count());
-    return two ? launch<HD, 2>(a, s) : launch<HD, 1>(a, s);
+    const bool two = forced == 32 || (forced != 16 && blocks2 >= 2 * (int64_t)ctx.n_sm);
+    return two ? launch<HD, 2>(a, ctx.stream) : launch<HD, 1>(a, ctx.stream);
 }
 
 }  // namespace
@@ -326,12 +314,12 @@ bool prefill_ok(const ggx_tensor * dst) {
     return T > 8 && dst->src[1]->type == GGX_TYPE_F16 && (hd == 64 || hd == 80 || hd == 96 || hd == 128);
 }
 
-ggx_status prefill_launch(const attn_args & a, cudaStream_t s) {
+ggx_status prefill_launch(const ggx_cuda_ctx & ctx, const attn_args & a) {
     switch (a.hd) {
-        case 64:  return launch_rows<64>(a, s);
-        case 80:  return launch_rows<80>(a, s);
-        case 96:  return launch_rows<96>(a, s);
-        case 128: return launch_rows<128>(a, s);
+        case 64:  return launch_rows<64>(ctx, a);
+        case 80:  return launch_rows<80>(ctx, a);
+        case 96:  return launch_rows<96>(ctx, a);
+        case 128: return launch_rows<128>(ctx, a);
         default:
             ggx_set_error("cuda: prefill attention with head dimension %d", a.hd);
             return GGX_STATUS_FAILED;

@@ -448,7 +448,7 @@ ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst, half * x16) {
     }
     a.out16 = x16;
 #if defined(GGX_ATTN_WMMA)
-    if (prefill_ok(dst)) return prefill_launch(a, ctx.stream);
+    if (prefill_ok(dst)) return prefill_launch(ctx, a);
 #endif  // GGX_ATTN_WMMA
     if (ctx.scratch_size < ggx_cuda_attn_scratch(dst)) {
         ggx_set_error("cuda: scratch too small for attention %s", dst->name);

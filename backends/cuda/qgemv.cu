@@ -145,8 +145,9 @@ __device__ __forceinline__ void add_bias(const gemv_mat & M, int n, float (&v)[T
 // Sums of the ns slices' partials for this thread's 4 columns (slice order: deterministic), + bias,
 // for NM matrices of the same slicing at once (a GLU's gate and up: one memory latency for both),
 // U slices' loads in flight before any is added (one memory latency per U slices, not per slice).
-template <int T, int NM, int U = (16 / T + NM - 1) / NM>
+template <int T, int NM>
 __device__ __forceinline__ void sum_partials(const gemv_mat * const (&Ms)[NM], int ns, int n, float (&v)[NM][T][4]) {
+    constexpr int U = (16 / T + NM - 1) / NM;
 #pragma unroll
     for (int m = 0; m < NM; m++)
 #pragma unroll
