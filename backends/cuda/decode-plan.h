@@ -54,9 +54,15 @@ struct ggx_cuda_qextra {
     int    n_groups = 0;
     struct ggx_strip_matrix * strip = nullptr;   // strip-layout copy (strip-plan.cuh), GGX_CUDA_STEP=1 only
     struct ggx_tile_step_matrix * tile = nullptr;   // tile-layout copy (strip-plan.cuh), GGX_CUDA_STEP=tile only
-    float * norm_wp = nullptr;            // norm weights in q_perm order (norm-table.cu), GGX_QGEMV_NORM_TABLE=1 only
+    float * norm_wp = nullptr;            // norm weights in q_perm order (norm-table.cu)
     const void * norm_wp_of = nullptr;    // the norm weights they were read from
 };
+
+// The tables of quantized matrix w, or null when it has none (not prepared for this backend).
+inline ggx_cuda_qextra * ggx_cuda_qextra_of(const struct ggx_tensor * w) {
+    const ggx_qmatrix * q = (const ggx_qmatrix *)w->extra;
+    return q ? (ggx_cuda_qextra *)q->backend_extra : nullptr;
+}
 
 #define GGX_QGEMV_MAX_MATS 4
 

@@ -23,7 +23,7 @@ __global__ void k_norm_table(const void * __restrict__ norm_w, int type, const i
 // The matrix's table, built for this job's norm weights (a matrix keeps the first it was built
 // for: captured graphs may hold its pointer, so it is never replaced), or null.
 const float * table_of(const ggx_qgemv_job & job, int i) {
-    const ggx_cuda_qextra * e = (const ggx_cuda_qextra *)((const ggx_qmatrix *)job.m[i].w->extra)->backend_extra;
+    const ggx_cuda_qextra * e = ggx_cuda_qextra_of(job.m[i].w);
     return e && e->norm_wp && job.norm_w && e->norm_wp_of == job.norm_w->data ? e->norm_wp : nullptr;
 }
 
@@ -35,7 +35,7 @@ ggx_status ggx_cuda_norm_tables_prepare(ggx_cuda_ctx & ctx, const ggx_cuda_plan 
         if (!job.norm || !job.norm_w) continue;
         for (int i = 0; i < job.n_mat; i++) {
             const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
-            ggx_cuda_qextra * e = q ? (ggx_cuda_qextra *)q->backend_extra : nullptr;
+            ggx_cuda_qextra * e = ggx_cuda_qextra_of(job.m[i].w);
             if (!e || !q->q_perm || e->norm_wp) continue;
             if (ggx_nelements(job.norm_w) < q->K) {
                 ggx_set_error("cuda: %s: norm weights '%s' hold %lld values for K = %d", job.m[i].w->name, job.norm_w->name,

@@ -613,9 +613,7 @@ ggx_qgemv_job ggx_cuda_qgemv_single(ggx_tensor * mm) {
     return job;
 }
 
-static const ggx_cuda_qextra * qextra_of(const ggx_qgemv_job_mat & jm) {
-    return (const ggx_cuda_qextra *)((const ggx_qmatrix *)jm.w->extra)->backend_extra;
-}
+static const ggx_cuda_qextra * qextra_of(const ggx_qgemv_job_mat & jm) { return ggx_cuda_qextra_of(jm.w); }
 
 // Blocks per column tile of a matrix: its fine slices in runs of W groups x m.
 static int block_slices(const ggx_cuda_qextra * e, int T, int m) {

@@ -48,14 +48,12 @@ template <typename T> ggx_status upload(ggx_cuda_ctx & ctx, const std::vector<T>
 }
 
 const ggx_strip_matrix * strip_of(const ggx_tensor * w) {
-    const ggx_qmatrix * q = (const ggx_qmatrix *)w->extra;
-    const ggx_cuda_qextra * e = q ? (const ggx_cuda_qextra *)q->backend_extra : nullptr;
+    const ggx_cuda_qextra * e = ggx_cuda_qextra_of(w);
     return e ? e->strip : nullptr;
 }
 
 const ggx_tile_step_matrix * tile_of(const ggx_tensor * w) {
-    const ggx_qmatrix * q = (const ggx_qmatrix *)w->extra;
-    const ggx_cuda_qextra * e = q ? (const ggx_cuda_qextra *)q->backend_extra : nullptr;
+    const ggx_cuda_qextra * e = ggx_cuda_qextra_of(w);
     return e ? e->tile : nullptr;
 }
 
