@@ -31,6 +31,7 @@ struct attn_args {
     ggx_trace_dev trace;  // GGX_CUDA_TRACE only
     int trace_last;       // stamp the free points in the last tile, not the first (GGX_ATTN_TRACE_LAST=1)
     int qsplit;           // k_attn_split: blocks per KV head (each takes G / qsplit of its query heads)
+    int stages;           // k_attn_decode: K/V tiles in flight per warp (2 or 3, GGX_ATTN_STAGES)
 };
 
 constexpr int k_merge_loads = 8;   // split partials in flight per thread in the merge

@@ -10,7 +10,7 @@
 // chains: per tile of 32 keys four block barriers, the score shuffles of G heads one after the
 // other (1.7 us per tile at G = 4 on the H200, 0.6 at G = 1), the softmax in shared memory. Here
 // each warp owns its own tiles of 16 keys (warp w takes tiles w, w + 4, ...), copies them into its
-// own double-buffered shared stages with cp.async and keeps the online-softmax state (m, l, O) in
+// own shared stages with cp.async (a.stages of them: 2 or 3 tiles in flight) and keeps the online-softmax state (m, l, O) in
 // registers, as the prefill kernel does: no block barrier until the warps' states are merged at
 // the end. The rows that earlier steps wrote are requested before the PDL wait, the rows at pos
 // after it. One split active: the block writes the output itself; otherwise it writes (m, l, O)
@@ -33,11 +33,12 @@ template <int HD> struct dm_cfg {
     static constexpr int ld = HD + 8;            // halves per shared row: +16 bytes keeps ldmatrix conflict-free
     static constexpr int tile = dm_bk * ld;      // halves per K or V warp tile
     static constexpr size_t q_bytes = sizeof(half) * dm_rows * ld;
-    static constexpr size_t kv_bytes = sizeof(half) * (size_t)dm_warps * 4 * tile;   // per warp: 2 stages of K, V
+    // per warp: `stages` stages of K, V
+    static constexpr size_t kv_bytes(int stages) { return sizeof(half) * (size_t)dm_warps * 2 * stages * tile; }
     // after the loop the stages hold the warps' states: O [warps][rows][HD], m and l [warps][rows]
     static constexpr size_t merge_bytes = sizeof(float) * (size_t)dm_warps * dm_rows * (HD + 2);
-    static_assert(merge_bytes <= kv_bytes, "the warps' states fit in the K/V stages");
-    static constexpr size_t bytes = q_bytes + kv_bytes;
+    static_assert(merge_bytes <= kv_bytes(2), "the warps' states fit in the K/V stages");
+    static constexpr size_t bytes(int stages) { return q_bytes + kv_bytes(stages); }
 };
 
 template <int HD>
@@ -48,12 +49,13 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
     constexpr int PR = HD / 8;      // 16-byte pieces per K/V row
     extern __shared__ __align__(128) unsigned char smraw[];
     half * Qs = (half *)smraw;                   // [16][ld]
-    half * KV = (half *)(smraw + C::q_bytes);    // warp w, stage s: K at (4 w + 2 s) tile, V after it
+    half * KV = (half *)(smraw + C::q_bytes);    // warp w, stage s: K at (2 (S w + s)) tile, V after it
     __shared__ float wsum[dm_rows], wmax[dm_rows];
     __shared__ int trace_slot;
     ggx_trace_begin(a.trace, &trace_slot);
 
     const int G = a.H / a.Hkv, R = a.T * G;
+    const int S = a.stages;   // this warp's tiles i .. i + S - 1 in flight while it works on tile i
     const int kvh = blockIdx.x, split = blockIdx.y;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int g = lane / 4, tq = lane % 4;
@@ -100,7 +102,7 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
     // (an unwritten cache row may hold NaN, and 0 * NaN would poison O)
     auto issue = [&](int i, int r_lo, int r_hi, bool zero_tail) {
         const int j0 = k_lo + (warp + dm_warps * i) * dm_bk;
-        half * Kd = KV + (size_t)(4 * warp + 2 * (i & 1)) * C::tile;
+        half * Kd = KV + (size_t)(2 * (S * warp + i % S)) * C::tile;
         half * Vd = Kd + C::tile;
         const int lo = max(r_lo, j0), hi = min(min(r_hi, k_hi), j0 + dm_bk);
         for (int e = lane; e < (hi - lo) * PR; e += 32) {
@@ -116,7 +118,7 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
                 ggx_cp_async16(Vd + (r - j0) * C::ld + c, V, false);
             }
     };
-    for (int i = 0; i < 2 && i < n_mine; i++) issue(i, k_lo, fresh, true);
+    for (int i = 0; i < S && i < n_mine; i++) issue(i, k_lo, fresh, true);
     ggx_cp_async_commit();
 
     // q and the rows at pos come from the previous kernel (the qkv GEMV); the next one (the o
@@ -124,7 +126,7 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
     ggx_pdl_wait();
     ggx_pdl_launch_next();
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_WAITED);
-    for (int i = 0; i < 2 && i < n_mine; i++) issue(i, fresh, 1 << 30, false);
+    for (int i = 0; i < S && i < n_mine; i++) issue(i, fresh, 1 << 30, false);
     ggx_cp_async_commit();
 
     // Q rows (t, g) pre-scaled, in fp16; rows past R are zero. All loads before the stores.
@@ -157,12 +159,16 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP);
 
     for (int i = 0; i < n_mine; i++) {
-        // tile i + 1 was issued at the end of the previous iteration (for i >= 1): leave it in flight
-        if (i >= 1 && i + 1 < n_mine) ggx_cp_async_wait<1>();
+        // Groups committed: tiles 0 .. S-1 in the two before the loop, then one per iteration j (tile
+        // j + S, possibly empty). Newer than tile i's: min(i, S - 1) of them; those holding tiles
+        // this warp walks stay in flight.
+        const int ahead = min(min(i, S - 1), n_mine - 1 - i);
+        if (ahead >= 2) ggx_cp_async_wait<2>();
+        else if (ahead == 1) ggx_cp_async_wait<1>();
         else ggx_cp_async_wait<0>();
         __syncwarp();
         const int j0 = k_lo + (warp + dm_warps * i) * dm_bk;
-        const half * Kd = KV + (size_t)(4 * warp + 2 * (i & 1)) * C::tile;
+        const half * Kd = KV + (size_t)(2 * (S * warp + i % S)) * C::tile;
         const half * Vd = Kd + C::tile;
         // S = Q K^T for 16 keys: two n-tiles of 8 keys
         float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
@@ -197,8 +203,8 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
             mma16816(o[2 * dp], pa, b[0], b[1]);
             mma16816(o[2 * dp + 1], pa, b[2], b[3]);
         }
-        __syncwarp();   // this stage is free: the warp's tile after next goes into it
-        if (i + 2 < n_mine) issue(i + 2, k_lo, 1 << 30, true);
+        __syncwarp();   // this stage is free: the warp's tile S ahead goes into it
+        if (i + S < n_mine) issue(i + S, k_lo, 1 << 30, true);
         ggx_cp_async_commit();
     }
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP_END);
@@ -282,7 +288,7 @@ template <int HD>
 ggx_status launch(const ggx_cuda_ctx & ctx, const attn_args & a) {
     // At most two blocks per SM, as k_attn_split: the blocks start on the SMs the qkv GEMV frees
     // first, and the scheduler would stack these latency-bound blocks there
-    const size_t smem = std::max(dm_cfg<HD>::bytes, std::min(ctx.smem_optin, ctx.smem_per_sm / 3 + 1024));
+    const size_t smem = std::max(dm_cfg<HD>::bytes(a.stages), std::min(ctx.smem_optin, ctx.smem_per_sm / 3 + 1024));
     static size_t allowed = 48 * 1024;   // raising the dynamic shared memory limit is per kernel
     if (smem > allowed) {
         GGX_CUDA_CHECK(cudaFuncSetAttribute(k_attn_decode<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));

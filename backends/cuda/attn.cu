@@ -333,6 +333,14 @@ static int min_split_keys() {
     return std::max(64, std::min(1 << 16, (n + 63) / 64 * 64));
 }
 
+// K/V tiles each warp of the tensor-core decode kernel keeps in flight (GGX_ATTN_STAGES=2|3,
+// default 2, NOT YET MEASURED at 3). At 4096 keys a warp walks 3 tiles (22 active splits of 192
+// keys on llama3-8b), so with 2 stages its third tile is requested only after the first is done:
+// one exposed memory latency per layer that 3 stages remove, for 104 KB of shared memory per
+// block at hd 128 instead of 70 (still two blocks per SM). Read per launch (host code, once per
+// captured graph) so that a test can set it.
+static int decode_stages() { return ggx_env_int("GGX_ATTN_STAGES", 2) == 3 ? 3 : 2; }
+
 plan make_plan(const ggx_tensor * dst) {
     const ggx_tensor * kc = dst->src[1];
     const int C = (int)(ggx_nelements(kc) / (kc->ne[0] * kc->ne[1]));
@@ -459,7 +467,10 @@ ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst, half * x16) {
         static const bool last = ggx_env_int("GGX_ATTN_TRACE_LAST", 0) != 0;
         a.trace_last = last;
     }
-    if (decode_mma() && decode_mma_ok(a.hd, a.H / a.Hkv, a.T, (int)kc->type)) return decode_mma_launch(ctx, a);
+    if (decode_mma() && decode_mma_ok(a.hd, a.H / a.Hkv, a.T, (int)kc->type)) {
+        a.stages = decode_stages();
+        return decode_mma_launch(ctx, a);
+    }
     a.tile_keys = tile_keys(ctx, a.hd, (int)ggx_type_size(kc->type));
     a.qsplit = attn_qsplit(a.H / a.Hkv);
     const dim3 grid(a.Hkv * a.qsplit, a.n_splits, a.T);

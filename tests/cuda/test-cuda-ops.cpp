@@ -358,6 +358,28 @@ TEST_CASE("cuda: attention decode in one split of up to 1024 keys") {
     for (const AttnCase & c : cases) check_attn_case(c);
 }
 
+// GGX_ATTN_STAGES=3: each warp of the tensor-core decode kernel keeps three K/V tiles in flight
+// instead of two. The decode shapes above against the CPU with the same bounds, plus the shape of
+// tg128 at --ctx 4096 on llama3-8b (22 active splits of 192 keys: 3 tiles per warp, all in flight
+// at once) and one split walking up to 1024 keys (a warp reuses its three stages many times).
+TEST_CASE("cuda: attention decode with three K/V tiles in flight per warp") {
+    REQUIRE_CUDA();
+    const AttnCase cases[] = {
+        {128, 32, 8, 20, 1, GGX_TYPE_F16, 0, 0},    {128, 32, 8, 4096, 3, GGX_TYPE_F16, 0, 0},
+        {96, 8, 4, 500, 2, GGX_TYPE_F16, 15.0f, 0}, {80, 8, 1, 300, 2, GGX_TYPE_F16, 0, 50},
+        {64, 4, 4, 1000, 8, GGX_TYPE_F16, 0, 0},    {128, 8, 2, 200, 2, GGX_TYPE_F16, 0, 0, 1},
+        {128, 32, 8, 6200, 1, GGX_TYPE_F16, 0, 0},  {128, 8, 2, 700, 1, GGX_TYPE_F16, 0, 0},
+    };
+    const ScopedEnv stages("GGX_ATTN_STAGES", "3");
+    for (const AttnCase & c : cases) check_attn_case(c);
+    const AttnCase one_split[] = {
+        {128, 32, 8, 900, 1, GGX_TYPE_F16, 0, 0}, {128, 32, 8, 1000, 2, GGX_TYPE_F16, 0, 100},
+        {64, 4, 2, 40, 8, GGX_TYPE_F16, 0, 4},    {128, 32, 8, 140, 3, GGX_TYPE_F16, 0, 0},
+    };
+    const ScopedEnv split_keys("GGX_ATTN_MIN_SPLIT_KEYS", "1024");
+    for (const AttnCase & c : one_split) check_attn_case(c);
+}
+
 TEST_CASE("cuda: a captured graph replays with new inputs") {
     REQUIRE_CUDA();
     // Same graph object computed twice; the second set of inputs must be honoured by the replay.

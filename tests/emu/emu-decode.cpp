@@ -1,6 +1,7 @@
 // Host emulator of k_attn_decode (backends/cuda/attn-decode.cu); see README.md and emu-core.h.
 // The grid's blocks run one after another, in forward, reverse and random order when several
-// splits are active, so that a different block is the last to arrive and merges.
+// splits are active, so that a different block is the last to arrive and merges; each with 2 and
+// 3 K/V stages per warp (GGX_ATTN_STAGES).
 //
 // Beyond emu-core.h's checks: out and part written only where the block owns them (per-block
 // diff), guard zones around q, out and part intact, the merge counters back to 0 after the grid,
@@ -27,7 +28,7 @@ template <int HD> static void run_grid(const attn_args & a, int order) {
     using C = emu::dm_cfg<HD>;
     g_thread_body = thread_body<HD>;
     g_args = a;
-    const BlockSmem smem(C::bytes);
+    const BlockSmem smem(C::bytes(a.stages));
     gridDim.x = a.Hkv;
     gridDim.y = a.n_splits;
     std::vector<std::pair<int, int>> blocks;
@@ -73,6 +74,8 @@ static std::vector<Run> default_runs() {
         {64, 4, 2, 600, 2, 0, 100, 0},     {128, 32, 8, 20, 1, 0, 0, 0},   {128, 32, 8, 4096, 3, 0, 0, 0},
         {96, 8, 4, 500, 2, 15.0f, 0, 0},   {80, 8, 1, 300, 2, 0, 50, 0},   {64, 4, 4, 1000, 8, 0, 0, 0},
         {128, 8, 2, 200, 2, 0, 0, 1},
+        // tg128 at --ctx 4096 on llama3-8b: 22 active splits of 192 keys, 3 tiles per warp
+        {128, 32, 8, 6200, 1, 0, 0, 0},
     };
     for (const Case & c : split) runs.push_back({c, 128, "split"});
     // "attention decode with 64 and 256 keys at least per split" (its f16 tensor-core cases)
@@ -131,7 +134,8 @@ int main(int argc, char ** argv) {
         for (int cpmode = 0; cpmode < 2; cpmode++) {
             if (cpm != 2 && cpmode != cpm) continue;
             g_cp_mode = cpmode;
-            for (int order = 0; order < (n_active > 1 ? 3 : 1); order++) {
+            for (int run_i = 0; run_i < 2 * (n_active > 1 ? 3 : 1); run_i++) {
+                const int stages = 2 + run_i % 2, order = run_i / 2;   // GGX_ATTN_STAGES: 2 (default) and 3
                 // guard zones wide enough for any row of a 16-row tile: a stray write lands there
                 Guarded<float> out(nq, (size_t)16 * c.H * c.hd + 64, NAN);
                 Guarded<float> part((size_t)c.T * c.H * n_splits * stride, (size_t)16 * c.H * n_splits * stride + 64, NAN);
@@ -140,6 +144,7 @@ int main(int argc, char ** argv) {
                 a.out = out.p(); a.out16 = nullptr; a.part = part.p(); a.counters = counters.data() + 1;
                 a.chunk = 0; a.n_splits = n_splits; a.min_chunk = run.min_chunk; a.tile_keys = 0;
                 a.qsplit = 1;
+                a.stages = stages;
                 g_fresh_min = *std::min_element(pos.begin(), pos.end());
                 switch (c.hd) {
                     case 64: run_grid<64>(a, order); break;
@@ -157,9 +162,9 @@ int main(int argc, char ** argv) {
                 max_err = std::max(max_err, r.max_err);
                 n_runs++;
                 printf("%3d %-7s hd %3d H %2d/%d C %4d T %d cap %2g win %3d nc %d | min_chunk %4d -> splits %2d active %2d "
-                       "tiles0 %3d | cp %s order %d: bad %zu/%zu max err %.2e ratio %.3f\n",
+                       "tiles0 %3d | stages %d cp %s order %d: bad %zu/%zu max err %.2e ratio %.3f\n",
                        idx, run.suite, c.hd, c.H, c.Hkv, c.C, c.T, c.softcap, c.window, c.non_causal, run.min_chunk, n_splits,
-                       n_active, tiles0, cpmode ? "deferred" : "immediate", order, r.bad, nq, r.max_err, r.worst_ratio);
+                       n_active, tiles0, stages, cpmode ? "deferred" : "immediate", order, r.bad, nq, r.max_err, r.worst_ratio);
                 if (r.bad) n_fail++;
                 after_run(r.bad > 0);
             }

@@ -20,7 +20,8 @@ esac
 # NAME SED_EXPRESSION
 decode_mutants=(
     l_no_quad_sum 's/l_r\[r\] += __shfl_xor_sync(0xffffffffu, l_r\[r\], \([12]\));/\/\/ (no quad sum of l over \1)/'
-    stage_i2 's/^        half \* Kd = KV + (size_t)(4 \* warp + 2 \* (i & 1))/        half * Kd = KV + (size_t)(4 * warp + 2 * ((i < 2 ? i : i + 1) \& 1))/'
+    stage_i2 's/^        half \* Kd = KV + (size_t)(2 \* (S \* warp + i % S))/        half * Kd = KV + (size_t)(2 * (S * warp + (i < 2 ? i : i + 1) % S))/'
+    ahead_s 's/const int ahead = min(min(i, S - 1), n_mine - 1 - i);/const int ahead = min(min(i, S), n_mine - 1 - i);/'
     wait2 's/ggx_cp_async_wait<1>();/ggx_cp_async_wait<2>();/'
     arrive_nsplits 's/arrive_last(a.counters + kvh, n_active)/arrive_last(a.counters + kvh, a.n_splits)/'
     pdl_early 's/issue(i, k_lo, fresh, true);/issue(i, k_lo, fresh + 1, true);/'
