@@ -30,8 +30,9 @@
 #                   attention with two 16-row tiles per warp or one; the default picks 32 where the
 #                   grid gives every SM two blocks), twice each (prefill figures move by ~1-3%
 #                   between runs); the attention lines of an eager profile of each
-#   stages          tg128 of llama3-8b 4.0 at ctx 16, 512 and 4096 with GGX_ATTN_STAGES=3 (three K/V
-#                   tiles in flight per decode attention warp), then the default (two), twice each
+#   stages          tg128 of llama3-8b 4.0 at ctx 16, 512, 2048 and 4096 with GGX_ATTN_STAGES=3 (three
+#                   K/V tiles in flight per decode attention warp), with GGX_ATTN_SMEM_STAGES=3 (two,
+#                   in the shared memory of three), then the default (two), twice each
 #   clusters        bench/probes/cluster-fit.cu built and run: clusters of whole-SM blocks that fit
 #                   at once per cluster size, and their SMs (split-K through clusters needs 16)
 #   windows         a second bench built with -DGGX_PAIR_WINDOWS=0 (3-, 5- and 6-bit codes placed one
@@ -157,9 +158,10 @@ for part in "$@"; do
             GGX_ATTN_FA_ROWS=16 GGX_CUDA_PROFILE=1 $B --synthetic llama3-8b --bpw 4.0 -p 2048 -n 0 -r 1 2>&1 | grep -iE 'attn|attention' ;;
         stages)
             for r in 1 2; do
-                echo "-- llama3-8b 4.0 @16,512,4096, round $r: GGX_ATTN_STAGES=3, then the default (2)"
-                GGX_ATTN_STAGES=3 tg --synthetic llama3-8b --bpw 4.0 --ctx 16,512,4096
-                tg --synthetic llama3-8b --bpw 4.0 --ctx 16,512,4096
+                echo "-- llama3-8b 4.0 @16,512,2048,4096, round $r: GGX_ATTN_STAGES=3; 2 stages in 3 stages' shared memory (GGX_ATTN_SMEM_STAGES=3); the default (2)"
+                GGX_ATTN_STAGES=3 tg --synthetic llama3-8b --bpw 4.0 --ctx 16,512,2048,4096
+                GGX_ATTN_SMEM_STAGES=3 tg --synthetic llama3-8b --bpw 4.0 --ctx 16,512,2048,4096
+                tg --synthetic llama3-8b --bpw 4.0 --ctx 16,512,2048,4096
             done ;;
         clusters)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/cluster-fit.cu -o /tmp/cluster-fit && /tmp/cluster-fit ;;

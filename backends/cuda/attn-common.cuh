@@ -32,6 +32,7 @@ struct attn_args {
     int trace_last;       // stamp the free points in the last tile, not the first (GGX_ATTN_TRACE_LAST=1)
     int qsplit;           // k_attn_split: blocks per KV head (each takes G / qsplit of its query heads)
     int stages;           // k_attn_decode: K/V tiles in flight per warp (2 or 3, GGX_ATTN_STAGES)
+    int smem_stages;      // k_attn_decode: shared memory for at least this many (GGX_ATTN_SMEM_STAGES, measurements)
 };
 
 constexpr int k_merge_loads = 8;   // split partials in flight per thread in the merge

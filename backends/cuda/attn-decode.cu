@@ -10,8 +10,8 @@
 // chains: per tile of 32 keys four block barriers, the score shuffles of G heads one after the
 // other (1.7 us per tile at G = 4 on the H200, 0.6 at G = 1), the softmax in shared memory. Here
 // each warp owns its own tiles of 16 keys (warp w takes tiles w, w + 4, ...), copies them into its
-// own shared stages with cp.async (a.stages of them: 2 or 3 tiles in flight) and keeps the online-softmax state (m, l, O) in
-// registers, as the prefill kernel does: no block barrier until the warps' states are merged at
+// own shared stages with cp.async (a.stages of them: 2 or 3 tiles in flight) and keeps the
+// online-softmax state (m, l, O) in registers, as the prefill kernel does: no block barrier until the warps' states are merged at
 // the end. The rows that earlier steps wrote are requested before the PDL wait, the rows at pos
 // after it. One split active: the block writes the output itself; otherwise it writes (m, l, O)
 // per head and the last block of the KV head merges the splits (merge_splits).
@@ -288,7 +288,8 @@ template <int HD>
 ggx_status launch(const ggx_cuda_ctx & ctx, const attn_args & a) {
     // At most two blocks per SM, as k_attn_split: the blocks start on the SMs the qkv GEMV frees
     // first, and the scheduler would stack these latency-bound blocks there
-    const size_t smem = std::max(dm_cfg<HD>::bytes(a.stages), std::min(ctx.smem_optin, ctx.smem_per_sm / 3 + 1024));
+    const int smem_stages = std::max(a.stages, a.smem_stages);
+    const size_t smem = std::max(dm_cfg<HD>::bytes(smem_stages), std::min(ctx.smem_optin, ctx.smem_per_sm / 3 + 1024));
     static size_t allowed = 48 * 1024;   // raising the dynamic shared memory limit is per kernel
     if (smem > allowed) {
         GGX_CUDA_CHECK(cudaFuncSetAttribute(k_attn_decode<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));

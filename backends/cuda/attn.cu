@@ -340,6 +340,9 @@ static int min_split_keys() {
 // block at hd 128 instead of 70 (still two blocks per SM). Read per launch (host code, once per
 // captured graph) so that a test can set it.
 static int decode_stages() { return ggx_env_int("GGX_ATTN_STAGES", 2) == 3 ? 3 : 2; }
+// GGX_ATTN_SMEM_STAGES=3 (measurements): shared memory sized for 3 stages whatever the kernel
+// walks with, to tell the cost of the larger allocation from that of the third stage.
+static int decode_smem_stages() { return ggx_env_int("GGX_ATTN_SMEM_STAGES", 0) == 3 ? 3 : 0; }
 
 plan make_plan(const ggx_tensor * dst) {
     const ggx_tensor * kc = dst->src[1];
@@ -469,6 +472,7 @@ ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst, half * x16) {
     }
     if (decode_mma() && decode_mma_ok(a.hd, a.H / a.Hkv, a.T, (int)kc->type)) {
         a.stages = decode_stages();
+        a.smem_stages = decode_smem_stages();
         return decode_mma_launch(ctx, a);
     }
     a.tile_keys = tile_keys(ctx, a.hd, (int)ggx_type_size(kc->type));

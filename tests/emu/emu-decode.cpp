@@ -144,6 +144,7 @@ int main(int argc, char ** argv) {
                 a.out = out.p(); a.out16 = nullptr; a.part = part.p(); a.counters = counters.data() + 1;
                 a.chunk = 0; a.n_splits = n_splits; a.min_chunk = run.min_chunk; a.tile_keys = 0;
                 a.qsplit = 1;
+                a.smem_stages = 0;
                 a.stages = stages;
                 g_fresh_min = *std::min_element(pos.begin(), pos.end());
                 switch (c.hd) {
