@@ -171,6 +171,9 @@ __device__ __forceinline__ void online_softmax_step(float (&s)[NS][4], float (&m
 // hd 64/80/96/128, at most 16 query rows T x G per KV head, T <= 8), and its launch.
 bool       decode_mma_ok(int hd, int G, int T, int cache_type);
 ggx_status decode_mma_launch(const ggx_cuda_ctx & ctx, const attn_args & a);
+// K/V stages per warp that decode_mma_launch should use for a (chunk 0 plan: n_splits, min_chunk,
+// C set): 3 when a split may hold more keys than the block's warps walk in 2 tiles each
+int        decode_mma_stages(const attn_args & a);
 
 // The tensor-core prefill kernel (attn-prefill.cu): whether it takes this attention (T > 8, f16
 // cache, hd 64/80/96/128; never in a HIP build), and its launch.

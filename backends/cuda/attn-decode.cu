@@ -306,6 +306,13 @@ bool decode_mma_ok(int hd, int G, int T, int cache_type) {
            T * G <= dm_rows;
 }
 
+int decode_mma_stages(const attn_args & a) {
+    // the kernel's chunk at its largest: every key of the cache visible
+    const int ns = std::max(1, a.n_splits);
+    const int chunk = std::max(a.min_chunk, ((a.C + ns - 1) / ns + 63) / 64 * 64);
+    return chunk > 2 * dm_warps * dm_bk ? 3 : 2;
+}
+
 ggx_status decode_mma_launch(const ggx_cuda_ctx & ctx, const attn_args & a) {
     switch (a.hd) {
         case 64:  return launch<64>(ctx, a);
@@ -316,6 +323,7 @@ ggx_status decode_mma_launch(const ggx_cuda_ctx & ctx, const attn_args & a) {
 }
 #else
 bool decode_mma_ok(int, int, int, int) { return false; }
+int decode_mma_stages(const attn_args &) { return 2; }
 ggx_status decode_mma_launch(const ggx_cuda_ctx &, const attn_args &) {
     ggx_set_error("cuda: the tensor-core decode attention is not built for this target");
     return GGX_STATUS_FAILED;

@@ -333,13 +333,19 @@ static int min_split_keys() {
     return std::max(64, std::min(1 << 16, (n + 63) / 64 * 64));
 }
 
-// K/V tiles each warp of the tensor-core decode kernel keeps in flight (GGX_ATTN_STAGES=2|3,
-// default 2, NOT YET MEASURED at 3). At 4096 keys a warp walks 3 tiles (22 active splits of 192
-// keys on llama3-8b), so with 2 stages its third tile is requested only after the first is done:
-// one exposed memory latency per layer that 3 stages remove, for 104 KB of shared memory per
-// block at hd 128 instead of 70 (still two blocks per SM). Read per launch (host code, once per
-// captured graph) so that a test can set it.
-static int decode_stages() { return ggx_env_int("GGX_ATTN_STAGES", 2) == 3 ? 3 : 2; }
+// K/V tiles each warp of the tensor-core decode kernel keeps in flight: 3 where this launch's
+// splits can give a warp more than 2 tiles (decode_mma_stages), else 2. GGX_ATTN_STAGES=2|3
+// forces one (read per launch, host code, once per captured graph, so that a test can set it).
+// Runs 144-145 (H100, llama3-8b 4.0 bpw, a cache of 4096 + 128 tokens, 3 against 2 stages):
+// tg128 @4096 +2.4% (349.5 / 341.4 t/s: 22 splits of 192 keys, 3 tiles per warp), @16 and @2048
+// equal, @512 -1.3% (370.6 / 375.5). 2 stages in 3 stages' shared memory lose the same at 512 and
+// gain half of it at 4096 (346.0), so the allocation's size, not the third stage, costs at 512
+// (why is not known). With the default 32 splits of at least 128 keys, caches of up to 4096 keys
+// never give a warp a third tile and keep 2.
+static int decode_stages(const attn_args & a) {
+    const int forced = ggx_env_int("GGX_ATTN_STAGES", 0);
+    return forced == 2 || forced == 3 ? forced : decode_mma_stages(a);
+}
 // GGX_ATTN_SMEM_STAGES=3 (measurements): shared memory sized for 3 stages whatever the kernel
 // walks with, to tell the cost of the larger allocation from that of the third stage.
 static int decode_smem_stages() { return ggx_env_int("GGX_ATTN_SMEM_STAGES", 0) == 3 ? 3 : 0; }
@@ -471,7 +477,7 @@ ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst, half * x16) {
         a.trace_last = last;
     }
     if (decode_mma() && decode_mma_ok(a.hd, a.H / a.Hkv, a.T, (int)kc->type)) {
-        a.stages = decode_stages();
+        a.stages = decode_stages(a);
         a.smem_stages = decode_smem_stages();
         return decode_mma_launch(ctx, a);
     }

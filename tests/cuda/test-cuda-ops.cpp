@@ -341,8 +341,8 @@ TEST_CASE("cuda: attention decode with 64 and 256 keys at least per split (the d
 
 // GGX_ATTN_MIN_SPLIT_KEYS=1024: one split takes every visible key, and the block's four warps
 // walk them and write the output without a split merge. A warp walks up to 10 tiles here (600
-// visible keys of 900), reusing its two stages many times; the default's splits give it at most
-// 2 tiles up to 4096 keys. Against the CPU: short contexts, T x G up to 16 rows (G at most 8, as
+// visible keys of 900), reusing its stages many times (3 of them: the default for splits this
+// long); the default's splits give it at most 2 tiles up to 4096 keys. Against the CPU: short contexts, T x G up to 16 rows (G at most 8, as
 // the backend supports), softcap, windows (one of 4 keys over 8 tokens: the last token's rows
 // mask the whole first tile the block walks), non-causal.
 TEST_CASE("cuda: attention decode in one split of up to 1024 keys") {
@@ -358,11 +358,13 @@ TEST_CASE("cuda: attention decode in one split of up to 1024 keys") {
     for (const AttnCase & c : cases) check_attn_case(c);
 }
 
-// GGX_ATTN_STAGES=3: each warp of the tensor-core decode kernel keeps three K/V tiles in flight
-// instead of two. The decode shapes above against the CPU with the same bounds, plus the shape of
-// tg128 at --ctx 4096 on llama3-8b (22 active splits of 192 keys: 3 tiles per warp, all in flight
-// at once) and one split walking up to 1024 keys (a warp reuses its three stages many times).
-TEST_CASE("cuda: attention decode with three K/V tiles in flight per warp") {
+// GGX_ATTN_STAGES=2|3: each warp of the tensor-core decode kernel keeps two or three K/V tiles in
+// flight (the default takes 3 only where a split can give a warp more than 2 tiles: caches past
+// 4096 keys, or more keys per split). Both forced, over the decode shapes above against the CPU
+// with the same bounds, plus the shape of tg128 at --ctx 4096 on llama3-8b (22 active splits of
+// 192 keys: 3 tiles per warp) and one split walking up to 1024 keys (a warp reuses its stages
+// many times).
+TEST_CASE("cuda: attention decode with two and three K/V tiles in flight per warp") {
     REQUIRE_CUDA();
     const AttnCase cases[] = {
         {128, 32, 8, 20, 1, GGX_TYPE_F16, 0, 0},    {128, 32, 8, 4096, 3, GGX_TYPE_F16, 0, 0},
@@ -370,14 +372,17 @@ TEST_CASE("cuda: attention decode with three K/V tiles in flight per warp") {
         {64, 4, 4, 1000, 8, GGX_TYPE_F16, 0, 0},    {128, 8, 2, 200, 2, GGX_TYPE_F16, 0, 0, 1},
         {128, 32, 8, 6200, 1, GGX_TYPE_F16, 0, 0},  {128, 8, 2, 700, 1, GGX_TYPE_F16, 0, 0},
     };
-    const ScopedEnv stages("GGX_ATTN_STAGES", "3");
-    for (const AttnCase & c : cases) check_attn_case(c);
     const AttnCase one_split[] = {
         {128, 32, 8, 900, 1, GGX_TYPE_F16, 0, 0}, {128, 32, 8, 1000, 2, GGX_TYPE_F16, 0, 100},
         {64, 4, 2, 40, 8, GGX_TYPE_F16, 0, 4},    {128, 32, 8, 140, 3, GGX_TYPE_F16, 0, 0},
     };
-    const ScopedEnv split_keys("GGX_ATTN_MIN_SPLIT_KEYS", "1024");
-    for (const AttnCase & c : one_split) check_attn_case(c);
+    for (const char * st : {"2", "3"}) {
+        CAPTURE(st);
+        const ScopedEnv stages("GGX_ATTN_STAGES", st);
+        for (const AttnCase & c : cases) check_attn_case(c);
+        const ScopedEnv split_keys("GGX_ATTN_MIN_SPLIT_KEYS", "1024");
+        for (const AttnCase & c : one_split) check_attn_case(c);
+    }
 }
 
 TEST_CASE("cuda: a captured graph replays with new inputs") {
