@@ -11,8 +11,8 @@
 // other (1.7 us per tile at G = 4 on the H200, 0.6 at G = 1), the softmax in shared memory. Here
 // each warp owns its own tiles of 16 keys (warp w takes tiles w, w + 4, ...), copies them into its
 // own shared stages with cp.async (a.stages of them: 2 or 3 tiles in flight) and keeps the
-// online-softmax state (m, l, O) in registers, as the prefill kernel does: no block barrier until the warps' states are merged at
-// the end. The rows that earlier steps wrote are requested before the PDL wait, the rows at pos
+// online-softmax state (m, l, O) in registers, as the prefill kernel does: no block barrier until
+// the warps' states are merged at the end. The rows that earlier steps wrote are requested before the PDL wait, the rows at pos
 // after it. One split active: the block writes the output itself; otherwise it writes (m, l, O)
 // per head and the last block of the KV head merges the splits (merge_splits).
 #include "attn-common.cuh"
@@ -285,7 +285,11 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
 }
 
 template <int HD>
-ggx_status launch(const ggx_cuda_ctx & ctx, const attn_args & a) {
+ggx_status launch(const ggx_cuda_ctx & ctx, const attn_args & args) {
+    attn_args a = args;
+    // 3 stages need 108.8 KB per block at hd 128: more than sm_86 and sm_89 give one (99 KB)
+    if (a.stages != 3 || dm_cfg<HD>::bytes(3) > ctx.smem_optin) a.stages = 2;
+    if (dm_cfg<HD>::bytes(a.smem_stages) > ctx.smem_optin) a.smem_stages = 0;
     // At most two blocks per SM, as k_attn_split: the blocks start on the SMs the qkv GEMV frees
     // first, and the scheduler would stack these latency-bound blocks there
     const int smem_stages = std::max(a.stages, a.smem_stages);
