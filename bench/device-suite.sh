@@ -33,6 +33,9 @@
 #   stages          tg128 of llama3-8b 4.0 at ctx 16, 512, 2048 and 4096 with GGX_ATTN_STAGES=3 (three
 #                   K/V tiles in flight per decode attention warp), with GGX_ATTN_SMEM_STAGES=3 (two,
 #                   in the shared memory of three), then the default (two), twice each
+#   stages-sweep    tg128 of llama3-8b 4.0 at ctx 512, 2048 and 4096 with at least 128, 192, 256 and 384
+#                   keys per decode attention split (fewer splits, longer walks), each with 3 K/V
+#                   stages per warp and with 2
 #   carveout        tg128 of llama3-8b 4.0 at ctx 16, 512 and 4096: the default, then the decode GEMV
 #                   and attention kernels with GGX_CUDA_CARVEOUT=100 (prefer the most shared memory)
 #                   and =0 (the most L1)
@@ -166,6 +169,12 @@ for part in "$@"; do
                 GGX_ATTN_SMEM_STAGES=3 tg --synthetic llama3-8b --bpw 4.0 --ctx 16,512,2048,4096
                 tg --synthetic llama3-8b --bpw 4.0 --ctx 16,512,2048,4096
             done ;;
+        stages-sweep)
+            for k in 128 192 256 384; do
+                echo "-- llama3-8b 4.0 @512,2048,4096: GGX_ATTN_MIN_SPLIT_KEYS=$k with 3 stages, then with 2"
+                GGX_ATTN_MIN_SPLIT_KEYS=$k GGX_ATTN_STAGES=3 tg --synthetic llama3-8b --bpw 4.0 --ctx 512,2048,4096
+                GGX_ATTN_MIN_SPLIT_KEYS=$k GGX_ATTN_STAGES=2 tg --synthetic llama3-8b --bpw 4.0 --ctx 512,2048,4096
+            done ;;
         carveout)
             for v in "" GGX_CUDA_CARVEOUT=100 GGX_CUDA_CARVEOUT=0; do
                 echo "-- llama3-8b 4.0 @16,512,4096: ${v:-the default}"
@@ -175,7 +184,7 @@ for part in "$@"; do
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/cluster-fit.cu -o /tmp/cluster-fit && /tmp/cluster-fit ;;
         windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
         x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, carveout, clusters, windows, x16)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, carveout, clusters, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"
