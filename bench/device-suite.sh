@@ -36,6 +36,9 @@
 #   stages-sweep    tg128 of llama3-8b 4.0 at ctx 512, 2048 and 4096 with at least 128, 192, 256 and 384
 #                   keys per decode attention split (fewer splits, longer walks), each with 3 K/V
 #                   stages per warp and with 2
+#   orows           tg128@16 of llama3-8b 4.0 with GGX_QGEMV_ROWS_FOR= (the default), o_proj:128 (o in
+#                   8 K-slices, 64 blocks, against 16 and 128), o_proj:96 (11, 88 blocks),
+#                   down_proj:448 (8 K-slices, 64 blocks) and both 128 and 448, twice
 #   carveout        tg128 of llama3-8b 4.0 at ctx 16, 512 and 4096: the default, then the decode GEMV
 #                   and attention kernels with GGX_CUDA_CARVEOUT=100 (prefer the most shared memory)
 #                   and =0 (the most L1)
@@ -175,6 +178,13 @@ for part in "$@"; do
                 GGX_ATTN_MIN_SPLIT_KEYS=$k GGX_ATTN_STAGES=3 tg --synthetic llama3-8b --bpw 4.0 --ctx 512,2048,4096
                 GGX_ATTN_MIN_SPLIT_KEYS=$k GGX_ATTN_STAGES=2 tg --synthetic llama3-8b --bpw 4.0 --ctx 512,2048,4096
             done ;;
+        orows)
+            for r in 1 2; do
+                for v in "" o_proj:128 o_proj:96 down_proj:448 o_proj:128,down_proj:448; do
+                    echo "-- llama3-8b 4.0 @16, round $r: ${v:+GGX_QGEMV_ROWS_FOR=}${v:-the default}"
+                    GGX_QGEMV_ROWS_FOR=$v tg --synthetic llama3-8b --bpw 4.0 --ctx 16
+                done
+            done ;;
         carveout)
             for v in "" GGX_CUDA_CARVEOUT=100 GGX_CUDA_CARVEOUT=0; do
                 echo "-- llama3-8b 4.0 @16,512,4096: ${v:-the default}"
@@ -184,7 +194,7 @@ for part in "$@"; do
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/cluster-fit.cu -o /tmp/cluster-fit && /tmp/cluster-fit ;;
         windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
         x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, carveout, clusters, windows, x16)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, orows, carveout, clusters, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"

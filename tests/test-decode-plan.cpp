@@ -187,9 +187,26 @@ TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs
         CAPTURE(c.name);
         CHECK(ggx_cuda_qgemv_group_slices(c.job, 132) == c.m);
     }
-    // GGX_QGEMV_GROUP_ROWS forces the rows per warp group (in fine slices of 32 rows)
+    // GGX_QGEMV_ROWS_FOR forces the rows per warp group of the jobs whose first matrix's name
+    // contains an entry's name; the others keep their plan (the fixture made the matrices: naming
+    // them here changes nothing else)
+    ggx_set_name(const_cast<ggx_tensor *>(cases[1].job.m[0].w), "blk.3.self_attn.o_proj");
+    ggx_set_name(const_cast<ggx_tensor *>(cases[3].job.m[0].w), "blk.3.mlp.down_proj");
+    {
+        const ScopedEnv rows_for("GGX_QGEMV_ROWS_FOR", "o_proj:128");
+        CHECK(ggx_cuda_qgemv_group_slices(cases[1].job, 132) == 4);
+        CHECK(ggx_cuda_qgemv_group_slices(cases[3].job, 132) == 7);
+    }
+    {
+        const ScopedEnv rows_for("GGX_QGEMV_ROWS_FOR", "gate:64,down_proj:96");
+        CHECK(ggx_cuda_qgemv_group_slices(cases[1].job, 132) == 2);
+        CHECK(ggx_cuda_qgemv_group_slices(cases[3].job, 132) == 3);
+    }
+    // GGX_QGEMV_GROUP_ROWS forces the rows per warp group of every job (in fine slices of 32 rows)
     const ScopedEnv rows("GGX_QGEMV_GROUP_ROWS", "128");
     CHECK(ggx_cuda_qgemv_group_slices(cases[0].job, 132) == 4);
+    const ScopedEnv rows_for("GGX_QGEMV_ROWS_FOR", "o_proj:64");
+    CHECK(ggx_cuda_qgemv_group_slices(cases[1].job, 132) == 4);
 }
 
 TEST_CASE("decode plan: without fusion every node runs as it is") {

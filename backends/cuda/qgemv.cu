@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 
 namespace {
 
@@ -630,8 +631,29 @@ static int block_slices(const ggx_cuda_qextra * e, int T, int m) {
 // job (q, k, v: 12 tiles) ran 1.5-2 waves of 64-row slices (28.6-30.5 us for 12.9 MB).
 // Taking an even m only for one-row jobs (so that every matrix walks the paired piece tables:
 // llama3-8b q/k/v m = 3 -> 4, down 7 -> 8) measured 2.4-3.0% slower (run 139): the model stands.
+// GGX_QGEMV_ROWS_FOR=NAME:R[,NAME:R...] (measurements): R rows per warp group for the jobs whose
+// first matrix's name contains NAME, e.g. "o_proj:128" runs o in 8 K-slices of 512 rows per tile
+// (64 blocks) instead of the planned 16 of 256 (128 blocks), with half the partials to sum in
+// its tail and 68 SMs left to gate/up's early blocks. 0 when no entry matches.
+static int rows_for(const ggx_qgemv_job & job) {
+    const char * v = getenv("GGX_QGEMV_ROWS_FOR");
+    if (!v || !*v) return 0;
+    const std::string spec(v), name = job.m[0].w->name;
+    for (size_t at = 0; at < spec.size();) {
+        size_t end = spec.find(',', at);
+        if (end == std::string::npos) end = spec.size();
+        const std::string item = spec.substr(at, end - at);
+        const size_t colon = item.rfind(':');
+        if (colon != std::string::npos && colon > 0 && name.find(item.substr(0, colon)) != std::string::npos)
+            return atoi(item.c_str() + colon + 1);
+        at = end + 1;
+    }
+    return 0;
+}
+
 int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm) {
-    const int forced = ggx_env_int("GGX_QGEMV_GROUP_ROWS", 0);   // measurements and tests (read per job: host code)
+    int forced = ggx_env_int("GGX_QGEMV_GROUP_ROWS", 0);   // measurements and tests (read per job: host code)
+    if (forced < k_fine) forced = rows_for(job);
     if (forced >= k_fine) return std::min(k_max_rows, forced) / k_fine;
     const int W = groups_for(job.T);
     const int64_t slots = std::max(1, n_sm);

@@ -251,6 +251,17 @@ TEST_CASE("cuda: prefill attention with 32 query rows per warp in a model matche
     compare_models(*m.cpu, *m.gpu, "llama3.2-1b (prefill attention, 32 rows per warp)", {1, 8, 2}, 5e-2);
 }
 
+// GGX_QGEMV_ROWS_FOR (read per job when a graph is captured): o in 8 K-slices of 512 rows per
+// tile and down in more, shorter slices than planned, the other jobs as planned, in the fused
+// path of a model: against the CPU (5e-2) and the unfused path (5e-3, the sums in another order),
+// as compare_synthetic. Which jobs the entries pick is checked exactly in test-decode-plan.cpp.
+TEST_CASE("cuda: decode GEMV jobs with their rows per warp group forced by name match the CPU backend") {
+    REQUIRE_CUDA();
+    const ScopedEnv rows_for("GGX_QGEMV_ROWS_FOR", "o_proj:128,down_proj:64");
+    const three_models m = load_synthetic("llama3.2-1b", 4.0, 2, "GGX_CUDA_NO_FUSE");
+    compare_models(*m.cpu, *m.gpu, "llama3.2-1b (GGX_QGEMV_ROWS_FOR)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu_env.get());
+}
+
 TEST_CASE("cuda: the strip step (GGX_CUDA_STEP=1) matches the CPU backend and the fused decode path") {
     REQUIRE_CUDA();
     compare_synthetic_step("llama3.2-1b", 4.0, 2);
