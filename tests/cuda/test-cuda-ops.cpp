@@ -268,6 +268,22 @@ void check_attn_case(const AttnCase & c) {
                 "attn hd " + std::to_string(c.hd) + " H " + std::to_string(c.H) + "/" + std::to_string(c.Hkv) + " C " +
                     std::to_string(c.C) + " T " + std::to_string(c.T));
 }
+// Tensor-core decode shapes (f16 cache, T x G <= 16 query rows per KV head): one split, many
+// splits merged per token, G = 1/2/4/8, softcap, window, non-causal.
+const AttnCase k_decode_mma_cases[] = {
+    {128, 32, 8, 20, 1, GGX_TYPE_F16, 0, 0},    {128, 32, 8, 4096, 3, GGX_TYPE_F16, 0, 0},
+    {96, 8, 4, 500, 2, GGX_TYPE_F16, 15.0f, 0}, {80, 8, 1, 300, 2, GGX_TYPE_F16, 0, 50},
+    {64, 4, 4, 1000, 8, GGX_TYPE_F16, 0, 0},    {128, 8, 2, 200, 2, GGX_TYPE_F16, 0, 0, 1},
+};
+// Decode shapes for one split of up to 1024 keys (GGX_ATTN_MIN_SPLIT_KEYS=1024; see the test
+// "attention decode in one split of up to 1024 keys").
+const AttnCase k_one_split_cases[] = {
+    {128, 32, 8, 20, 1, GGX_TYPE_F16, 0, 0},     {128, 32, 8, 140, 3, GGX_TYPE_F16, 0, 0},
+    {64, 4, 4, 90, 8, GGX_TYPE_F16, 0, 0},       {96, 8, 4, 120, 2, GGX_TYPE_F16, 15.0f, 0},
+    {80, 8, 1, 100, 2, GGX_TYPE_F16, 0, 20},     {128, 8, 2, 60, 1, GGX_TYPE_F16, 0, 0, 1},
+    {64, 16, 2, 33, 2, GGX_TYPE_F16, 0, 0},      {128, 32, 8, 900, 1, GGX_TYPE_F16, 0, 0},
+    {128, 32, 8, 1000, 2, GGX_TYPE_F16, 0, 100}, {64, 4, 2, 40, 8, GGX_TYPE_F16, 0, 4},
+};
 // Prefill shapes (T > 8, f16 cache): tensor-core tiles, partial tiles, GQA, softcap, windows;
 // whole prompts (pos 0..T-1, many key tiles, partial last tile; a window shorter than a tile);
 // non-causal (every query sees keys up to the last position). Run with each prefill kernel form.
@@ -290,15 +306,11 @@ TEST_CASE("cuda: attention decode (split-K) and prefill paths, GQA, softcap, win
         {64, 4, 2, 600, 2, GGX_TYPE_F16, 0, 100},  {64, 4, 2, 200, 17, GGX_TYPE_F16, 0, 0},
         {128, 8, 2, 300, 64, GGX_TYPE_F32, 0, 0},  {256, 4, 1, 150, 33, GGX_TYPE_F16, 20.0f, 40},
         {8, 4, 2, 64, 12, GGX_TYPE_F32, 0, 0},
-        // tensor-core decode (f16 cache, T x G <= 16 query rows per KV head): one split, many
-        // splits merged per token, G = 1/2/4/8, softcap, window, non-causal
-        {128, 32, 8, 20, 1, GGX_TYPE_F16, 0, 0},   {128, 32, 8, 4096, 3, GGX_TYPE_F16, 0, 0},
-        {96, 8, 4, 500, 2, GGX_TYPE_F16, 15.0f, 0}, {80, 8, 1, 300, 2, GGX_TYPE_F16, 0, 50},
-        {64, 4, 4, 1000, 8, GGX_TYPE_F16, 0, 0},    {128, 8, 2, 200, 2, GGX_TYPE_F16, 0, 0, 1},
         // non-causal decode (every query sees keys up to the last position)
         {64, 4, 2, 100, 3, GGX_TYPE_F16, 0, 0, 1},
     };
     for (const AttnCase & c : cases) check_attn_case(c);
+    for (const AttnCase & c : k_decode_mma_cases) check_attn_case(c);
     const ScopedEnv rows("GGX_ATTN_FA_ROWS", "16");   // (the default picks 32 only for large grids)
     for (const AttnCase & c : k_prefill_cases) check_attn_case(c);
 }
@@ -342,46 +354,34 @@ TEST_CASE("cuda: attention decode with 64 and 256 keys at least per split (the d
 // GGX_ATTN_MIN_SPLIT_KEYS=1024: one split takes every visible key, and the block's four warps
 // walk them and write the output without a split merge. A warp walks up to 10 tiles here (600
 // visible keys of 900), reusing its stages many times (3 of them: the default for splits this
-// long); the default's splits give it at most 2 tiles up to 4096 keys. Against the CPU: short contexts, T x G up to 16 rows (G at most 8, as
-// the backend supports), softcap, windows (one of 4 keys over 8 tokens: the last token's rows
-// mask the whole first tile the block walks), non-causal.
+// long); the default's splits give it at most 2 tiles up to 4096 keys. Against the CPU: short
+// contexts, T x G up to 16 rows (G at most 8, as the backend supports), softcap, windows (one of
+// 4 keys over 8 tokens: the last token's rows mask the whole first tile the block walks),
+// non-causal.
 TEST_CASE("cuda: attention decode in one split of up to 1024 keys") {
     REQUIRE_CUDA();
-    const AttnCase cases[] = {
-        {128, 32, 8, 20, 1, GGX_TYPE_F16, 0, 0},     {128, 32, 8, 140, 3, GGX_TYPE_F16, 0, 0},
-        {64, 4, 4, 90, 8, GGX_TYPE_F16, 0, 0},       {96, 8, 4, 120, 2, GGX_TYPE_F16, 15.0f, 0},
-        {80, 8, 1, 100, 2, GGX_TYPE_F16, 0, 20},     {128, 8, 2, 60, 1, GGX_TYPE_F16, 0, 0, 1},
-        {64, 16, 2, 33, 2, GGX_TYPE_F16, 0, 0},      {128, 32, 8, 900, 1, GGX_TYPE_F16, 0, 0},
-        {128, 32, 8, 1000, 2, GGX_TYPE_F16, 0, 100}, {64, 4, 2, 40, 8, GGX_TYPE_F16, 0, 4},
-    };
     const ScopedEnv split_keys("GGX_ATTN_MIN_SPLIT_KEYS", "1024");
-    for (const AttnCase & c : cases) check_attn_case(c);
+    for (const AttnCase & c : k_one_split_cases) check_attn_case(c);
 }
 
 // GGX_ATTN_STAGES=2|3: each warp of the tensor-core decode kernel keeps two or three K/V tiles in
 // flight (the default takes 3 only where a split can give a warp more than 2 tiles: caches past
-// 4096 keys, or more keys per split). Both forced, over the decode shapes above against the CPU
-// with the same bounds, plus the shape of tg128 at --ctx 4096 on llama3-8b (22 active splits of
-// 192 keys: 3 tiles per warp) and one split walking up to 1024 keys (a warp reuses its stages
-// many times).
+// 4096 keys, or more keys per split). Both forced, over the tensor-core decode shapes against the
+// CPU with the same bounds, plus the shape of tg128 at --ctx 4096 on llama3-8b (22 active splits
+// of 192 keys: 3 tiles per warp), and the shapes of one split walking up to 1024 keys (a warp
+// reuses its stages many times).
 TEST_CASE("cuda: attention decode with two and three K/V tiles in flight per warp") {
     REQUIRE_CUDA();
-    const AttnCase cases[] = {
-        {128, 32, 8, 20, 1, GGX_TYPE_F16, 0, 0},    {128, 32, 8, 4096, 3, GGX_TYPE_F16, 0, 0},
-        {96, 8, 4, 500, 2, GGX_TYPE_F16, 15.0f, 0}, {80, 8, 1, 300, 2, GGX_TYPE_F16, 0, 50},
-        {64, 4, 4, 1000, 8, GGX_TYPE_F16, 0, 0},    {128, 8, 2, 200, 2, GGX_TYPE_F16, 0, 0, 1},
-        {128, 32, 8, 6200, 1, GGX_TYPE_F16, 0, 0},  {128, 8, 2, 700, 1, GGX_TYPE_F16, 0, 0},
-    };
-    const AttnCase one_split[] = {
-        {128, 32, 8, 900, 1, GGX_TYPE_F16, 0, 0}, {128, 32, 8, 1000, 2, GGX_TYPE_F16, 0, 100},
-        {64, 4, 2, 40, 8, GGX_TYPE_F16, 0, 4},    {128, 32, 8, 140, 3, GGX_TYPE_F16, 0, 0},
+    const AttnCase long_cache[] = {
+        {128, 32, 8, 6200, 1, GGX_TYPE_F16, 0, 0}, {128, 8, 2, 700, 1, GGX_TYPE_F16, 0, 0},
     };
     for (const char * st : {"2", "3"}) {
         CAPTURE(st);
         const ScopedEnv stages("GGX_ATTN_STAGES", st);
-        for (const AttnCase & c : cases) check_attn_case(c);
+        for (const AttnCase & c : k_decode_mma_cases) check_attn_case(c);
+        for (const AttnCase & c : long_cache) check_attn_case(c);
         const ScopedEnv split_keys("GGX_ATTN_MIN_SPLIT_KEYS", "1024");
-        for (const AttnCase & c : one_split) check_attn_case(c);
+        for (const AttnCase & c : k_one_split_cases) check_attn_case(c);
     }
 }
 
