@@ -39,6 +39,8 @@
 #   orows           tg128@16 of llama3-8b 4.0 with GGX_QGEMV_ROWS_FOR= (the default), o_proj:128 (o in
 #                   8 K-slices, 64 blocks, against 16 and 128), o_proj:96 (11, 88 blocks),
 #                   down_proj:448 (8 K-slices, 64 blocks) and both 128 and 448, twice
+#   smemconfig      ncu's shared memory configuration size of 8 decode GEMV / attention launches of an
+#                   eager llama3-8b step, with 2 and with 3 attention stages (the carveout each runs at)
 #   carveout        tg128 of llama3-8b 4.0 at ctx 16, 512 and 4096: the default, then the decode GEMV
 #                   and attention kernels with GGX_CUDA_CARVEOUT=100 (prefer the most shared memory)
 #                   and =0 (the most L1)
@@ -185,6 +187,15 @@ for part in "$@"; do
                     GGX_QGEMV_ROWS_FOR=$v tg --synthetic llama3-8b --bpw 4.0 --ctx 16
                 done
             done ;;
+        smemconfig)
+            # the L1/shared split each decode kernel launched with (ncu: kernels of one eager step)
+            for st in 2 3; do
+                echo "-- llama3-8b 4.0 @16, GGX_ATTN_STAGES=$st: shared memory configuration per launch (ncu, eager)"
+                GGX_ATTN_STAGES=$st GGX_CUDA_NO_GRAPH=1 timeout 120 /usr/local/cuda/bin/ncu \
+                    --metrics launch__shared_mem_config_size,launch__shared_mem_per_block_dynamic,gpu__time_duration.sum \
+                    -k regex:'k_qgemv|k_attn_decode' -s 200 -c 8 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 4 -r 1 --ctx 16 2>&1 |
+                    grep -E 'k_qgemv|k_attn_decode|shared_mem|duration' | head -40
+            done ;;
         carveout)
             for v in "" GGX_CUDA_CARVEOUT=100 GGX_CUDA_CARVEOUT=0; do
                 echo "-- llama3-8b 4.0 @16,512,4096: ${v:-the default}"
@@ -194,7 +205,7 @@ for part in "$@"; do
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/cluster-fit.cu -o /tmp/cluster-fit && /tmp/cluster-fit ;;
         windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
         x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, orows, carveout, clusters, windows, x16)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, orows, smemconfig, carveout, clusters, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"
