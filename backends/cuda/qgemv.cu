@@ -623,14 +623,6 @@ static int block_slices(const ggx_cuda_qextra * e, int T, int m) {
     return (e->n_slices + W * m - 1) / (W * m);
 }
 
-// Fine slices per warp group for a job. The blocks run in waves of n_sm (one block per SM: the
-// registers and shared memory of a 512-thread block fill it), and a block costs a fixed part
-// (prologue over x, partials, epilogue) plus its rows, so the choice minimises waves x (fixed +
-// rows) over the job's matrices together. ncu on llama3-8b (session 4): a wave of 128 blocks took
-// 11.9 us + 0.052 us per row of each group's slice, i.e. a fixed part worth ~230 rows; the qkv
-// job (q, k, v: 12 tiles) ran 1.5-2 waves of 64-row slices (28.6-30.5 us for 12.9 MB).
-// Taking an even m only for one-row jobs (so that every matrix walks the paired piece tables:
-// llama3-8b q/k/v m = 3 -> 4, down 7 -> 8) measured 2.4-3.0% slower (run 139): the model stands.
 // GGX_QGEMV_ROWS_FOR=NAME:R[,NAME:R...] (measurements): R rows per warp group for the jobs whose
 // first matrix's name contains NAME, e.g. "o_proj:128" runs o in 8 K-slices of 512 rows per tile
 // (64 blocks) instead of the planned 16 of 256 (128 blocks), with half the partials to sum in
@@ -651,6 +643,14 @@ static int rows_for(const ggx_qgemv_job & job) {
     return 0;
 }
 
+// Fine slices per warp group for a job. The blocks run in waves of n_sm (one block per SM: the
+// registers and shared memory of a 512-thread block fill it), and a block costs a fixed part
+// (prologue over x, partials, epilogue) plus its rows, so the choice minimises waves x (fixed +
+// rows) over the job's matrices together. ncu on llama3-8b (session 4): a wave of 128 blocks took
+// 11.9 us + 0.052 us per row of each group's slice, i.e. a fixed part worth ~230 rows; the qkv
+// job (q, k, v: 12 tiles) ran 1.5-2 waves of 64-row slices (28.6-30.5 us for 12.9 MB).
+// Taking an even m only for one-row jobs (so that every matrix walks the paired piece tables:
+// llama3-8b q/k/v m = 3 -> 4, down 7 -> 8) measured 2.4-3.0% slower (run 139): the model stands.
 int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm) {
     int forced = ggx_env_int("GGX_QGEMV_GROUP_ROWS", 0);   // measurements and tests (read per job: host code)
     if (forced < k_fine) forced = rows_for(job);
