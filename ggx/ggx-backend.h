@@ -110,10 +110,11 @@ struct ggx_backend * ggx_backend_cuda_init(int device);
 // Decode jobs this CUDA backend has issued as stages of the strip step (GGX_CUDA_STEP=1) since
 // it started, counted when a graph is recorded (not per replay): tests check that the path ran.
 long                 ggx_backend_cuda_strip_stages(struct ggx_backend * be);
-// Decode GEMV jobs that read the step's RoPE table (GGX_QGEMV_ROPE_TABLE=1), counted the same way.
+// Decode GEMV jobs that read the step's RoPE table (the default; GGX_QGEMV_ROPE_TABLE=0 turns it
+// off), counted the same way.
 long                 ggx_backend_cuda_rope_table_jobs(struct ggx_backend * be);
 // Matrices of decode GEMV jobs that read their norm weights from a q_perm-ordered table
-// (GGX_QGEMV_NORM_TABLE=1), counted the same way.
+// (the default; GGX_QGEMV_NORM_TABLE=0 turns it off), counted the same way.
 long                 ggx_backend_cuda_norm_table_mats(struct ggx_backend * be);
 #endif
 

@@ -12,9 +12,10 @@
 // each warp owns its own tiles of 16 keys (warp w takes tiles w, w + 4, ...), copies them into its
 // own shared stages with cp.async (a.stages of them: 2 or 3 tiles in flight) and keeps the
 // online-softmax state (m, l, O) in registers, as the prefill kernel does: no block barrier until
-// the warps' states are merged at the end. The rows that earlier steps wrote are requested before the PDL wait, the rows at pos
-// after it. One split active: the block writes the output itself; otherwise it writes (m, l, O)
-// per head and the last block of the KV head merges the splits (merge_splits).
+// the warps' states are merged at the end. The rows that earlier steps wrote are requested before
+// the PDL wait, the rows at pos after it. One split active: the block writes the output itself;
+// otherwise it writes (m, l, O) per head and the last block of the KV head merges the splits
+// (merge_splits).
 #include "attn-common.cuh"
 #include "async-copy.cuh"
 

@@ -253,8 +253,9 @@ TEST_CASE("cuda: prefill attention with 32 query rows per warp in a model matche
 
 // GGX_QGEMV_ROWS_FOR (read per job when a graph is captured): o in 8 K-slices of 512 rows per
 // tile and down in more, shorter slices than planned, the other jobs as planned, in the fused
-// path of a model: against the CPU (5e-2) and the unfused path (5e-3, the sums in another order),
-// as compare_synthetic. Which jobs the entries pick is checked exactly in test-decode-plan.cpp.
+// path of a model: against the CPU (5e-2) and the unfused path (5e-3, as compare_synthetic; its
+// single-matrix o and down jobs take the same forced rows, its other matmuls are unfused). Which
+// jobs the entries pick is checked exactly in test-decode-plan.cpp.
 TEST_CASE("cuda: decode GEMV jobs with their rows per warp group forced by name match the CPU backend") {
     REQUIRE_CUDA();
     const ScopedEnv rows_for("GGX_QGEMV_ROWS_FOR", "o_proj:128,down_proj:64");
