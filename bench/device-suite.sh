@@ -41,9 +41,12 @@
 #                   down_proj:448 (8 K-slices, 64 blocks) and both 128 and 448, twice
 #   smemconfig      ncu's shared memory configuration size of 8 decode GEMV / attention launches of an
 #                   eager llama3-8b step, with 2 and with 3 attention stages (the carveout each runs at)
-#   carveout        tg128 of llama3-8b 4.0 at ctx 16, 512 and 4096: the default, then the decode GEMV
-#                   and attention kernels with GGX_CUDA_CARVEOUT=100 (prefer the most shared memory)
-#                   and =0 (the most L1)
+#   carveout        tg128 of llama3-8b 4.0 at ctx 16, 512 and 4096: the default (the decode GEMV and
+#                   attention kernels prefer the most shared memory), then with GGX_CUDA_CARVEOUT=-1
+#                   (the driver's choice, as before run 146), =72 (164 KB of shared memory),
+#                   GGX_CUDA_CARVEOUT_ALL=1 (every kernel prefers the same), and the default again
+#   stages-ab       tg128 of llama3-8b 4.0 at ctx 16, 512, 2048 and 4096 with GGX_ATTN_STAGES=3, then 2
+#   o96             tg128@16 of llama3-8b 4.0: the default, then GGX_QGEMV_ROWS_FOR=o_proj:96, twice
 #   clusters        bench/probes/cluster-fit.cu built and run: clusters of whole-SM blocks that fit
 #                   at once per cluster size, and their SMs (split-K through clusters needs 16)
 #   windows         a second bench built with -DGGX_PAIR_WINDOWS=0 (3-, 5- and 6-bit codes placed one
@@ -187,6 +190,18 @@ for part in "$@"; do
                     GGX_QGEMV_ROWS_FOR=$v tg --synthetic llama3-8b --bpw 4.0 --ctx 16
                 done
             done ;;
+        stages-ab)
+            for st in 3 2; do
+                echo "-- llama3-8b 4.0 @16,512,2048,4096: GGX_ATTN_STAGES=$st"
+                GGX_ATTN_STAGES=$st tg --synthetic llama3-8b --bpw 4.0 --ctx 16,512,2048,4096
+            done ;;
+        o96)
+            for r in 1 2; do
+                for v in "" o_proj:96; do
+                    echo "-- llama3-8b 4.0 @16, round $r: ${v:+GGX_QGEMV_ROWS_FOR=}${v:-the default}"
+                    GGX_QGEMV_ROWS_FOR=$v tg --synthetic llama3-8b --bpw 4.0 --ctx 16
+                done
+            done ;;
         smemconfig)
             # the L1/shared split each decode kernel launched with (ncu: kernels of one eager step)
             for st in 2 3; do
@@ -197,7 +212,7 @@ for part in "$@"; do
                     grep -E 'k_qgemv|k_attn_decode|shared_mem|duration' | head -40
             done ;;
         carveout)
-            for v in "" GGX_CUDA_CARVEOUT=100 GGX_CUDA_CARVEOUT=0; do
+            for v in "" GGX_CUDA_CARVEOUT=-1 GGX_CUDA_CARVEOUT=72 GGX_CUDA_CARVEOUT_ALL=1 ""; do
                 echo "-- llama3-8b 4.0 @16,512,4096: ${v:-the default}"
                 (if [ -n "$v" ]; then export "$v"; fi; tg --synthetic llama3-8b --bpw 4.0 --ctx 16,512,4096)
             done ;;
@@ -205,7 +220,7 @@ for part in "$@"; do
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/cluster-fit.cu -o /tmp/cluster-fit && /tmp/cluster-fit ;;
         windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
         x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, orows, smemconfig, carveout, clusters, windows, x16)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, stages-ab, orows, o96, smemconfig, carveout, clusters, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"

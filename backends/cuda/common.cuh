@@ -165,25 +165,32 @@ static cudaError_t ggx_cuda_launch_ex(cudaStream_t stream, bool pdl, void (*kern
 #endif  // GGX_USE_HIP
 }
 
-template <typename... Args, typename... Actual>
-static enum ggx_status ggx_cuda_launch(const ggx_cuda_ctx & ctx, void (*kernel)(Args...), dim3 grid, dim3 block, size_t smem,
-                                       Actual &&... args) {
-    GGX_CUDA_CHECK(ggx_cuda_launch_ex(ctx.stream, ctx.pdl, kernel, grid, block, smem, static_cast<Actual &&>(args)...));
-    return GGX_STATUS_OK;
-}
-
-// GGX_CUDA_CARVEOUT=P (measurements; CUDA only): the L1 / shared memory carveout preference, in
-// percent of the most shared memory, of the decode GEMV and attention kernels; unset leaves the
-// driver's choice. Run 145 saw the attention's shared memory size alone move tg128 by -1.3% at
-// ctx 512 and +1.4% at 4096 on the H100: this tells whether the carveout the SMs run at is why.
+// The L1 / shared memory carveout preference of the decode GEMV and attention kernels, in percent
+// of the most shared memory an SM can have; GGX_CUDA_CARVEOUT=P overrides it, -1 leaves the
+// driver's choice. Default 100, the same split for both: an SM whose running blocks use another
+// split must drain before a block of the next kernel can start there, which costs the early
+// starts PDL gives. Run 146 (H100, llama3-8b 4.0): tg128@16 393.2 -> 400.0, @512 370.2 -> 380.7,
+// @4096 349.1 both ways (there attention's 3 stages already need the most); P = 0: @4096 -6%.
+int ggx_cuda_carveout_percent();   // ggx-cuda.cu
 // Call once per kernel (host code).
 template <typename... Args> static enum ggx_status ggx_cuda_carveout(void (*kernel)(Args...)) {
 #if !defined(GGX_USE_HIP)
-    static const int p = ggx_env_int_in("GGX_CUDA_CARVEOUT", -1, 100, -1);
+    const int p = ggx_cuda_carveout_percent();
     if (p >= 0) GGX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, p));
 #else
     (void)kernel;
 #endif  // !GGX_USE_HIP
+    return GGX_STATUS_OK;
+}
+// GGX_CUDA_CARVEOUT_ALL=1 (measurements): the same preference for every kernel launched through
+// ggx_cuda_launch, i.e. also the step's small kernels (tables, embeddings, norms) and prefill's.
+enum ggx_status ggx_cuda_carveout_every(const void * kernel);   // ggx-cuda.cu
+
+template <typename... Args, typename... Actual>
+static enum ggx_status ggx_cuda_launch(const ggx_cuda_ctx & ctx, void (*kernel)(Args...), dim3 grid, dim3 block, size_t smem,
+                                       Actual &&... args) {
+    GGX_RETURN_IF_ERR(ggx_cuda_carveout_every((const void *)kernel));
+    GGX_CUDA_CHECK(ggx_cuda_launch_ex(ctx.stream, ctx.pdl, kernel, grid, block, smem, static_cast<Actual &&>(args)...));
     return GGX_STATUS_OK;
 }
 
