@@ -187,6 +187,17 @@ TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs
         CAPTURE(c.name);
         CHECK(ggx_cuda_qgemv_group_slices(c.job, 132) == c.m);
     }
+    // GGX_QGEMV_SLICE_COST adds a cost per K-slice of a column tile: at 8 rows llama3-8b's o takes
+    // 11 slices (m = 3: 88 blocks, 326 + 88 against 294 + 128 for m = 2) and its other jobs keep
+    // their plan; llama3.2-1b's q/k/v and o take m = 2, its down m = 4 (16 slices, 64 blocks)
+    {
+        const ScopedEnv slice_cost("GGX_QGEMV_SLICE_COST", "8");
+        const int want[] = {3, 3, 16, 7, 32, 2, 2, 4, 4};
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+            CAPTURE(cases[i].name);
+            CHECK(ggx_cuda_qgemv_group_slices(cases[i].job, 132) == want[i]);
+        }
+    }
     // GGX_QGEMV_ROWS_FOR forces the rows per warp group of the jobs whose first matrix's name
     // contains an entry's name; the others keep their plan (the fixture made the matrices: naming
     // them here changes nothing else)

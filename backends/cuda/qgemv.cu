@@ -651,6 +651,10 @@ static int rows_for(const ggx_qgemv_job & job) {
 // job (q, k, v: 12 tiles) ran 1.5-2 waves of 64-row slices (28.6-30.5 us for 12.9 MB).
 // Taking an even m only for one-row jobs (so that every matrix walks the paired piece tables:
 // llama3-8b q/k/v m = 3 -> 4, down 7 -> 8) measured 2.4-3.0% slower (run 139): the model stands.
+// GGX_QGEMV_SLICE_COST=C (measurements, rows; default 0) adds C per K-slice of a column tile: the
+// tile's last block sums one partial per slice in its tail, and fewer blocks leave SMs to the next
+// kernel's early blocks. llama3-8b's o with 11 slices (m = 3) instead of 16 (m = 2): tg128@16
+// +0.6 to +1.4% in runs 146-147 (H100); C = 7..10 gives that plan there.
 int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm) {
     int forced = ggx_env_int("GGX_QGEMV_GROUP_ROWS", 0);   // measurements and tests (read per job: host code)
     if (forced < k_fine) forced = rows_for(job);
@@ -659,14 +663,17 @@ int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm) {
     const int64_t slots = std::max(1, n_sm);
     int best_m = 1, max_fine = 1;
     for (int i = 0; i < job.n_mat; i++) max_fine = std::max(max_fine, qextra_of(job.m[i])->n_slices);
+    const int64_t slice_cost = ggx_env_int_in("GGX_QGEMV_SLICE_COST", 0, 1000, 0);
     int64_t best = INT64_MAX;
     for (int m = 1; m * k_fine <= k_max_rows; m++) {
-        int64_t blocks = 0;
+        int64_t blocks = 0, tile_slices = 0;
         for (int i = 0; i < job.n_mat; i++) {
             const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
-            blocks += (int64_t)((q->Np + k_tile - 1) / k_tile) * block_slices(qextra_of(job.m[i]), job.T, m);
+            const int slices = block_slices(qextra_of(job.m[i]), job.T, m);
+            blocks += (int64_t)((q->Np + k_tile - 1) / k_tile) * slices;
+            tile_slices = std::max<int64_t>(tile_slices, slices);
         }
-        const int64_t cost = (blocks + slots - 1) / slots * (k_block_rows + m * k_fine);
+        const int64_t cost = (blocks + slots - 1) / slots * (k_block_rows + m * k_fine) + slice_cost * tile_slices;
         if (cost < best) { best = cost; best_m = m; }
         if (W * m >= max_fine) break;   // one K-slice per tile already
     }
