@@ -49,6 +49,9 @@
 #   slicecost       tg128@16 with GGX_QGEMV_SLICE_COST=0 (the default), 8 and 12 (the decode GEMV's
 #                   plan charged per K-slice of a tile), llama3-8b 4.0 and llama3.2-1b 4.0, twice;
 #                   then 0 and 8 for llama3-8b 2.5 and 8.0
+#   plan            tg128@16 with the decode GEMV plan's knobs: the default, GGX_QGEMV_SLICE_COST=8,
+#                   =12, and 12 with GGX_QGEMV_ODD_COST=16; llama3-8b and llama3.2-1b 4.0 twice, then
+#                   the default, 8 and 12+16 for llama3-8b 2.5 and 8.0, qwen2.5-7b and mistral-7b 4.0
 #   smem-driver     part smemconfig with GGX_CUDA_CARVEOUT=-1 (the driver's choice of split)
 #   o96             tg128@16 of llama3-8b 4.0: the default, then GGX_QGEMV_ROWS_FOR=o_proj:96, twice
 #   clusters        bench/probes/cluster-fit.cu built and run: clusters of whole-SM blocks that fit
@@ -214,6 +217,22 @@ for part in "$@"; do
                     GGX_QGEMV_SLICE_COST=$c tg --synthetic llama3-8b --bpw $b --ctx 16
                 done
             done ;;
+        plan)
+            for r in 1 2; do
+                for m in llama3-8b llama3.2-1b; do
+                    for c in 0:0 8:0 12:0 12:16; do
+                        echo "-- $m 4.0 @16, round $r: GGX_QGEMV_SLICE_COST=${c%:*} GGX_QGEMV_ODD_COST=${c#*:}"
+                        GGX_QGEMV_SLICE_COST=${c%:*} GGX_QGEMV_ODD_COST=${c#*:} tg --synthetic $m --bpw 4.0 --ctx 16
+                    done
+                done
+            done
+            for mb in "llama3-8b 2.5" "llama3-8b 8.0" "qwen2.5-7b 4.0" "mistral-7b 4.0"; do
+                read -r m b <<< "$mb"
+                for c in 0:0 8:0 12:16; do
+                    echo "-- $m $b @16: GGX_QGEMV_SLICE_COST=${c%:*} GGX_QGEMV_ODD_COST=${c#*:}"
+                    GGX_QGEMV_SLICE_COST=${c%:*} GGX_QGEMV_ODD_COST=${c#*:} tg --synthetic $m --bpw $b --ctx 16
+                done
+            done ;;
         o96)
             for r in 1 2; do
                 for v in "" o_proj:96; do
@@ -240,7 +259,7 @@ for part in "$@"; do
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/cluster-fit.cu -o /tmp/cluster-fit && /tmp/cluster-fit ;;
         windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
         x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, stages-ab, orows, o96, slicecost, smemconfig, smem-driver, carveout, clusters, windows, x16)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, stages-ab, orows, o96, slicecost, plan, smemconfig, smem-driver, carveout, clusters, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"

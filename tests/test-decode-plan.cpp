@@ -198,6 +198,20 @@ TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs
             CHECK(ggx_cuda_qgemv_group_slices(cases[i].job, 132) == want[i]);
         }
     }
+    // At 12 rows per slice, with 16 rows per block for an odd m of a one-row job (no paired
+    // tables): llama3-8b's q/k/v and o take m = 4, down 8 (7 without the odd cost), and
+    // llama3.2-1b's down keeps 4 (5 without: 390 + 13 x 12 = 546 against 358 + 16 x 12 = 550)
+    {
+        const ScopedEnv slice_cost("GGX_QGEMV_SLICE_COST", "12");
+        CHECK(ggx_cuda_qgemv_group_slices(cases[3].job, 132) == 7);
+        CHECK(ggx_cuda_qgemv_group_slices(cases[8].job, 132) == 5);
+        const ScopedEnv odd_cost("GGX_QGEMV_ODD_COST", "16");
+        const int want[] = {4, 4, 16, 8, 32, 2, 2, 4, 4};
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+            CAPTURE(cases[i].name);
+            CHECK(ggx_cuda_qgemv_group_slices(cases[i].job, 132) == want[i]);
+        }
+    }
     // GGX_QGEMV_ROWS_FOR forces the rows per warp group of the jobs whose first matrix's name
     // contains an entry's name; the others keep their plan (the fixture made the matrices: naming
     // them here changes nothing else)

@@ -623,6 +623,10 @@ static int block_slices(const ggx_cuda_qextra * e, int T, int m) {
     return (e->n_slices + W * m - 1) / (W * m);
 }
 
+// Whether one-row jobs may walk the paired piece tables (GGX_QGEMV_PAIRS=0: never; read per job
+// so that a test can compare both): when their warp groups own whole pairs of fine slices (even m).
+static bool pairs_allowed() { return ggx_env_int("GGX_QGEMV_PAIRS", 1) != 0; }
+
 // GGX_QGEMV_ROWS_FOR=NAME:R[,NAME:R...] (measurements): R rows per warp group for the jobs whose
 // first matrix's name contains NAME, e.g. "o_proj:128" runs o in 8 K-slices of 512 rows per tile
 // (64 blocks) instead of the planned 16 of 256 (128 blocks), with half the partials to sum in
@@ -654,7 +658,9 @@ static int rows_for(const ggx_qgemv_job & job) {
 // GGX_QGEMV_SLICE_COST=C (measurements, rows; default 0) adds C per K-slice of a column tile: the
 // tile's last block sums one partial per slice in its tail, and fewer blocks leave SMs to the next
 // kernel's early blocks. llama3-8b's o with 11 slices (m = 3) instead of 16 (m = 2): tg128@16
-// +0.6 to +1.4% in runs 146-147 (H100); C = 7..10 gives that plan there.
+// +0.6 to +1.4% in runs 146-147 (H100); C = 7..10 gives that plan there. GGX_QGEMV_ODD_COST=O
+// (measurements, rows; default 0) adds O per block for an odd m of a one-row job, whose warp groups
+// then cannot walk the paired piece tables.
 int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm) {
     int forced = ggx_env_int("GGX_QGEMV_GROUP_ROWS", 0);   // measurements and tests (read per job: host code)
     if (forced < k_fine) forced = rows_for(job);
@@ -664,6 +670,7 @@ int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm) {
     int best_m = 1, max_fine = 1;
     for (int i = 0; i < job.n_mat; i++) max_fine = std::max(max_fine, qextra_of(job.m[i])->n_slices);
     const int64_t slice_cost = ggx_env_int_in("GGX_QGEMV_SLICE_COST", 0, 1000, 0);
+    const int64_t odd_cost = job.T == 1 && pairs_allowed() ? ggx_env_int_in("GGX_QGEMV_ODD_COST", 0, 1000, 0) : 0;
     int64_t best = INT64_MAX;
     for (int m = 1; m * k_fine <= k_max_rows; m++) {
         int64_t blocks = 0, tile_slices = 0;
@@ -673,16 +680,13 @@ int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm) {
             blocks += (int64_t)((q->Np + k_tile - 1) / k_tile) * slices;
             tile_slices = std::max<int64_t>(tile_slices, slices);
         }
-        const int64_t cost = (blocks + slots - 1) / slots * (k_block_rows + m * k_fine) + slice_cost * tile_slices;
+        const int64_t cost = (blocks + slots - 1) / slots * (k_block_rows + m * k_fine + (m % 2) * odd_cost) +
+                             slice_cost * tile_slices;
         if (cost < best) { best = cost; best_m = m; }
         if (W * m >= max_fine) break;   // one K-slice per tile already
     }
     return best_m;
 }
-
-// Whether one-row jobs may walk the paired piece tables (GGX_QGEMV_PAIRS=0: never; read per job
-// so that a test can compare both): when their warp groups own whole pairs of fine slices (even m).
-static bool pairs_allowed() { return ggx_env_int("GGX_QGEMV_PAIRS", 1) != 0; }
 
 size_t ggx_cuda_qgemv_scratch(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     const int m = ggx_cuda_qgemv_group_slices(job, ctx.n_sm);
