@@ -169,8 +169,11 @@ static cudaError_t ggx_cuda_launch_ex(cudaStream_t stream, bool pdl, void (*kern
 // of the most shared memory an SM can have; GGX_CUDA_CARVEOUT=P overrides it, -1 leaves the
 // driver's choice. Default 100, the same split for both: an SM whose running blocks use another
 // split must drain before a block of the next kernel can start there, which costs the early
-// starts PDL gives. Run 146 (H100, llama3-8b 4.0): tg128@16 393.2 -> 400.0, @512 370.2 -> 380.7,
-// @4096 349.1 both ways (there attention's 3 stages already need the most); P = 0: @4096 -6%.
+// starts PDL gives. ncu (runs 147-148): with the driver's choice the GEMVs ran at 8 or 16 KB of
+// shared memory and attention at 168 KB (233 KB with 3 stages), so the split changed at 3 of a
+// layer's 5 kernel boundaries; with 100 all run at 233 KB. H100, llama3-8b 4.0, tg128 @16 / @512 /
+// @4096: 393.2 / 370.2 / 349.0 -> 401.1 / 380.6 / 349.9 (run 147; at 4096 attention's 3 stages
+// already asked for the most); llama3.2-1b +5%; P = 0 or 72 lose 6% at 4096.
 int ggx_cuda_carveout_percent();   // ggx-cuda.cu
 // Call once per kernel (host code).
 template <typename... Args> static enum ggx_status ggx_cuda_carveout(void (*kernel)(Args...)) {
