@@ -52,6 +52,9 @@
 #   plan            tg128@16 with the decode GEMV plan's knobs: the default, GGX_QGEMV_SLICE_COST=8,
 #                   =12, and 12 with GGX_QGEMV_ODD_COST=16; llama3-8b and llama3.2-1b 4.0 twice, then
 #                   the default, 8 and 12+16 for llama3-8b 2.5 and 8.0, qwen2.5-7b and mistral-7b 4.0
+#   plan-trace      GGX_CUDA_TRACE=4 summaries of llama3-8b at 2.5, 4.0 and 5.0 bpw with the default
+#                   plan and with GGX_QGEMV_SLICE_COST=12 GGX_QGEMV_ODD_COST=16 (where that plan's
+#                   +3% at 4.0 and -3.5 to -5.7% elsewhere come from, kernel by kernel)
 #   smem-driver     part smemconfig with GGX_CUDA_CARVEOUT=-1 (the driver's choice of split)
 #   o96             tg128@16 of llama3-8b 4.0: the default, then GGX_QGEMV_ROWS_FOR=o_proj:96, twice
 #   clusters        bench/probes/cluster-fit.cu built and run: clusters of whole-SM blocks that fit
@@ -233,6 +236,14 @@ for part in "$@"; do
                     GGX_QGEMV_SLICE_COST=${c%:*} GGX_QGEMV_ODD_COST=${c#*:} tg --synthetic $m --bpw $b --ctx 16
                 done
             done ;;
+        plan-trace)
+            for b in 2.5 4.0 5.0; do
+                for c in 0:0 12:16; do
+                    echo "-- llama3-8b $b @16: GGX_QGEMV_SLICE_COST=${c%:*} GGX_QGEMV_ODD_COST=${c#*:}, trace of step 4"
+                    GGX_QGEMV_SLICE_COST=${c%:*} GGX_QGEMV_ODD_COST=${c#*:} GGX_CUDA_TRACE=4 \
+                        $B --synthetic llama3-8b --bpw $b -p 0 -n 8 -r 1 --ctx 16 2>&1 | grep -A11 "trace, step"
+                done
+            done ;;
         o96)
             for r in 1 2; do
                 for v in "" o_proj:96; do
@@ -259,7 +270,7 @@ for part in "$@"; do
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/cluster-fit.cu -o /tmp/cluster-fit && /tmp/cluster-fit ;;
         windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
         x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, stages-ab, orows, o96, slicecost, plan, smemconfig, smem-driver, carveout, clusters, windows, x16)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, stages-ab, orows, o96, slicecost, plan, plan-trace, smemconfig, smem-driver, carveout, clusters, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"
