@@ -660,7 +660,9 @@ static int rows_for(const ggx_qgemv_job & job) {
 // kernel's early blocks. llama3-8b's o with 11 slices (m = 3) instead of 16 (m = 2): tg128@16
 // +0.6 to +1.4% in runs 146-147 (H100); C = 7..10 gives that plan there. GGX_QGEMV_ODD_COST=O
 // (measurements, rows; default 0) adds O per block for an odd m of a one-row job, whose warp groups
-// then cannot walk the paired piece tables.
+// then cannot walk the paired piece tables. C = 12 with O = 16 (8B: q/k/v 4, o 4, down 8) measured
+// +3.1% at 4.0 bpw but -3.4 to -5.7% at 2.5, 5.0, 6.0 and 8.0 (runs 149-150, H100): the best plan
+// depends on the widths, which this model does not see (NOTES, session 29).
 int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm) {
     int forced = ggx_env_int("GGX_QGEMV_GROUP_ROWS", 0);   // measurements and tests (read per job: host code)
     if (forced < k_fine) forced = rows_for(job);
