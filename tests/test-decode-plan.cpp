@@ -183,6 +183,13 @@ TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs
         {"llama3.2-1b gate/up", job({{2048, 8192}, {2048, 8192}}), 4},
         {"llama3.2-1b down", job({{8192, 2048}}), 2},
     };
+    constexpr size_t n_cases = sizeof cases / sizeof cases[0];
+    auto check_plans = [&](const int (&want)[n_cases]) {   // each case's m under the knobs set now
+        for (size_t i = 0; i < n_cases; i++) {
+            CAPTURE(cases[i].name);
+            CHECK(ggx_cuda_qgemv_group_slices(cases[i].job, 132) == want[i]);
+        }
+    };
     for (const Case & c : cases) {
         CAPTURE(c.name);
         CHECK(ggx_cuda_qgemv_group_slices(c.job, 132) == c.m);
@@ -192,11 +199,7 @@ TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs
     // their plan; llama3.2-1b's q/k/v and o take m = 2, its down m = 4 (16 slices, 64 blocks)
     {
         const ScopedEnv slice_cost("GGX_QGEMV_SLICE_COST", "8");
-        const int want[] = {3, 3, 16, 7, 32, 2, 2, 4, 4};
-        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-            CAPTURE(cases[i].name);
-            CHECK(ggx_cuda_qgemv_group_slices(cases[i].job, 132) == want[i]);
-        }
+        check_plans({3, 3, 16, 7, 32, 2, 2, 4, 4});
     }
     // At 12 rows per slice, with 16 rows per block for an odd m of a one-row job (no paired
     // tables): llama3-8b's q/k/v and o take m = 4, down 8 (7 without the odd cost), and
@@ -206,11 +209,7 @@ TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs
         CHECK(ggx_cuda_qgemv_group_slices(cases[3].job, 132) == 7);
         CHECK(ggx_cuda_qgemv_group_slices(cases[8].job, 132) == 5);
         const ScopedEnv odd_cost("GGX_QGEMV_ODD_COST", "16");
-        const int want[] = {4, 4, 16, 8, 32, 2, 2, 4, 4};
-        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-            CAPTURE(cases[i].name);
-            CHECK(ggx_cuda_qgemv_group_slices(cases[i].job, 132) == want[i]);
-        }
+        check_plans({4, 4, 16, 8, 32, 2, 2, 4, 4});
     }
     // GGX_QGEMV_ROWS_FOR forces the rows per warp group of the jobs whose first matrix's name
     // contains an entry's name; the others keep their plan (the fixture made the matrices: naming

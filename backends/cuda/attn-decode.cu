@@ -301,11 +301,7 @@ ggx_status launch(const ggx_cuda_ctx & ctx, const attn_args & args) {
         allowed = smem;
     }
     void (*kernel)(attn_args) = k_attn_decode<HD>;
-    static bool carveout_set = false;
-    if (!carveout_set) {
-        GGX_RETURN_IF_ERR(ggx_cuda_carveout(kernel));
-        carveout_set = true;
-    }
+    GGX_RETURN_IF_ERR(ggx_cuda_carveout((const void *)kernel, true));
     return ggx_cuda_launch(ctx, kernel, dim3(a.Hkv, a.n_splits), dim3(dm_threads), smem, a);
 }
 

@@ -5,7 +5,6 @@
 #include "ggx/ggx.h"
 #include "ggx/ggx-backend.h"
 #include "ggx/ggx-qmatrix.h"
-#include "env-knobs.h"
 
 #if defined(GGX_USE_HIP)
 #include "backends/hip/hip-compat.h"
@@ -174,25 +173,15 @@ static cudaError_t ggx_cuda_launch_ex(cudaStream_t stream, bool pdl, void (*kern
 // layer's 5 kernel boundaries; with 100 all run at 233 KB. H100, llama3-8b 4.0, tg128 @16 / @512 /
 // @4096: 393.2 / 370.2 / 349.0 -> 401.1 / 380.6 / 349.9 (run 147; at 4096 attention's 3 stages
 // already asked for the most); llama3.2-1b +5%; P = 0 or 72 lose 6% at 4096.
-int ggx_cuda_carveout_percent();   // ggx-cuda.cu
-// Call once per kernel (host code).
-template <typename... Args> static enum ggx_status ggx_cuda_carveout(void (*kernel)(Args...)) {
-#if !defined(GGX_USE_HIP)
-    const int p = ggx_cuda_carveout_percent();
-    if (p >= 0) GGX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, p));
-#else
-    (void)kernel;
-#endif  // !GGX_USE_HIP
-    return GGX_STATUS_OK;
-}
-// GGX_CUDA_CARVEOUT_ALL=1 (measurements): the same preference for every kernel launched through
-// ggx_cuda_launch, i.e. also the step's small kernels (tables, embeddings, norms) and prefill's.
-enum ggx_status ggx_cuda_carveout_every(const void * kernel);   // ggx-cuda.cu
+// Sets it on `kernel` once per process (host code): a decode kernel always, any other only with
+// GGX_CUDA_CARVEOUT_ALL=1 (measurements: ggx_cuda_launch asks for every kernel it launches, so the
+// step's small kernels and prefill's take it too). A no-op in the HIP build.
+enum ggx_status ggx_cuda_carveout(const void * kernel, bool decode);   // ggx-cuda.cu
 
 template <typename... Args, typename... Actual>
 static enum ggx_status ggx_cuda_launch(const ggx_cuda_ctx & ctx, void (*kernel)(Args...), dim3 grid, dim3 block, size_t smem,
                                        Actual &&... args) {
-    GGX_RETURN_IF_ERR(ggx_cuda_carveout_every((const void *)kernel));
+    GGX_RETURN_IF_ERR(ggx_cuda_carveout((const void *)kernel, false));
     GGX_CUDA_CHECK(ggx_cuda_launch_ex(ctx.stream, ctx.pdl, kernel, grid, block, smem, static_cast<Actual &&>(args)...));
     return GGX_STATUS_OK;
 }

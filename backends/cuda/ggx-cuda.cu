@@ -49,23 +49,19 @@ ggx_status ggx_cublas_fail(cublasStatus_t st, const char * what, const char * fi
     return st == CUBLAS_STATUS_ALLOC_FAILED ? GGX_STATUS_ALLOC_FAILED : GGX_STATUS_FAILED;
 }
 
-int ggx_cuda_carveout_percent() {
-    static const int p = ggx_env_int_in("GGX_CUDA_CARVEOUT", -1, 100, 100);
-    return p;
-}
-
-ggx_status ggx_cuda_carveout_every(const void * kernel) {
+ggx_status ggx_cuda_carveout(const void * kernel, bool decode) {
 #if !defined(GGX_USE_HIP)
-    static const bool on = ggx_env_flag("GGX_CUDA_CARVEOUT_ALL");
-    if (!on) return GGX_STATUS_OK;
-    const int p = ggx_cuda_carveout_percent();
+    static const int p = ggx_env_int_in("GGX_CUDA_CARVEOUT", -1, 100, 100);
+    static const bool all = ggx_env_flag("GGX_CUDA_CARVEOUT_ALL");
+    if (p < 0 || !(decode || all)) return GGX_STATUS_OK;
     static std::mutex m;
     static std::set<const void *> done;   // one attribute call per kernel
     std::lock_guard<std::mutex> lock(m);
-    if (p < 0 || !done.insert(kernel).second) return GGX_STATUS_OK;
+    if (!done.insert(kernel).second) return GGX_STATUS_OK;
     GGX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, p));
 #else
     (void)kernel;
+    (void)decode;
 #endif  // !GGX_USE_HIP
     return GGX_STATUS_OK;
 }

@@ -567,7 +567,7 @@ ggx_status launch(ggx_cuda_ctx & ctx, const gemv_args & a, int blocks, size_t sm
     static bool configured = false;   // one attribute call per instantiation (per process)
     if (!configured) {
         GGX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, k_max_smem));
-        GGX_RETURN_IF_ERR(ggx_cuda_carveout(kernel));
+        GGX_RETURN_IF_ERR(ggx_cuda_carveout((const void *)kernel, true));
         configured = true;
     }
     return ggx_cuda_launch(ctx, kernel, dim3((unsigned)blocks), dim3(k_group * W), smem, a);
