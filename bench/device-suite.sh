@@ -43,12 +43,9 @@
 #                   eager llama3-8b step, with 2 and with 3 attention stages (the carveout each runs at)
 #   carveout        tg128 of llama3-8b 4.0 at ctx 16, 512 and 4096: the default (the decode GEMV and
 #                   attention kernels prefer the most shared memory), then with GGX_CUDA_CARVEOUT=-1
-#                   (the driver's choice, as before run 146), =72 (164 KB of shared memory),
+#                   (the driver's choice, the default up to run 146), =72 (164 KB of shared memory),
 #                   GGX_CUDA_CARVEOUT_ALL=1 (every kernel prefers the same), and the default again
 #   stages-ab       tg128 of llama3-8b 4.0 at ctx 16, 512, 2048 and 4096 with GGX_ATTN_STAGES=3, then 2
-#   slicecost       tg128@16 with GGX_QGEMV_SLICE_COST=0 (the default), 8 and 12 (the decode GEMV's
-#                   plan charged per K-slice of a tile), llama3-8b 4.0 and llama3.2-1b 4.0, twice;
-#                   then 0 and 8 for llama3-8b 2.5 and 8.0
 #   plan            tg128@16 with the decode GEMV plan's knobs: the default, GGX_QGEMV_SLICE_COST=8,
 #                   =12, and 12 with GGX_QGEMV_ODD_COST=16; llama3-8b and llama3.2-1b 4.0 twice, then
 #                   the default, 8 and 12+16 for llama3-8b 2.5 and 8.0, qwen2.5-7b and mistral-7b 4.0
@@ -56,7 +53,6 @@
 #                   plan and with GGX_QGEMV_SLICE_COST=12 GGX_QGEMV_ODD_COST=16 (where that plan's
 #                   +3% at 4.0 and -3.5 to -5.7% elsewhere come from, kernel by kernel)
 #   smem-driver     part smemconfig with GGX_CUDA_CARVEOUT=-1 (the driver's choice of split)
-#   o96             tg128@16 of llama3-8b 4.0: the default, then GGX_QGEMV_ROWS_FOR=o_proj:96, twice
 #   clusters        bench/probes/cluster-fit.cu built and run: clusters of whole-SM blocks that fit
 #                   at once per cluster size, and their SMs (split-K through clusters needs 16)
 #   windows         a second bench built with -DGGX_PAIR_WINDOWS=0 (3-, 5- and 6-bit codes placed one
@@ -205,21 +201,6 @@ for part in "$@"; do
                 echo "-- llama3-8b 4.0 @16,512,2048,4096: GGX_ATTN_STAGES=$st"
                 GGX_ATTN_STAGES=$st tg --synthetic llama3-8b --bpw 4.0 --ctx 16,512,2048,4096
             done ;;
-        slicecost)
-            for r in 1 2; do
-                for m in llama3-8b llama3.2-1b; do
-                    for c in 0 8 12; do
-                        echo "-- $m 4.0 @16, round $r: GGX_QGEMV_SLICE_COST=$c"
-                        GGX_QGEMV_SLICE_COST=$c tg --synthetic $m --bpw 4.0 --ctx 16
-                    done
-                done
-            done
-            for b in 2.5 8.0; do
-                for c in 0 8; do
-                    echo "-- llama3-8b $b @16: GGX_QGEMV_SLICE_COST=$c"
-                    GGX_QGEMV_SLICE_COST=$c tg --synthetic llama3-8b --bpw $b --ctx 16
-                done
-            done ;;
         plan)
             for r in 1 2; do
                 for m in llama3-8b llama3.2-1b; do
@@ -244,13 +225,6 @@ for part in "$@"; do
                         $B --synthetic llama3-8b --bpw $b -p 0 -n 8 -r 1 --ctx 16 2>&1 | grep -A11 "trace, step"
                 done
             done ;;
-        o96)
-            for r in 1 2; do
-                for v in "" o_proj:96; do
-                    echo "-- llama3-8b 4.0 @16, round $r: ${v:+GGX_QGEMV_ROWS_FOR=}${v:-the default}"
-                    GGX_QGEMV_ROWS_FOR=$v tg --synthetic llama3-8b --bpw 4.0 --ctx 16
-                done
-            done ;;
         smemconfig|smem-driver)
             # the L1/shared split each decode kernel launched with (ncu: kernels of one eager step)
             (if [ $part = smem-driver ]; then export GGX_CUDA_CARVEOUT=-1; fi
@@ -270,7 +244,7 @@ for part in "$@"; do
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/cluster-fit.cu -o /tmp/cluster-fit && /tmp/cluster-fit ;;
         windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
         x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, stages-ab, orows, o96, slicecost, plan, plan-trace, smemconfig, smem-driver, carveout, clusters, windows, x16)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, stages-ab, orows, plan, plan-trace, smemconfig, smem-driver, carveout, clusters, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"

@@ -339,9 +339,11 @@ static int min_split_keys() {
 // Runs 144-145 (H100, llama3-8b 4.0 bpw, a cache of 4096 + 128 tokens, 3 against 2 stages):
 // tg128 @4096 +2.4% (349.5 / 341.4 t/s: 22 splits of 192 keys, 3 tiles per warp), @16 and @2048
 // equal, @512 -1.3% (370.6 / 375.5). 2 stages in 3 stages' shared memory lose the same at 512 and
-// gain half of it at 4096 (346.0), so the allocation's size, not the third stage, costs at 512
-// (why is not known). With the default 32 splits of at least 128 keys, caches of up to 4096 keys
-// never give a warp a third tile and keep 2.
+// gain half of it at 4096 (346.0): the allocation's size moved the L1/shared split the SMs ran
+// at, so the split changed at other kernel boundaries. With every decode kernel at one split (the
+// carveout, common.cuh) 3 against 2 stages are -0.2% at 512 and +0.7% at 4096 (run 147). With
+// the default 32 splits of at least 128 keys, caches of up to 4096 keys never give a warp a
+// third tile and keep 2.
 static int decode_stages(const attn_args & a) {
     const int forced = ggx_env_int("GGX_ATTN_STAGES", 0);
     return forced == 2 || forced == 3 ? forced : decode_mma_stages(a);
