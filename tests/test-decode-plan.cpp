@@ -211,6 +211,35 @@ TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs
         const ScopedEnv odd_cost("GGX_QGEMV_ODD_COST", "16");
         check_plans({4, 4, 16, 8, 32, 2, 2, 4, 4});
     }
+    // The matrices above have no 4-bit rows (as 5-8 bit ones). All 4-bit, an odd m costs 45% more
+    // per row (the unpaired tables): llama3-8b's q/k/v take m = 4 (358 rows against 230 + 96 + 43)
+    // and down 8 (486 against 230 + 224 + 100); the even plans and llama3.2-1b's stay (its q/k/v
+    // and o at m = 1: 276 against 294 for m = 2). With half the rows 4-bit, q/k/v keeps 3 (347)
+    // and down still takes 8 (504). GGX_QGEMV_UNPAIRED4=0, and no pairs, give the old plan.
+    auto set_rows4 = [&](int num, int den) {
+        for (const Case & c : cases)
+            for (int i = 0; i < c.job.n_mat; i++) {
+                const ggx_qmatrix * q = (const ggx_qmatrix *)c.job.m[i].w->extra;
+                ggx_cuda_qextra_of(c.job.m[i].w)->rows4 = q->K / den * num;
+            }
+    };
+    set_rows4(1, 1);
+    check_plans({4, 2, 16, 8, 32, 1, 1, 4, 2});
+    {
+        const ScopedEnv pct("GGX_QGEMV_UNPAIRED4", "34");   // the smallest share that moves q/k/v is 35
+        check_plans({3, 2, 16, 8, 32, 1, 1, 4, 2});
+    }
+    {
+        const ScopedEnv pct("GGX_QGEMV_UNPAIRED4", "0");
+        check_plans({3, 2, 16, 7, 32, 1, 1, 4, 2});
+    }
+    {
+        const ScopedEnv pairs("GGX_QGEMV_PAIRS", "0");
+        check_plans({3, 2, 16, 7, 32, 1, 1, 4, 2});
+    }
+    set_rows4(1, 2);
+    check_plans({3, 2, 16, 8, 32, 1, 1, 4, 2});
+    set_rows4(0, 1);
     // GGX_QGEMV_ROWS_FOR forces the rows per warp group of the jobs whose first matrix's name
     // contains an entry's name; the others keep their plan (the fixture made the matrices: naming
     // them here changes nothing else)

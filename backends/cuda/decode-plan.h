@@ -50,6 +50,9 @@ struct ggx_cuda_qextra {
     // it (fewer pieces, twice the bytes per piece in flight); results are the same bits.
     int4 * pieces2 = nullptr;
     int *  slice_first2 = nullptr;  // [(n_slices + 1) / 2 + 1]
+    // Rows in 4-bit groups when the paired tables join 4-bit pieces (0 otherwise): the decode plan
+    // charges an odd m for them (ggx_cuda_qgemv_group_slices), since only 4-bit pairs measured faster.
+    int    rows4 = 0;
     int4 * groups = nullptr;        // per group {k0, qrow0, bits, rows} (EXL2 prefill)
     int    n_groups = 0;
     struct ggx_strip_matrix * strip = nullptr;   // strip-layout copy (strip-plan.cuh), GGX_CUDA_STEP=1 only

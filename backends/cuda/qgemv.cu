@@ -43,6 +43,7 @@ constexpr int k_tile = 4 * k_group;           // columns per tile
 constexpr int k_fine = GGX_QGEMV_FINE_ROWS;
 constexpr int k_max_rows = 1024;              // rows per warp group cap (x slices in shared memory)
 constexpr int k_block_rows = 230;             // a block's fixed cost in rows (see ggx_cuda_qgemv_group_slices)
+constexpr int k_unpaired4_pct = 45;           // extra cost of an unpaired 4-bit row, percent (ditto)
 constexpr int k_stage = k_max_rows / k_group; // rows of x each thread stages (see the kernel's step 2)
 constexpr int k_max_smem = 96 * 1024;         // dynamic shared memory at most: T = 8 with RoPE (see ggx_cuda_qgemv_run)
 constexpr int k_prefetch_rows = 2;            // L2 warm-up rows per thread (see prefetch_rows; measured)
@@ -653,16 +654,22 @@ static int rows_for(const ggx_qgemv_job & job) {
 // rows) over the job's matrices together. ncu on llama3-8b (session 4): a wave of 128 blocks took
 // 11.9 us + 0.052 us per row of each group's slice, i.e. a fixed part worth ~230 rows; the qkv
 // job (q, k, v: 12 tiles) ran 1.5-2 waves of 64-row slices (28.6-30.5 us for 12.9 MB).
-// Taking an even m only for one-row jobs (so that every matrix walks the paired piece tables:
-// llama3-8b q/k/v m = 3 -> 4, down 7 -> 8) measured 2.4-3.0% slower (run 139): the model stands.
+// A one-row job's warp groups walk the paired piece tables only for an even m, and at 4 bits a
+// paired row is the cheaper one: in run 151's traces (H100, llama3-8b 4.0) the q/k/v loop took
+// 0.036 us per row unpaired (m = 3) against 0.025 paired (m = 4), down 0.041 against 0.035 (m = 7,
+// 8; bandwidth-bound there). Paired 2-, 3-bit rows were no cheaper (2.5 bpw: 0.037 against 0.040),
+// and 5-8 bits have no pairs. So an odd m of a one-row job costs k_unpaired4_pct percent more per
+// 4-bit row (GGX_QGEMV_UNPAIRED4=P for measurements; 0 gives the plan before session 30): on
+// all-4-bit llama3-8b q/k/v 3 -> 4 and down 7 -> 8, which any P from 35 gives. Mixed matrices
+// pay in proportion to their 4-bit rows.
 // GGX_QGEMV_SLICE_COST=C (measurements, rows; default 0) adds C per K-slice of a column tile: the
 // tile's last block sums one partial per slice in its tail, and fewer blocks leave SMs to the next
 // kernel's early blocks. llama3-8b's o with 11 slices (m = 3) instead of 16 (m = 2): tg128@16
 // +0.6 to +1.4% in runs 146-147 (H100); C = 7..10 gives that plan there. GGX_QGEMV_ODD_COST=O
-// (measurements, rows; default 0) adds O per block for an odd m of a one-row job, whose warp groups
-// then cannot walk the paired piece tables. C = 12 with O = 16 (8B: q/k/v 4, o 4, down 8) measured
-// +3.1% at 4.0 bpw but -3.4 to -5.7% at 2.5, 5.0, 6.0 and 8.0 (runs 149-150, H100): the best plan
-// depends on the widths, which this model does not see (NOTES, session 29).
+// (measurements, rows; default 0) adds O per block for an odd m of a one-row job whatever its
+// widths. C = 12 with O = 16 (8B: q/k/v 4, o 4, down 8) measured +3.1% at 4.0 bpw but -3.4 to
+// -5.7% at 2.5, 5.0, 6.0 and 8.0 (runs 149-150, H100); run 151's traces put the loss in the
+// fewer, longer blocks of widths without cheaper pairs (NOTES, sessions 29-30).
 int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm) {
     int forced = ggx_env_int("GGX_QGEMV_GROUP_ROWS", 0);   // measurements and tests (read per job: host code)
     if (forced < k_fine) forced = rows_for(job);
@@ -672,7 +679,17 @@ int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm) {
     int best_m = 1, max_fine = 1;
     for (int i = 0; i < job.n_mat; i++) max_fine = std::max(max_fine, qextra_of(job.m[i])->n_slices);
     const int64_t slice_cost = ggx_env_int_in("GGX_QGEMV_SLICE_COST", 0, 1000, 0);
-    const int64_t odd_cost = job.T == 1 && pairs_allowed() ? ggx_env_int_in("GGX_QGEMV_ODD_COST", 0, 1000, 0) : 0;
+    const bool one_row_pairs = job.T == 1 && pairs_allowed();
+    const int64_t odd_cost = one_row_pairs ? ggx_env_int_in("GGX_QGEMV_ODD_COST", 0, 1000, 0) : 0;
+    // the 4-bit share of the rows the job's blocks walk (each tile walks its matrix's K rows)
+    int64_t rows4 = 0, rows_all = 0;
+    for (int i = 0; i < job.n_mat; i++) {
+        const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
+        const int64_t tiles = (q->Np + k_tile - 1) / k_tile;
+        rows4 += tiles * qextra_of(job.m[i])->rows4;
+        rows_all += tiles * q->K;
+    }
+    const int64_t unpaired4_pct = one_row_pairs ? ggx_env_int_in("GGX_QGEMV_UNPAIRED4", 0, 1000, k_unpaired4_pct) : 0;
     int64_t best = INT64_MAX;
     for (int m = 1; m * k_fine <= k_max_rows; m++) {
         int64_t blocks = 0, tile_slices = 0;
@@ -682,8 +699,9 @@ int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm) {
             blocks += (int64_t)((q->Np + k_tile - 1) / k_tile) * slices;
             tile_slices = std::max<int64_t>(tile_slices, slices);
         }
-        const int64_t cost = (blocks + slots - 1) / slots * (k_block_rows + m * k_fine + (m % 2) * odd_cost) +
-                             slice_cost * tile_slices;
+        const int64_t rows = m * k_fine;
+        const int64_t unpaired = m % 2 ? odd_cost + unpaired4_pct * rows * rows4 / (100 * std::max<int64_t>(1, rows_all)) : 0;
+        const int64_t cost = (blocks + slots - 1) / slots * (k_block_rows + rows + unpaired) + slice_cost * tile_slices;
         if (cost < best) { best = cost; best_m = m; }
         if (W * m >= max_fine) break;   // one K-slice per tile already
     }

@@ -339,6 +339,8 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     }
     const int R = GGX_QGEMV_FINE_ROWS;
     const int n_slices = (q->K + R - 1) / R;
+    if (paired_widths() & (1 << 4))
+        for (const int4 & g : gtab) e->rows4 += g.z == 4 ? g.w : 0;
     std::vector<int4> pieces, pieces2;
     std::vector<int> first, first2;
     ggx_cuda_list_pieces(gtab, q->K, false, 0, &pieces, &first);
