@@ -52,9 +52,9 @@
 #   plan-trace      GGX_CUDA_TRACE=4 summaries of llama3-8b at 2.5, 4.0 and 5.0 bpw with the default
 #                   plan and with GGX_QGEMV_SLICE_COST=12 GGX_QGEMV_ODD_COST=16 (where that plan's
 #                   +3% at 4.0 and -3.5 to -5.7% elsewhere come from, kernel by kernel)
-#   unpaired4       tg128@16 with GGX_QGEMV_UNPAIRED4=0 (the decode GEMV plan without the cost of
-#                   unpaired 4-bit rows) against the default, two rounds: llama3-8b 4.0, 4.25 and 4.5
-#                   (mixed 8/4 and 8/5/4), 3.0 (4/3), mistral-7b and qwen2.5-7b 4.0; llama3-8b @4096
+#   piececosts      tg128@16 with GGX_QGEMV_PIECE_COSTS=0 (the decode GEMV plan counting rows only)
+#                   against the default (measured piece costs), two rounds: llama3-8b 4.0, 3.0 and
+#                   4.25, mistral-7b 4.0, qwen2.5-7b 4.0, 4.25 and 3.5; llama3-8b 4.0 @4096
 #   smem-driver     part smemconfig with GGX_CUDA_CARVEOUT=-1 (the driver's choice of split)
 #   clusters        bench/probes/cluster-fit.cu built and run: clusters of whole-SM blocks that fit
 #                   at once per cluster size, and their SMs (split-K through clusters needs 16)
@@ -228,17 +228,17 @@ for part in "$@"; do
                         $B --synthetic llama3-8b --bpw $b -p 0 -n 8 -r 1 --ctx 16 2>&1 | grep -A11 "trace, step"
                 done
             done ;;
-        unpaired4)
+        piececosts)
             for r in 1 2; do
-                for mb in "llama3-8b 4.0" "llama3-8b 4.25" "llama3-8b 4.5" "llama3-8b 3.0" "mistral-7b 4.0" "qwen2.5-7b 4.0"; do
+                for mb in "llama3-8b 4.0" "llama3-8b 3.0" "llama3-8b 4.25" "mistral-7b 4.0" "qwen2.5-7b 4.0" "qwen2.5-7b 4.25" "qwen2.5-7b 3.5"; do
                     read -r m b <<< "$mb"
-                    echo "-- $m $b @16, round $r: GGX_QGEMV_UNPAIRED4=0 (the plan before session 30), then the default"
-                    GGX_QGEMV_UNPAIRED4=0 tg --synthetic $m --bpw $b --ctx 16
+                    echo "-- $m $b @16, round $r: GGX_QGEMV_PIECE_COSTS=0 (rows only, the plan before session 30), then the default"
+                    GGX_QGEMV_PIECE_COSTS=0 tg --synthetic $m --bpw $b --ctx 16
                     tg --synthetic $m --bpw $b --ctx 16
                 done
             done
-            echo "-- llama3-8b 4.0 @4096: GGX_QGEMV_UNPAIRED4=0, then the default"
-            GGX_QGEMV_UNPAIRED4=0 tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
+            echo "-- llama3-8b 4.0 @4096: GGX_QGEMV_PIECE_COSTS=0, then the default"
+            GGX_QGEMV_PIECE_COSTS=0 tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
             tg --synthetic llama3-8b --bpw 4.0 --ctx 4096 ;;
         smemconfig|smem-driver)
             # the L1/shared split each decode kernel launched with (ncu: kernels of one eager step)
@@ -259,7 +259,7 @@ for part in "$@"; do
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/cluster-fit.cu -o /tmp/cluster-fit && /tmp/cluster-fit ;;
         windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
         x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, stages-ab, orows, plan, plan-trace, unpaired4, smemconfig, smem-driver, carveout, clusters, windows, x16)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, stages-ab, orows, plan, plan-trace, piececosts, smemconfig, smem-driver, carveout, clusters, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"

@@ -5,6 +5,7 @@
 #if defined(GGX_USE_CUDA)
 
 #include "backends/cuda/decode-plan.h"
+#include "exl2/quant/synthetic.h"
 #include "tests/scoped-env.h"
 #include "ggx/ggx-backend.h"
 #include "ggx/ggx.h"
@@ -182,6 +183,10 @@ TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs
         {"llama3.2-1b o", job({{2048, 2048}}), 1},
         {"llama3.2-1b gate/up", job({{2048, 8192}, {2048, 8192}}), 4},
         {"llama3.2-1b down", job({{8192, 2048}}), 2},
+        {"qwen2.5-7b q/k/v", job({{3584, 3584}, {3584, 512}, {3584, 512}}), 2},
+        {"qwen2.5-7b o", job({{3584, 3584}}), 2},
+        {"qwen2.5-7b gate/up", job({{3584, 18944}, {3584, 18944}}), 10},
+        {"qwen2.5-7b down", job({{18944, 3584}}), 9},
     };
     constexpr size_t n_cases = sizeof cases / sizeof cases[0];
     auto check_plans = [&](const int (&want)[n_cases]) {   // each case's m under the knobs set now
@@ -199,7 +204,7 @@ TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs
     // their plan; llama3.2-1b's q/k/v and o take m = 2, its down m = 4 (16 slices, 64 blocks)
     {
         const ScopedEnv slice_cost("GGX_QGEMV_SLICE_COST", "8");
-        check_plans({3, 3, 16, 7, 32, 2, 2, 4, 4});
+        check_plans({3, 3, 16, 7, 32, 2, 2, 4, 4, 2, 2, 10, 9});
     }
     // At 12 rows per slice, with 16 rows per block for an odd m of a one-row job (no paired
     // tables): llama3-8b's q/k/v and o take m = 4, down 8 (7 without the odd cost), and
@@ -209,37 +214,60 @@ TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs
         CHECK(ggx_cuda_qgemv_group_slices(cases[3].job, 132) == 7);
         CHECK(ggx_cuda_qgemv_group_slices(cases[8].job, 132) == 5);
         const ScopedEnv odd_cost("GGX_QGEMV_ODD_COST", "16");
-        check_plans({4, 4, 16, 8, 32, 2, 2, 4, 4});
+        check_plans({4, 4, 16, 8, 32, 2, 2, 4, 4, 4, 4, 10, 10});
     }
-    // The matrices above have no 4-bit rows (as 5-8 bit ones). All 4-bit, an odd m costs 45% more
-    // per row (the unpaired tables): llama3-8b's q/k/v take m = 4 (358 rows against 230 + 96 + 43)
-    // and down 8 (486 against 230 + 224 + 100); the even plans and llama3.2-1b's stay (its q/k/v
-    // and o at m = 1: 276 against 294 for m = 2). With half the rows 4-bit, q/k/v keeps 3 (347)
-    // and down still takes 8 (504). GGX_QGEMV_UNPAIRED4=0, and no pairs, give the old plan.
-    auto set_rows4 = [&](int num, int den) {
+    // Piece costs (ggx_cuda_qgemv_run_costs) of real EXL2 layouts, as the synthetic models use them
+    auto set_layout = [&](const char * layout) {
+        const exl2::BitLayout L = exl2::exl2_layout_parse(layout);
         for (const Case & c : cases)
             for (int i = 0; i < c.job.n_mat; i++) {
                 const ggx_qmatrix * q = (const ggx_qmatrix *)c.job.m[i].w->extra;
-                ggx_cuda_qextra_of(c.job.m[i].w)->rows4 = q->K / den * num;
+                std::vector<int4> gtab;
+                int k = 0, qrow = 0;
+                for (const auto & g : exl2::exl2_layout_groups(L, q->K)) {
+                    gtab.push_back(int4{k, qrow, g.first, g.second});
+                    k += g.second;
+                    qrow += g.second * g.first / 32;
+                }
+                std::vector<int4> pieces, pieces2;
+                std::vector<int> first, first2;
+                ggx_cuda_list_pieces(gtab, q->K, false, 0, &pieces, &first);
+                ggx_cuda_list_pieces(gtab, q->K, true, (1 << 2) | (1 << 3) | (1 << 4), &pieces2, &first2);
+                ggx_cuda_qgemv_run_costs(pieces, first, pieces2, first2, ggx_cuda_qextra_of(c.job.m[i].w)->run_cost);
             }
     };
-    set_rows4(1, 1);
-    check_plans({4, 2, 16, 8, 32, 1, 1, 4, 2});
+    // All 4-bit, or 4/3 (aligned groups: every pair joined), a 32-row piece costs 46 rows against 63
+    // for 64: llama3-8b's q/k/v take m = 4 and down 8, qwen2.5-7b's down 10
+    const int all4[n_cases] = {4, 2, 16, 8, 32, 1, 1, 4, 2, 2, 2, 10, 10};
+    set_layout("4 g128");
+    check_plans(all4);
+    set_layout("4/3 g128 .1/.9");
+    check_plans(all4);
     {
-        const ScopedEnv pct("GGX_QGEMV_UNPAIRED4", "34");   // the smallest share that moves q/k/v is 35
-        check_plans({3, 2, 16, 8, 32, 1, 1, 4, 2});
+        const ScopedEnv off("GGX_QGEMV_PIECE_COSTS", "0");   // every row costs one: the plans above
+        check_plans({3, 2, 16, 7, 32, 1, 1, 4, 2, 2, 2, 10, 9});
     }
     {
-        const ScopedEnv pct("GGX_QGEMV_UNPAIRED4", "0");
-        check_plans({3, 2, 16, 7, 32, 1, 1, 4, 2});
+        const ScopedEnv off("GGX_QGEMV_PAIRS", "0");   // no 64-row pieces: no reason to move
+        check_plans({3, 2, 16, 7, 32, 1, 1, 4, 2, 2, 2, 10, 9});
     }
-    {
-        const ScopedEnv pairs("GGX_QGEMV_PAIRS", "0");
-        check_plans({3, 2, 16, 7, 32, 1, 1, 4, 2});
+    // 224 rows of 8 bits first put every 4-bit group at an odd fine slice (no pairs) and make the
+    // runs that hold them the slowest, so llama3-8b keeps its plan; qwen2.5-7b's down (30 slices
+    // of 8 bits) takes m = 4 (2 waves of 259 blocks, one with 4-slice stragglers) over 9 (1 wave
+    // with 9-slice ones)
+    for (const char * layout : {"8/4 g32,128 .05/.95", "8/5/4 g32 .05/.1/.85", "8/4/3 g32 .05/.1/.85"}) {
+        CAPTURE(layout);
+        set_layout(layout);
+        check_plans({3, 2, 16, 7, 32, 1, 1, 4, 2, 2, 2, 10, 4});
     }
-    set_rows4(1, 2);
-    check_plans({3, 2, 16, 8, 32, 1, 1, 4, 2});
-    set_rows4(0, 1);
+    // Uniform 5-8 bits, and 2.5 bpw's 6/3/2 (odd-aligned: no pairs): the plans of rows
+    for (const char * layout : {"5 g64", "6 g128", "8 g128", "6/3/2 g32,64,64 .05/.2/.75"}) {
+        CAPTURE(layout);
+        set_layout(layout);
+        check_plans({3, 2, 16, 7, 32, 1, 1, 4, 2, 2, 2, 10, 9});
+    }
+    for (const Case & c : cases)
+        for (int i = 0; i < c.job.n_mat; i++) ggx_cuda_qextra_of(c.job.m[i].w)->run_cost[0][1] = 0;
     // GGX_QGEMV_ROWS_FOR forces the rows per warp group of the jobs whose first matrix's name
     // contains an entry's name; the others keep their plan (the fixture made the matrices: naming
     // them here changes nothing else)

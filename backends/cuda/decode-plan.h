@@ -35,6 +35,7 @@
 // Height of the fine K-slices of an EXL2 matrix's tables: a multiple of 32, so a chunk boundary at
 // every width. The decode GEMV gives each warp group a run of them, its length chosen per launch.
 #define GGX_QGEMV_FINE_ROWS 32
+#define GGX_QGEMV_MAX_RUN 32   // fine slices per warp group at most (1024 rows of x in shared memory)
 
 // Per-matrix tables in device memory (ggx_qmatrix::backend_extra). The rows are cut into slices of
 // slice_rows (GGX_QGEMV_FINE_ROWS for EXL2, whose slices are described by "pieces" (slice ∩ group)
@@ -50,9 +51,11 @@ struct ggx_cuda_qextra {
     // it (fewer pieces, twice the bytes per piece in flight); results are the same bits.
     int4 * pieces2 = nullptr;
     int *  slice_first2 = nullptr;  // [(n_slices + 1) / 2 + 1]
-    // Rows in 4-bit groups when the paired tables join 4-bit pieces (0 otherwise): the decode plan
-    // charges an odd m for them (ggx_cuda_qgemv_group_slices), since only 4-bit pairs measured faster.
-    int    rows4 = 0;
+    // What the runs of m fine slices (m = 1 .. GGX_QGEMV_MAX_RUN) that the warp groups of a one-row
+    // job walk cost, in rows of 64-row 4-bit pieces: the costliest run ([0][m]: the single tables,
+    // [1][m]: the paired ones) and the mean ([2][m], [3][m]); ggx_cuda_qgemv_run_costs. All 0 when
+    // unknown: the plan then counts rows.
+    int    run_cost[4][GGX_QGEMV_MAX_RUN + 1] = {};
     int4 * groups = nullptr;        // per group {k0, qrow0, bits, rows} (EXL2 prefill)
     int    n_groups = 0;
     struct ggx_strip_matrix * strip = nullptr;   // strip-layout copy (strip-plan.cuh), GGX_CUDA_STEP=1 only
@@ -121,6 +124,11 @@ struct ggx_cuda_plan {
 // tested without a GPU).
 void          ggx_cuda_list_pieces(const std::vector<int4> & groups, int K, bool paired, int join_bits,
                                    std::vector<int4> * pieces, std::vector<int> * first);
+// ggx_cuda_qextra::run_cost of an EXL2 matrix from its pieces (ggx_cuda_list_pieces: single and
+// paired tables; qmatrix.cu, host code, tested without a GPU).
+void          ggx_cuda_qgemv_run_costs(const std::vector<int4> & pieces, const std::vector<int> & first,
+                                       const std::vector<int4> & pieces2, const std::vector<int> & first2,
+                                       int (*run_cost)[GGX_QGEMV_MAX_RUN + 1]);   // [4][...]
 // Plans a bound graph (data pointers set). With fuse false every decode matmul is its own job.
 void          ggx_cuda_plan_graph(bool fuse, struct ggx_graph * g, ggx_cuda_plan & plan);
 // Whether a MUL_MAT node can run as a decode GEMV job (EXL2 weights prepared for CUDA, f32 input

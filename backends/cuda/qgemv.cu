@@ -43,7 +43,6 @@ constexpr int k_tile = 4 * k_group;           // columns per tile
 constexpr int k_fine = GGX_QGEMV_FINE_ROWS;
 constexpr int k_max_rows = 1024;              // rows per warp group cap (x slices in shared memory)
 constexpr int k_block_rows = 230;             // a block's fixed cost in rows (see ggx_cuda_qgemv_group_slices)
-constexpr int k_unpaired4_pct = 45;           // extra cost of an unpaired 4-bit row, percent (ditto)
 constexpr int k_stage = k_max_rows / k_group; // rows of x each thread stages (see the kernel's step 2)
 constexpr int k_max_smem = 96 * 1024;         // dynamic shared memory at most: T = 8 with RoPE (see ggx_cuda_qgemv_run)
 constexpr int k_prefetch_rows = 2;            // L2 warm-up rows per thread (see prefetch_rows; measured)
@@ -654,14 +653,14 @@ static int rows_for(const ggx_qgemv_job & job) {
 // rows) over the job's matrices together. ncu on llama3-8b (session 4): a wave of 128 blocks took
 // 11.9 us + 0.052 us per row of each group's slice, i.e. a fixed part worth ~230 rows; the qkv
 // job (q, k, v: 12 tiles) ran 1.5-2 waves of 64-row slices (28.6-30.5 us for 12.9 MB).
-// A one-row job's warp groups walk the paired piece tables only for an even m, and at 4 bits a
-// paired row is the cheaper one: in run 151's traces (H100, llama3-8b 4.0) the q/k/v loop took
-// 0.036 us per row unpaired (m = 3) against 0.025 paired (m = 4), down 0.041 against 0.035 (m = 7,
-// 8; bandwidth-bound there). Paired 2-, 3-bit rows were no cheaper (2.5 bpw: 0.037 against 0.040),
-// and 5-8 bits have no pairs. So an odd m of a one-row job costs k_unpaired4_pct percent more per
-// 4-bit row (GGX_QGEMV_UNPAIRED4=P for measurements; 0 gives the plan before session 30): on
-// all-4-bit llama3-8b q/k/v 3 -> 4 and down 7 -> 8, which any P from 35 gives. Mixed matrices
-// pay in proportion to their 4-bit rows.
+// A one-row job's block costs its costliest warp group's run instead (ggx_cuda_qgemv_run_costs:
+// measured costs per piece, in the same rows; session 30), one wave its slowest block. A piece has a fixed part as large as
+// ~55 rows, so the 64-row pieces of the paired tables (an even m only) are the cheap ones, and a
+// run of wider pieces (a mixed matrix's 5-8 bit rows) holds up its block. All-4-bit llama3-8b then
+// takes q/k/v 3 -> 4 and down 7 -> 8 (+1.1% tg128@16, mistral-7b +1.2%, qwen2.5-7b +1.5%: run 152,
+// H100), while the mixed 8/4 and 8/5/4 layouts keep their plans: the 4.25 and 4.5 bpw models,
+// whose 4-bit groups start at an odd fine slice behind 224 rows of 8 bits (no pairs joined, the
+// 8-bit runs the slowest), lost 1.7-2.0% when charged by their share of 4-bit rows (run 152).
 // GGX_QGEMV_SLICE_COST=C (measurements, rows; default 0) adds C per K-slice of a column tile: the
 // tile's last block sums one partial per slice in its tail, and fewer blocks leave SMs to the next
 // kernel's early blocks. llama3-8b's o with 11 slices (m = 3) instead of 16 (m = 2): tg128@16
@@ -679,18 +678,14 @@ int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm) {
     int best_m = 1, max_fine = 1;
     for (int i = 0; i < job.n_mat; i++) max_fine = std::max(max_fine, qextra_of(job.m[i])->n_slices);
     const int64_t slice_cost = ggx_env_int_in("GGX_QGEMV_SLICE_COST", 0, 1000, 0);
-    const bool one_row_pairs = job.T == 1 && pairs_allowed();
-    const int64_t odd_cost = one_row_pairs ? ggx_env_int_in("GGX_QGEMV_ODD_COST", 0, 1000, 0) : 0;
-    // the 4-bit share of the rows the job's blocks walk (each tile walks its matrix's K rows)
-    int64_t rows4 = 0, rows_all = 0;
-    for (int i = 0; i < job.n_mat; i++) {
-        const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
-        const int64_t tiles = (q->Np + k_tile - 1) / k_tile;
-        rows4 += tiles * qextra_of(job.m[i])->rows4;
-        rows_all += tiles * q->K;
-    }
-    const int64_t unpaired4_pct = one_row_pairs ? ggx_env_int_in("GGX_QGEMV_UNPAIRED4", 0, 1000, k_unpaired4_pct) : 0;
+    const bool one_row = job.T == 1, pairs = one_row && pairs_allowed();
+    const int64_t odd_cost = pairs ? ggx_env_int_in("GGX_QGEMV_ODD_COST", 0, 1000, 0) : 0;
+    // one-row jobs: the costliest run of pieces of the job's matrices (measured piece costs),
+    // unless GGX_QGEMV_PIECE_COSTS=0 (measurements: every row costs one) or a matrix has no table
+    bool piece_costs = one_row && ggx_env_int("GGX_QGEMV_PIECE_COSTS", 1) != 0;
+    for (int i = 0; i < job.n_mat; i++) piece_costs = piece_costs && qextra_of(job.m[i])->run_cost[0][1] > 0;
     int64_t best = INT64_MAX;
+    static_assert(k_max_rows / k_fine == GGX_QGEMV_MAX_RUN, "run_cost covers every m");
     for (int m = 1; m * k_fine <= k_max_rows; m++) {
         int64_t blocks = 0, tile_slices = 0;
         for (int i = 0; i < job.n_mat; i++) {
@@ -699,9 +694,18 @@ int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm) {
             blocks += (int64_t)((q->Np + k_tile - 1) / k_tile) * slices;
             tile_slices = std::max<int64_t>(tile_slices, slices);
         }
-        const int64_t rows = m * k_fine;
-        const int64_t unpaired = m % 2 ? odd_cost + unpaired4_pct * rows * rows4 / (100 * std::max<int64_t>(1, rows_all)) : 0;
-        const int64_t cost = (blocks + slots - 1) / slots * (k_block_rows + rows + unpaired) + slice_cost * tile_slices;
+        // a wave costs its slowest block: the costliest run in one wave, the mean run in the others
+        // (the blocks holding a mixed matrix's wide rows are few)
+        int64_t worst = m * k_fine, mean = worst;
+        if (piece_costs) {
+            worst = mean = 0;
+            for (int i = 0; i < job.n_mat; i++) {
+                worst = std::max<int64_t>(worst, qextra_of(job.m[i])->run_cost[pairs][m]);
+                mean = std::max<int64_t>(mean, qextra_of(job.m[i])->run_cost[2 + pairs][m]);
+            }
+        }
+        const int64_t waves = (blocks + slots - 1) / slots, fixed = k_block_rows + (m % 2) * odd_cost;
+        const int64_t cost = (waves - 1) * (fixed + mean) + fixed + worst + slice_cost * tile_slices;
         if (cost < best) { best = cost; best_m = m; }
         if (W * m >= max_fine) break;   // one K-slice per tile already
     }

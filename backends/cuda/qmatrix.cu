@@ -339,12 +339,11 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     }
     const int R = GGX_QGEMV_FINE_ROWS;
     const int n_slices = (q->K + R - 1) / R;
-    if (paired_widths() & (1 << 4))
-        for (const int4 & g : gtab) e->rows4 += g.z == 4 ? g.w : 0;
     std::vector<int4> pieces, pieces2;
     std::vector<int> first, first2;
     ggx_cuda_list_pieces(gtab, q->K, false, 0, &pieces, &first);
     ggx_cuda_list_pieces(gtab, q->K, true, paired_widths(), &pieces2, &first2);
+    ggx_cuda_qgemv_run_costs(pieces, first, pieces2, first2, e->run_cost);
     e->slice_rows = R;
     e->n_slices = n_slices;
     e->n_groups = q->n_groups;
@@ -532,4 +531,45 @@ ggx_status ggx_cuda_op_qmatmul(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
         GGX_RETURN_IF_ERR(ggx_cuda_gemm(ctx, false, nc, (int)T, K, w16, GGX_TYPE_F16, ldw, x16, K, y + n0, N));
     }
     return GGX_STATUS_OK;
+}
+
+// What a warp group's walk over one piece costs, in hundredths of a row of a 64-row 4-bit piece.
+// Run 151's traces (H100, tg128@16, loop medians per row of a group's run) give a piece of up to
+// 4 bits a fixed part as large as ~55 rows: q/k/v at 4.0 bpw 0.036 us per row in 32-row pieces
+// against 0.025 in 64-row ones, i.e. 29 + 17 / 32 per row in those units (46 for 32 rows, 63 for
+// 64); at 2.5 bpw, whose 3- and 2-bit groups start at an odd fine slice so that no pair is
+// joined, 0.037 in 32-row pieces, as 4 bits. Wider pieces cost in proportion to their bytes
+// beyond that: 5.0 bpw measured 0.046 us per row (1.25 x 46 = 58 units, 0.045 us).
+static int piece_cost(int bits, int rows) {
+    const int c = 2900 + rows * 53;
+    return bits > 4 ? c * bits / 4 : c;
+}
+
+void ggx_cuda_qgemv_run_costs(const std::vector<int4> & pieces, const std::vector<int> & first,
+                              const std::vector<int4> & pieces2, const std::vector<int> & first2,
+                              int (*run_cost)[GGX_QGEMV_MAX_RUN + 1]) {
+    // costs of each table's units (fine slices, pairs of them), summed over runs of m slices
+    auto unit_costs = [](const std::vector<int4> & pc, const std::vector<int> & f) {
+        std::vector<int64_t> c(f.size() - 1, 0);
+        for (size_t u = 0; u + 1 < f.size(); u++)
+            for (int p = f[u]; p < f[u + 1]; p++) c[u] += piece_cost(pc[p].z & 15, pc[p].w);
+        return c;
+    };
+    const std::vector<int64_t> single = unit_costs(pieces, first), paired = unit_costs(pieces2, first2);
+    for (int m = 1; m <= GGX_QGEMV_MAX_RUN; m++)
+        for (int table = 0; table < 2; table++) {
+            // the paired table serves even runs only (a warp group owns whole pairs)
+            const bool pairs = table == 1 && m % 2 == 0;
+            const std::vector<int64_t> & c = pairs ? paired : single;
+            const int per_run = pairs ? m / 2 : m;
+            int64_t worst = 0, total = 0, runs = 0;
+            for (size_t u0 = 0; u0 < c.size(); u0 += per_run, runs++) {
+                int64_t run = 0;
+                for (size_t u = u0; u < std::min(c.size(), u0 + per_run); u++) run += c[u];
+                worst = std::max(worst, run);
+                total += run;
+            }
+            run_cost[table][m] = (int)((worst + 99) / 100);
+            run_cost[2 + table][m] = (int)((total / std::max<int64_t>(1, runs) + 99) / 100);
+        }
 }
