@@ -236,35 +236,28 @@ TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs
                 ggx_cuda_qgemv_run_costs(pieces, first, pieces2, first2, ggx_cuda_qextra_of(c.job.m[i].w)->run_cost);
             }
     };
-    // All 4-bit, or 4/3 (aligned groups: every pair joined), a 32-row piece costs 46 rows against 63
-    // for 64: llama3-8b's q/k/v take m = 4 and down 8, qwen2.5-7b's down 10
-    const int all4[n_cases] = {4, 2, 16, 8, 32, 1, 1, 4, 2, 2, 2, 10, 10};
+    // All 4-bit, a 32-row piece costs 46 rows against 63 for a 64-row one: llama3-8b's q/k/v take
+    // m = 4 and down 8, qwen2.5-7b's down 10; the even plans and llama3.2-1b's stay
+    const int rows_only[n_cases] = {3, 2, 16, 7, 32, 1, 1, 4, 2, 2, 2, 10, 9};
     set_layout("4 g128");
-    check_plans(all4);
-    set_layout("4/3 g128 .1/.9");
-    check_plans(all4);
+    check_plans({4, 2, 16, 8, 32, 1, 1, 4, 2, 2, 2, 10, 10});
     {
-        const ScopedEnv off("GGX_QGEMV_PIECE_COSTS", "0");   // every row costs one: the plans above
-        check_plans({3, 2, 16, 7, 32, 1, 1, 4, 2, 2, 2, 10, 9});
+        const ScopedEnv off("GGX_QGEMV_PIECE_COSTS", "0");   // every row costs one
+        check_plans(rows_only);
     }
     {
         const ScopedEnv off("GGX_QGEMV_PAIRS", "0");   // no 64-row pieces: no reason to move
-        check_plans({3, 2, 16, 7, 32, 1, 1, 4, 2, 2, 2, 10, 9});
+        check_plans(rows_only);
     }
-    // 224 rows of 8 bits first put every 4-bit group at an odd fine slice (no pairs) and make the
-    // runs that hold them the slowest, so llama3-8b keeps its plan; qwen2.5-7b's down (30 slices
-    // of 8 bits) takes m = 4 (2 waves of 259 blocks, one with 4-slice stragglers) over 9 (1 wave
-    // with 9-slice ones)
-    for (const char * layout : {"8/4 g32,128 .05/.95", "8/5/4 g32 .05/.1/.85", "8/4/3 g32 .05/.1/.85"}) {
-        CAPTURE(layout);
+    // Elsewhere the plans of rows: 3- and 2-bit rows (4/3: pairs joined but no cheaper; 6/3/2: its
+    // groups start at odd fine slices, none joined), 5-8 bits, and the mixed layouts whose runs of
+    // 32-row pieces (8-bit, or 4-bit groups behind 224 rows of 8 bits: every other pair split) are the
+    // slowest for an even m as for an odd one
+    for (const char * layout : {"4/3 g128 .1/.9", "6/3/2 g32,64,64 .05/.2/.75", "5/4 g128 .1/.9", "8/4 g32,128 .05/.95",
+                                "8/5/4 g32 .05/.1/.85", "8/4/3 g32 .05/.1/.85", "5 g64", "6 g128", "8 g128"}) {
+        CAPTURE(std::string(layout));
         set_layout(layout);
-        check_plans({3, 2, 16, 7, 32, 1, 1, 4, 2, 2, 2, 10, 4});
-    }
-    // Uniform 5-8 bits, and 2.5 bpw's 6/3/2 (odd-aligned: no pairs): the plans of rows
-    for (const char * layout : {"5 g64", "6 g128", "8 g128", "6/3/2 g32,64,64 .05/.2/.75"}) {
-        CAPTURE(layout);
-        set_layout(layout);
-        check_plans({3, 2, 16, 7, 32, 1, 1, 4, 2, 2, 2, 10, 9});
+        check_plans(rows_only);
     }
     for (const Case & c : cases)
         for (int i = 0; i < c.job.n_mat; i++) ggx_cuda_qextra_of(c.job.m[i].w)->run_cost[0][1] = 0;

@@ -653,14 +653,16 @@ static int rows_for(const ggx_qgemv_job & job) {
 // rows) over the job's matrices together. ncu on llama3-8b (session 4): a wave of 128 blocks took
 // 11.9 us + 0.052 us per row of each group's slice, i.e. a fixed part worth ~230 rows; the qkv
 // job (q, k, v: 12 tiles) ran 1.5-2 waves of 64-row slices (28.6-30.5 us for 12.9 MB).
-// A one-row job's block costs its costliest warp group's run instead (ggx_cuda_qgemv_run_costs:
-// measured costs per piece, in the same rows; session 30), one wave its slowest block. A piece has a fixed part as large as
-// ~55 rows, so the 64-row pieces of the paired tables (an even m only) are the cheap ones, and a
-// run of wider pieces (a mixed matrix's 5-8 bit rows) holds up its block. All-4-bit llama3-8b then
-// takes q/k/v 3 -> 4 and down 7 -> 8 (+1.1% tg128@16, mistral-7b +1.2%, qwen2.5-7b +1.5%: run 152,
-// H100), while the mixed 8/4 and 8/5/4 layouts keep their plans: the 4.25 and 4.5 bpw models,
-// whose 4-bit groups start at an odd fine slice behind 224 rows of 8 bits (no pairs joined, the
-// 8-bit runs the slowest), lost 1.7-2.0% when charged by their share of 4-bit rows (run 152).
+// A one-row job's warp groups are charged their runs of pieces instead (ggx_cuda_qgemv_run_costs:
+// measured costs per piece, in the same rows; session 30): a wave costs its costliest run, the
+// waves after the first their mean run. A 4-bit piece has a fixed part as large as ~55 rows, so the
+// 64-row pieces of the paired tables (an even m only) make 4-bit runs cheaper; other widths cost
+// their rows. All-4-bit llama3-8b then takes q/k/v 3 -> 4 and down 7 -> 8, qwen2.5-7b down 9 -> 10:
+// tg128@16 +1.0% on llama3-8b and mistral-7b, +1.7% on qwen2.5-7b, @4096 +1.0% (run 153, H100).
+// Mixed layouts keep the plans of rows: 4.25 bpw's 8/4, whose 4-bit groups start behind 224 rows
+// of 8 bits at an odd fine slice (every other pair split), lost 2% with the all-4-bit plan (run
+// 152), and charging 8-bit rows for their bytes lost 5% on qwen2.5-7b at 3.5 and 4.25 (run 153).
+// GGX_QGEMV_PIECE_COSTS=0 (measurements) counts rows only, as before.
 // GGX_QGEMV_SLICE_COST=C (measurements, rows; default 0) adds C per K-slice of a column tile: the
 // tile's last block sums one partial per slice in its tail, and fewer blocks leave SMs to the next
 // kernel's early blocks. llama3-8b's o with 11 slices (m = 3) instead of 16 (m = 2): tg128@16

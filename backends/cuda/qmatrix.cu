@@ -534,16 +534,15 @@ ggx_status ggx_cuda_op_qmatmul(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
 }
 
 // What a warp group's walk over one piece costs, in hundredths of a row of a 64-row 4-bit piece.
-// Run 151's traces (H100, tg128@16, loop medians per row of a group's run) give a piece of up to
-// 4 bits a fixed part as large as ~55 rows: q/k/v at 4.0 bpw 0.036 us per row in 32-row pieces
-// against 0.025 in 64-row ones, i.e. 29 + 17 / 32 per row in those units (46 for 32 rows, 63 for
-// 64); at 2.5 bpw, whose 3- and 2-bit groups start at an odd fine slice so that no pair is
-// joined, 0.037 in 32-row pieces, as 4 bits. Wider pieces cost in proportion to their bytes
-// beyond that: 5.0 bpw measured 0.046 us per row (1.25 x 46 = 58 units, 0.045 us).
-static int piece_cost(int bits, int rows) {
-    const int c = 2900 + rows * 53;
-    return bits > 4 ? c * bits / 4 : c;
-}
+// Run 151's traces (H100, tg128@16, loop medians per row of a group's run) give a 4-bit piece a
+// fixed part as large as ~55 rows: q/k/v at 4.0 bpw took 0.036 us per row in 32-row pieces against
+// 0.025 in 64-row ones, i.e. 29 + 17 / 32 per row in those units (46 for 32 rows, 63 for 64). Every
+// other width costs its rows alone, at 32-row 4-bit's rate: 2.5 bpw (no pair joined: its 3- and
+// 2-bit groups start at odd fine slices) measured 0.037 us per row in 32-row pieces, and joined
+// 3-bit pairs gained nothing (3.0 bpw, runs 150 and 153). Wider pieces are not charged for their
+// bytes: a plan that did so (8-bit runs as stragglers) lost 5% on qwen2.5-7b at 3.5 and 4.25 bpw
+// (run 153).
+static int piece_cost(int bits, int rows) { return bits == 4 ? 2900 + rows * 53 : rows * 4600 / 32; }
 
 void ggx_cuda_qgemv_run_costs(const std::vector<int4> & pieces, const std::vector<int> & first,
                               const std::vector<int4> & pieces2, const std::vector<int> & first2,
