@@ -59,6 +59,10 @@
 #   smem-driver     part smemconfig with GGX_CUDA_CARVEOUT=-1 (the driver's choice of split)
 #   clusters        bench/probes/cluster-fit.cu built and run: clusters of whole-SM blocks that fit
 #                   at once per cluster size, and their SMs (split-K through clusters needs 16)
+#   pairgroups      the pairgroups variant (bench/variants.sh: paired pieces also across two groups):
+#                   its test-cuda's across-groups, synthetic and logits cases, then tg128@16 of
+#                   llama3-8b 4.25, 4.5 and 4.0, qwen2.5-7b 4.25 and llama3.2-1b 4.5 with the variant,
+#                   the variant with GGX_QGEMV_PAIR_GROUPS=0 and the default build, two rounds
 #   windows         a second bench built with -DGGX_PAIR_WINDOWS=0 (3-, 5- and 6-bit codes placed one
 #                   by one, as before session 22) against the default (byte-permuted windows,
 #                   backends/cuda/pair-window.h): tg128@16 at 3.0, 5.0, 6.0, 4.0 and 2.5 bpw
@@ -133,11 +137,26 @@ ab() {
         tg --synthetic "$model" --bpw "$bpw" --ctx 16
     done
 }
-# test-cuda with each failure's case, values and messages (run 143 printed only the ERROR lines)
+# test-cuda (TC, default build-dev/test-cuda) with each failure's case, values and messages (run
+# 143 printed only the ERROR lines)
 run_tests() {
-    build-dev/test-cuda "$@" > /tmp/test-cuda.log 2>&1
+    ${TC:-build-dev/test-cuda} "$@" > /tmp/test-cuda.log 2>&1
     grep -E -A4 'TEST CASE|ERROR|FAILED' /tmp/test-cuda.log | head -120
     grep -E 'test cases|assertions|Status' /tmp/test-cuda.log
+}
+# build-dev-VARIANT/test-cuda: the prebuilt one when it starts, else built here
+variant_tests() {
+    local v=$1 flags
+    flags=$(variant_flags "$v") || { echo "unknown variant $v"; return 1; }
+    mkdir -p build-dev-$v
+    if [ $prebuilt_ok = 1 ] && [ -f fixtures-local/prebuilt/test-cuda-$v.xz ]; then
+        unpack test-cuda-$v build-dev-$v/test-cuda && build-dev-$v/test-cuda -ltc >/dev/null 2>&1 && return 0
+        rm -f build-dev-$v/test-cuda
+    fi
+    NVCCFLAGS="-O3 -lineinfo $flags" make -j"$(nproc)" BUILD=build-dev-$v CUDA_ARCH=90 \
+        build-dev-$v/test-cuda >/tmp/device-build-$v-tests.log 2>&1 && return 0
+    tail -30 /tmp/device-build-$v-tests.log
+    return 1
 }
 for part in "$@"; do
     echo "== $part (at ${SECONDS} s)"
@@ -258,9 +277,24 @@ for part in "$@"; do
             done ;;
         clusters)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/cluster-fit.cu -o /tmp/cluster-fit && /tmp/cluster-fit ;;
+        pairgroups)
+            # the variant's test-cuda (the joined pieces against the same build without them, and the
+            # model cases against the CPU), then tg128@16: the variant, the variant with its joins off
+            # (what its kernel's extra code costs), the default build
+            variant_tests pairgroups && TC=build-dev-pairgroups/test-cuda run_tests -tc='*across groups*,*synthetic*,*logits*'
+            variant_bench pairgroups || continue
+            for r in 1 2; do
+                for mb in "llama3-8b 4.25" "llama3-8b 4.5" "llama3-8b 4.0" "qwen2.5-7b 4.25" "llama3.2-1b 4.5"; do
+                    read -r m b <<< "$mb"
+                    echo "-- $m $b @16, round $r: pairgroups (-DGGX_QGEMV_PAIR_GROUPS=1), with GGX_QGEMV_PAIR_GROUPS=0, the default build"
+                    B=build-dev-pairgroups/bench tg --synthetic $m --bpw $b --ctx 16
+                    GGX_QGEMV_PAIR_GROUPS=0 B=build-dev-pairgroups/bench tg --synthetic $m --bpw $b --ctx 16
+                    tg --synthetic $m --bpw $b --ctx 16
+                done
+            done ;;
         windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
         x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, stages-ab, orows, plan, plan-trace, piececosts, smemconfig, smem-driver, carveout, clusters, windows, x16)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, stages-ab, orows, plan, plan-trace, piececosts, pairgroups, smemconfig, smem-driver, carveout, clusters, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"

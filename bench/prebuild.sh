@@ -3,9 +3,10 @@
 # its time on tests and measurements instead of the ~75 s build. Writes, for the tree as it is now:
 #
 #   fixtures-local/prebuilt/test-cuda.xz, bench.xz    sm_90, host code for x86-64-v3, stripped
-#   fixtures-local/prebuilt/bench-VARIANT.xz          the same bench with a switch off, for each
-#                                                     VARIANT named (bench/variants.sh: nowin, nox16;
-#                                                     the suite's `windows` and `x16` parts)
+#   fixtures-local/prebuilt/bench-VARIANT.xz,         the same bench and test-cuda with a switch
+#     test-cuda-VARIANT.xz                            changed, for each VARIANT named (bench/
+#                                                     variants.sh: nowin, nox16, pairgroups; the
+#                                                     suite's `windows`, `x16`, `pairgroups` parts)
 #   fixtures-local/prebuilt/STAMP, fixtures-local/COMMIT   the tree's name: `git describe --always
 #                                                     --dirty`, plus a hash of the changes if dirty
 #
@@ -54,9 +55,10 @@ for v in ${variants[@]+"${variants[@]}"}; do
     flags=$(variant_flags "$v")
     echo "prebuild: bench $v ($flags)"
     NVCCFLAGS="-O3 -lineinfo $flags" make -j"$jobs" "${common[@]}" BUILD=build-pre-$v \
-        BENCH=build-pre-$v/bench build-pre-$v/bench >/tmp/prebuild-$v.log 2>&1 ||
+        BENCH=build-pre-$v/bench build-pre-$v/bench build-pre-$v/test-cuda >/tmp/prebuild-$v.log 2>&1 ||
         { tail -30 /tmp/prebuild-$v.log; echo "prebuild: error: the $v build failed (log: /tmp/prebuild-$v.log)" >&2; exit 1; }
     pack build-pre-$v/bench bench-$v
+    pack build-pre-$v/test-cuda test-cuda-$v
 done
 # The stamp last: a tree changed during the build must not pass as the one built.
 if [ "$(tree_stamp)" != "$stamp" ]; then

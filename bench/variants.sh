@@ -1,14 +1,16 @@
-# Build variants for A/B measurements on the device: a second bench built with one compile-time
-# switch turned off, measured against the default build. Sourced by bench/prebuild.sh (which can
-# build them here) and bench/device-suite.sh (which uses those or builds them there).
+# Build variants for A/B measurements on the device: a second bench (and test-cuda) built with one
+# compile-time switch changed, measured against the default build. Sourced by bench/prebuild.sh
+# (which can build them here) and bench/device-suite.sh (which uses those or builds them there).
 #
-#   nowin   -DGGX_PAIR_WINDOWS=0    3-, 5- and 6-bit codes placed one by one (before session 22)
-#   nox16   -DGGX_PAIR_X16_2BIT=0   2-bit pairs each shifted into place (before session 24)
-variant_names="nowin nox16"
+#   nowin       -DGGX_PAIR_WINDOWS=0       3-, 5- and 6-bit codes placed one by one (before session 22)
+#   nox16       -DGGX_PAIR_X16_2BIT=0      2-bit pairs each shifted into place (before session 24)
+#   pairgroups  -DGGX_QGEMV_PAIR_GROUPS=1  paired pieces also across two groups (session 30, not yet run)
+variant_names="nowin nox16 pairgroups"
 variant_flags() {
     case "$1" in
         nowin) echo "-DGGX_PAIR_WINDOWS=0" ;;
         nox16) echo "-DGGX_PAIR_X16_2BIT=0" ;;
+        pairgroups) echo "-DGGX_QGEMV_PAIR_GROUPS=1" ;;
         *) return 1 ;;
     esac
 }

@@ -116,6 +116,9 @@ long                 ggx_backend_cuda_rope_table_jobs(struct ggx_backend * be);
 // Matrices of decode GEMV jobs that read their norm weights from a q_perm-ordered table
 // (the default; GGX_QGEMV_NORM_TABLE=0 turns it off), counted the same way.
 long                 ggx_backend_cuda_norm_table_mats(struct ggx_backend * be);
+// Pieces of the paired decode tables that join two EXL2 groups, counted at load; -1 in builds
+// without -DGGX_QGEMV_PAIR_GROUPS=1 (backends/cuda/decode-plan.h), which never join them.
+long                 ggx_backend_cuda_pair_group_pieces(struct ggx_backend * be);
 #endif
 
 // Convenience wrappers.

@@ -231,8 +231,8 @@ TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs
                 }
                 std::vector<int4> pieces, pieces2;
                 std::vector<int> first, first2;
-                ggx_cuda_list_pieces(gtab, q->K, false, 0, &pieces, &first);
-                ggx_cuda_list_pieces(gtab, q->K, true, (1 << 2) | (1 << 3) | (1 << 4), &pieces2, &first2);
+                ggx_cuda_list_pieces(gtab, q->K, false, 0, false, &pieces, &first);
+                ggx_cuda_list_pieces(gtab, q->K, true, (1 << 2) | (1 << 3) | (1 << 4), false, &pieces2, &first2);
                 ggx_cuda_qgemv_run_costs(pieces, first, pieces2, first2, ggx_cuda_qextra_of(c.job.m[i].w)->run_cost);
             }
     };
@@ -429,10 +429,12 @@ TEST_CASE("decode plan: paired piece tables are the plain ones with 2-4-bit piec
         {{{4, 96}, {3, 32}}},                                                // K = 128 = two whole pairs
         {{{4, 160}}},                                                        // K = 160: an odd number of slices
         {{{3, 96}, {2, 128}, {2, 16}, {2, 48}}},                            // 3 and 2 bits only
+        {{{8, 32}, {8, 32}, {8, 32}, {4, 128}, {4, 128}, {4, 32}, {4, 32}}}, // 4-bit groups at odd slices (as 8/4 g32,128)
     };
     const int joins[] = {1 << 4, (1 << 2) | (1 << 3) | (1 << 4), 1 << 3, 0};
     for (const Layout & L : layouts)
-    for (int join : joins) {
+    for (int join : joins)
+    for (bool across : {false, true}) {
         std::vector<int4> gtab;
         int k = 0, qrow = 0;
         for (auto g : L.groups) {
@@ -442,28 +444,32 @@ TEST_CASE("decode plan: paired piece tables are the plain ones with 2-4-bit piec
         }
         std::vector<int4> plain, paired;
         std::vector<int> pf, qf;
-        ggx_cuda_list_pieces(gtab, k, false, 0, &plain, &pf);
-        ggx_cuda_list_pieces(gtab, k, true, join, &paired, &qf);
+        ggx_cuda_list_pieces(gtab, k, false, 0, false, &plain, &pf);
+        ggx_cuda_list_pieces(gtab, k, true, join, across, &paired, &qf);
         const int n_slices = (k + 31) / 32;
         REQUIRE(pf.size() == (size_t)n_slices + 1);
         REQUIRE(qf.size() == (size_t)(n_slices + 1) / 2 + 1);
         CHECK(pf.back() == (int)plain.size());
         CHECK(qf.back() == (int)paired.size());
-        int joined = 0;
+        int joined = 0, joined_across = 0;
         for (int j = 0; 2 * j < n_slices; j++) {
             std::vector<int4> want(plain.begin() + pf[2 * j], plain.begin() + pf[std::min(2 * j + 2, n_slices)]);
             std::vector<int4> got;
             for (int p = qf[j]; p < qf[j + 1]; p++) {
                 const int4 a = paired[p];
                 if (a.w > 32) {
-                    const int bits = a.z & 15;
+                    const int bits = a.z & 15, g = a.z >> 5, next = (a.z & 16) ? 1 : 0;
                     REQUIRE((int)a.w == 64);
                     CHECK((join >> bits & 1) == 1);
                     CHECK(bits <= 4);
                     CHECK((int)a.x == 64 * j);   // a whole pair
-                    got.push_back(i4(a.x, a.y, a.z, 32));
-                    got.push_back(i4(a.x + 32, a.y + bits, a.z, 32));   // 32 rows of `bits` are `bits` words
+                    CHECK((!next || across));
+                    // the halves as the plain table has them: 32 rows of `bits` are `bits` words,
+                    // and an across piece's second half is the next group's
+                    got.push_back(i4(a.x, a.y, g << 5 | bits, 32));
+                    got.push_back(i4(a.x + 32, a.y + bits, (g + next) << 5 | bits, 32));
                     joined++;
+                    joined_across += next;
                 } else {
                     got.push_back(a);
                 }
@@ -477,11 +483,14 @@ TEST_CASE("decode plan: paired piece tables are the plain ones with 2-4-bit piec
                 CHECK((int)got[i].w == (int)want[i].w);
             }
         }
-        // every layout holds a whole pair of one 2-4-bit group, all but the last one of 4 bits
+        // every layout holds a whole pair of one 2-4-bit group, all but the last one of 4 bits;
+        // the second and the last layouts have 4-bit groups meeting at a pair's middle
         bool has4 = false;
         for (auto g : L.groups) has4 |= g.first == 4;
         if (join == 0) CHECK(joined == 0);
         if (join == ((1 << 2) | (1 << 3) | (1 << 4)) || (join == (1 << 4) && has4)) CHECK(joined > 0);
+        const bool meets = &L == &layouts[1] || &L == &layouts[7];
+        if (across && (join & (1 << 4)) && meets) CHECK(joined_across > 0);
     }
 }
 

@@ -121,6 +121,7 @@ struct ggx_cuda_ctx {
     // GEMV prologue's two dependent loads (q_perm, then the weight) become independent.
     bool           norm_table_on = false;
     long           norm_table_mats = 0;      // matrices of GEMV launches recorded reading one (ggx_backend_cuda_norm_table_mats)
+    long           pair_group_pieces = 0;    // paired pieces joining two groups (decode-plan.h; ggx_backend_cuda_pair_group_pieces)
     char           name[16] = {0};
 };
 

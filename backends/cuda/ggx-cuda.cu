@@ -530,6 +530,9 @@ __global__ void k_probe(int * p) { if (p) *p = 1; }
 extern "C" long ggx_backend_cuda_strip_stages(ggx_backend * be) { return be ? ctx_of(be)->strip_stages : 0; }
 extern "C" long ggx_backend_cuda_rope_table_jobs(ggx_backend * be) { return be ? ctx_of(be)->rope_table_jobs : 0; }
 extern "C" long ggx_backend_cuda_norm_table_mats(ggx_backend * be) { return be ? ctx_of(be)->norm_table_mats : 0; }
+extern "C" long ggx_backend_cuda_pair_group_pieces(ggx_backend * be) {
+    return !GGX_QGEMV_PAIR_GROUPS ? -1 : be ? ctx_of(be)->pair_group_pieces : 0;
+}
 
 extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     int n_dev = 0;

@@ -200,37 +200,62 @@ __device__ __forceinline__ void tile_result(const gemv_args & a, const gemv_mat 
     }
 }
 
-// One piece (at most 32 rows of one group, or 64 of 4 bits in the paired tables; qmatrix.cu cuts
+// One piece (at most 32 rows of one group, or 64 of 2-4 bits in the paired tables; qmatrix.cu cuts
 // them so) for a thread's 4 columns: its packed words (rows x bits / 32 per column, at most 8)
-// and its scale.
+// and its scale. Built with GGX_QGEMV_PAIR_GROUPS=1 (decode-plan.h), a paired piece may join two
+// groups (bit 4 of pc.z): its second 32 rows then take the next group's codes (sw's high 16 bits)
+// and M' (mx's high half).
 struct piece_regs {
     uint4    w[8];
-    int4     pc;   // {k0, qrow0, group << 4 | bits, rows}
+    int4     pc;   // {k0, qrow0, group << 5 | across << 4 | bits, rows}
     uint32_t sw;   // the 4 columns' scale codes in the low 16 bits
+#if GGX_QGEMV_PAIR_GROUPS
+    half2    mx;   // M'_g, and M'_(g+1) of a piece across two groups (one register, as a half)
+#else
     half     mx;   // M'_g
+#endif
 };
+
+__device__ __forceinline__ half group_mx(const piece_regs & s) {
+#if GGX_QGEMV_PAIR_GROUPS
+    return __low2half(s.mx);
+#else
+    return s.mx;
+#endif
+}
 
 __device__ __forceinline__ void piece_load(const gemv_mat & M, int p, int n, piece_regs & s, float evict) {
     s.pc = ggx_load_ro(M.pieces + p);
-    const int bits = s.pc.z & 15, g = s.pc.z >> 4;
+    const int bits = s.pc.z & 15, g = s.pc.z >> 5;
     const int nw = s.pc.w * bits / 32;
     const uint32_t * base = M.qw + (size_t)s.pc.y * M.Np + n;
     const uint64_t pol = evict_policy(evict);
 #pragma unroll
     for (int i = 0; i < 8; i++)
         if (i < nw) s.w[i] = load_weights((const uint4 *)(base + (size_t)i * M.Np), pol);
-    s.sw = ggx_load_ro(M.qs + (size_t)g * (M.Np / 8) + n / 8) >> (4 * (n % 8));
+    const uint32_t * qs = M.qs + (size_t)g * (M.Np / 8) + n / 8;
+    s.sw = ggx_load_ro(qs) >> (4 * (n % 8));
+#if GGX_QGEMV_PAIR_GROUPS
+    if (s.pc.z & 16) {   // warp-uniform: every lane walks the same piece
+        s.sw = (s.sw & 0xffffu) | (ggx_load_ro(qs + M.Np / 8) >> (4 * (n % 8))) << 16;
+        s.mx = __halves2half2(M.qsmax[g], M.qsmax[g + 1]);
+    } else {
+        s.mx = __half2half2(M.qsmax[g]);
+    }
+#else
     s.mx = M.qsmax[g];
+#endif
 }
 
 // v[t][c] += scale_c * sum over the piece's rows of (q - z) x[t][row]: the sum in fp16 pairs (at
-// most 16 products per half, x scaled so that it cannot overflow: see the staging), then fp32
+// most 16 products per half, x scaled so that it cannot overflow: see the staging), then fp32.
+// sw: the 4 columns' codes in its low 16 bits; mx: the group's M'.
 template <int T>
-__device__ __forceinline__ void piece_scale(const piece_regs & s, const half2 (&acc)[T][4], float (&v)[T][4]) {
-    const half2 mx2 = __half2half2(s.mx);
+__device__ __forceinline__ void piece_scale(uint32_t sw, half mx, const half2 (&acc)[T][4], float (&v)[T][4]) {
+    const half2 mx2 = __half2half2(mx);
 #pragma unroll
     for (int c2 = 0; c2 < 2; c2++) {   // columns 2 c2 and 2 c2 + 1
-        const float2 sc = __half22float2(scale_pair(s.sw >> (8 * c2), mx2));
+        const float2 sc = __half22float2(scale_pair(sw >> (8 * c2), mx2));
 #pragma unroll
         for (int t = 0; t < T; t++) {
             const float2 f0 = __half22float2(acc[t][2 * c2]), f1 = __half22float2(acc[t][2 * c2 + 1]);
@@ -239,9 +264,14 @@ __device__ __forceinline__ void piece_scale(const piece_regs & s, const half2 (&
         }
     }
 }
+template <int T>
+__device__ __forceinline__ void piece_scale(const piece_regs & s, const half2 (&acc)[T][4], float (&v)[T][4]) {
+    piece_scale<T>(s.sw, group_mx(s), acc, v);
+}
 
 // A one-row piece of at most 64 rows of B <= 4 bits: its first 32 rows, then (a paired table's
-// 64-row piece) the next 32 from word row B, each half scaled on its own.
+// 64-row piece) the next 32 from word row B, each half scaled on its own (the second with the
+// next group's scales when the piece joins two groups), as the plain table's two pieces are.
 template <int B>
 __device__ __forceinline__ void piece_halves(const piece_regs & s, const half * xp, int ld, half2 (&acc)[1][4], float (&v)[1][4]) {
     piece_dot<B, 1>(s.w, min(s.pc.w, 32), xp, ld, acc);
@@ -249,6 +279,12 @@ __device__ __forceinline__ void piece_halves(const piece_regs & s, const half * 
     if (s.pc.w > 32) {
         acc[0][0] = acc[0][1] = acc[0][2] = acc[0][3] = __float2half2_rn(0.0f);
         piece_dot<B, 1, B>(s.w, 32, xp + 32, ld, acc);
+#if GGX_QGEMV_PAIR_GROUPS
+        if (s.pc.z & 16) {
+            piece_scale<1>(s.sw >> 16, __high2half(s.mx), acc, v);
+            return;
+        }
+#endif
         piece_scale<1>(s, acc, v);
     }
 }

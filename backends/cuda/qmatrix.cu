@@ -12,6 +12,7 @@
 // the fly (one group size, 4 bits).
 #include "qmatrix.cuh"
 
+#include "env-knobs.h"
 #include "exl2-unpack.cuh"
 #include "gemm.cuh"
 #include "qgemv.cuh"
@@ -341,8 +342,11 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     const int n_slices = (q->K + R - 1) / R;
     std::vector<int4> pieces, pieces2;
     std::vector<int> first, first2;
-    ggx_cuda_list_pieces(gtab, q->K, false, 0, &pieces, &first);
-    ggx_cuda_list_pieces(gtab, q->K, true, paired_widths(), &pieces2, &first2);
+    ggx_cuda_list_pieces(gtab, q->K, false, 0, false, &pieces, &first);
+    // pairs across groups only where the kernel was built to scale them (decode-plan.h)
+    const bool across = GGX_QGEMV_PAIR_GROUPS && ggx_env_int("GGX_QGEMV_PAIR_GROUPS", 1) != 0;
+    ggx_cuda_list_pieces(gtab, q->K, true, paired_widths(), across, &pieces2, &first2);
+    for (const int4 & p : pieces2) ctx.pair_group_pieces += (p.z & 16) != 0;
     ggx_cuda_qgemv_run_costs(pieces, first, pieces2, first2, e->run_cost);
     e->slice_rows = R;
     e->n_slices = n_slices;
@@ -365,8 +369,8 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     return GGX_STATUS_OK;
 }
 
-void ggx_cuda_list_pieces(const std::vector<int4> & gtab, int K, bool paired, int join_bits, std::vector<int4> * pieces,
-                          std::vector<int> * first) {
+void ggx_cuda_list_pieces(const std::vector<int4> & gtab, int K, bool paired, int join_bits, bool across_groups,
+                          std::vector<int4> * pieces, std::vector<int> * first) {
     const int R = GGX_QGEMV_FINE_ROWS;
     const int n_slices = (K + R - 1) / R;
     pieces->clear();
@@ -381,7 +385,7 @@ void ggx_cuda_list_pieces(const std::vector<int4> & gtab, int K, bool paired, in
             // pieces of at most 32 rows: the decode GEMV double-buffers whole pieces in registers
             for (int r = a; r < b; r += 32) {
                 const int qrow = gtab[gg].y + (r - gtab[gg].x) * gtab[gg].z / 32;
-                pieces->push_back(make_int4(r, qrow, (gg << 4) | gtab[gg].z, std::min(32, b - r)));
+                pieces->push_back(make_int4(r, qrow, (gg << 5) | gtab[gg].z, std::min(32, b - r)));
             }
         }
     }
@@ -389,7 +393,9 @@ void ggx_cuda_list_pieces(const std::vector<int4> & gtab, int K, bool paired, in
     if (!paired) return;
     // Pairs of slices: the last piece of slice 2j and the first of slice 2j + 1 become one when
     // both are 32 rows of one group whose width is in join_bits (they are then contiguous in rows
-    // and words; 64 rows of 2, 3 or 4 bits are 4, 6 or 8 words, within a piece's 8).
+    // and words; 64 rows of 2, 3 or 4 bits are 4, 6 or 8 words, within a piece's 8), or with
+    // across_groups, of two adjacent groups of that width (contiguous too: a group's words follow
+    // the previous one's), marked by bit 4 of z, the second half scaled by the next group.
     std::vector<int4> out;
     std::vector<int> out_first((size_t)(n_slices + 1) / 2 + 1);
     for (int j = 0; 2 * j < n_slices; j++) {
@@ -399,8 +405,11 @@ void ggx_cuda_list_pieces(const std::vector<int4> & gtab, int K, bool paired, in
             const int4 a = (*pieces)[p];
             if (p == p1 - 1 && p1 < p2) {
                 const int4 b = (*pieces)[p1];
-                if ((join_bits >> (a.z & 15) & 1) && (a.z & 15) <= 4 && a.z == b.z && a.w == 32 && b.w == 32) {
-                    out.push_back(make_int4(a.x, a.y, a.z, 64));
+                const int bits = a.z & 15;
+                const bool same = a.z == b.z, next = across_groups && (b.z & 15) == bits && (b.z >> 5) == (a.z >> 5) + 1 &&
+                                                     b.y == a.y + bits;
+                if ((join_bits >> bits & 1) && bits <= 4 && (same || next) && a.w == 32 && b.w == 32) {
+                    out.push_back(make_int4(a.x, a.y, same ? a.z : a.z | 16, 64));
                     p++;
                     continue;
                 }

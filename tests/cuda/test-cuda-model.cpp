@@ -242,6 +242,26 @@ TEST_CASE("cuda: norm weights in q_perm order give the logits of the path withou
     check_decode_table("GGX_QGEMV_NORM_TABLE", ggx_backend_cuda_norm_table_mats, 5);
 }
 
+// Builds with -DGGX_QGEMV_PAIR_GROUPS=1 (bench/variants.sh: pairgroups): paired pieces that join two
+// groups, the second half scaled by the next group's scales, against the same build with the joins
+// off (GGX_QGEMV_PAIR_GROUPS=0 at load). Both walk the paired tables (64 rows per warp group forced,
+// so m = 2), and a joined piece's halves are summed and scaled as the plain table's two pieces are,
+// so the logits should be bit-identical: the bound is the decode tables' 1e-4 (a wrong group's
+// scale moves a column by O(1) of its sum). llama3.2-1b at 4.5 bpw: 8/5/4 g32, 4-bit groups of 32
+// rows, so every 4-bit pair crosses a group boundary. Other builds report -1 pieces: skipped.
+TEST_CASE("cuda: paired pieces across groups give the logits of the path without them") {
+    REQUIRE_CUDA();
+    const ScopedEnv rows("GGX_QGEMV_GROUP_ROWS", "64");
+    const three_models m = load_synthetic("llama3.2-1b", 4.5, 2, "GGX_QGEMV_PAIR_GROUPS", "0");
+    if (ggx_backend_cuda_pair_group_pieces(m.gpu->backend) < 0) {
+        MESSAGE("built without GGX_QGEMV_PAIR_GROUPS: nothing to compare");
+        return;
+    }
+    compare_models(*m.cpu, *m.gpu, "llama3.2-1b 4.5 (pairs across groups)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu_env.get(), 1e-4);
+    CHECK(ggx_backend_cuda_pair_group_pieces(m.gpu->backend) > 0);
+    CHECK(ggx_backend_cuda_pair_group_pieces(m.gpu_env->backend) == 0);
+}
+
 // GGX_ATTN_FA_ROWS=32 (read per launch) in a model: the prefill attention with two row tiles per
 // warp writing the o matmul's fp16 x, against the CPU with the fused path's bound.
 TEST_CASE("cuda: prefill attention with 32 query rows per warp in a model matches the CPU backend") {
