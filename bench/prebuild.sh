@@ -12,7 +12,8 @@
 #
 # bench/device-suite.sh uses them when STAMP equals fixtures-local/COMMIT and they start on the
 # device (other system libraries there could stop them), and builds there otherwise. xz keeps the
-# three at ~13 MB against the 64 MiB a call carries (the tree ~16 MB, the EXL2 fixtures ~20 MB).
+# two at ~9 MB, ~18 MB with one variant, against the 64 MiB a call carries (the tree ~16 MB, the
+# EXL2 fixtures ~20 MB): one variant per call.
 #
 #   bench/prebuild.sh [VARIANT...]     then carry ["fixtures-local"]
 set -eu
