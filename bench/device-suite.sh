@@ -250,12 +250,8 @@ for part in "$@"; do
             done ;;
         piececosts)
             for r in 1 2; do
-                for mb in "llama3-8b 4.0" "qwen2.5-7b 4.0" "qwen2.5-7b 4.25"; do
-                    read -r m b <<< "$mb"
-                    echo "-- $m $b @16, round $r: GGX_QGEMV_PIECE_COSTS=0 (rows only, the plan before session 30), then the default"
-                    GGX_QGEMV_PIECE_COSTS=0 tg --synthetic $m --bpw $b --ctx 16
-                    tg --synthetic $m --bpw $b --ctx 16
-                done
+                echo "-- round $r: GGX_QGEMV_PIECE_COSTS=0 is rows only, the plan before session 30"
+                ab GGX_QGEMV_PIECE_COSTS=0 "llama3-8b 4.0" "qwen2.5-7b 4.0" "qwen2.5-7b 4.25"
             done
             echo "-- llama3-8b 4.0 @4096: GGX_QGEMV_PIECE_COSTS=0, then the default"
             GGX_QGEMV_PIECE_COSTS=0 tg --synthetic llama3-8b --bpw 4.0 --ctx 4096

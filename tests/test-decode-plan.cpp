@@ -162,6 +162,26 @@ TEST_CASE("decode plan: a Llama layer becomes four fused GEMV jobs and attention
     CHECK((head.n_mat == 1 && head.norm && head.m[0].epi == GGX_QGEMV_STORE && head.m[0].out == G.logits));
 }
 
+// An int4 set member by member (HIP's int4 members are proxies, not plain fields)
+static int4 i4(int x, int y, int z, int w) {
+    int4 r;
+    r.x = x; r.y = y; r.z = z; r.w = w;
+    return r;
+}
+
+// The group table {k0, qrow0, bits, rows} of an EXL2 matrix whose groups are these (bits, rows) in
+// order, as qmatrix.cu builds it
+static std::vector<int4> group_table(const std::vector<std::pair<int, int>> & groups) {
+    std::vector<int4> gtab;
+    int k = 0, qrow = 0;
+    for (const auto & g : groups) {
+        gtab.push_back(i4(k, qrow, g.first, g.second));
+        k += g.second;
+        qrow += g.second * g.first / 32;
+    }
+    return gtab;
+}
+
 // The launch shape of the decode GEMV (qgemv.cu's cost model, host code) for the real shapes the
 // decode notes discuss, at the H200's 132 SMs: llama3-8b's q/k/v at 3 fine slices per warp group
 // (132 blocks), o 2, gate/up 16 (112 blocks), down 7, the head 32; llama3.2-1b's q/k/v and o at 1.
@@ -222,13 +242,7 @@ TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs
         for (const Case & c : cases)
             for (int i = 0; i < c.job.n_mat; i++) {
                 const ggx_qmatrix * q = (const ggx_qmatrix *)c.job.m[i].w->extra;
-                std::vector<int4> gtab;
-                int k = 0, qrow = 0;
-                for (const auto & g : exl2::exl2_layout_groups(L, q->K)) {
-                    gtab.push_back(int4{k, qrow, g.first, g.second});
-                    k += g.second;
-                    qrow += g.second * g.first / 32;
-                }
+                const std::vector<int4> gtab = group_table(exl2::exl2_layout_groups(L, q->K));
                 std::vector<int4> pieces, pieces2;
                 std::vector<int> first, first2;
                 ggx_cuda_list_pieces(gtab, q->K, false, 0, false, &pieces, &first);
@@ -413,12 +427,6 @@ TEST_CASE("decode plan: split stage shares of the grid") {
 // The paired piece tables (ggx_cuda_qextra::pieces2) against the plain ones: pair j, with its
 // 64-row pieces cut back into 32-row halves, must be exactly slices 2j and 2j + 1 of the plain
 // table, in order: the one-row GEMV's two-halves sum relies on it (same sums, same order).
-static int4 i4(int x, int y, int z, int w) {
-    int4 r;
-    r.x = x; r.y = y; r.z = z; r.w = w;
-    return r;
-}
-
 TEST_CASE("decode plan: paired piece tables are the plain ones with 2-4-bit pieces joined across each pair") {
     struct Layout { std::vector<std::pair<int, int>> groups; };   // (bits, rows) in order
     const Layout layouts[] = {
@@ -435,13 +443,8 @@ TEST_CASE("decode plan: paired piece tables are the plain ones with 2-4-bit piec
     for (const Layout & L : layouts)
     for (int join : joins)
     for (bool across : {false, true}) {
-        std::vector<int4> gtab;
-        int k = 0, qrow = 0;
-        for (auto g : L.groups) {
-            gtab.push_back(i4(k, qrow, g.first, g.second));
-            k += g.second;
-            qrow += g.second * g.first / 32;
-        }
+        const std::vector<int4> gtab = group_table(L.groups);
+        const int k = gtab.back().x + gtab.back().w;
         std::vector<int4> plain, paired;
         std::vector<int> pf, qf;
         ggx_cuda_list_pieces(gtab, k, false, 0, false, &plain, &pf);
