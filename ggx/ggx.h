@@ -109,7 +109,9 @@ struct ggx_params_glu     { int32_t act; };                 // enum ggx_act
 struct ggx_params_softmax { float scale; };
 // softcap 0 = off; window 0 = full. non_causal 1: every query sees keys 0..pos[T-1], i.e. the
 // new tokens attend to each other both ways (reproduces ExLlamaV2's SDPA fallback, which passes
-// no causal mask when prefilling; only for comparisons with its outputs).
+// no causal mask when prefilling; only for comparisons with its outputs). Query t sees keys
+// P - window + 1 .. P (0 .. P without a window), P its last visible key: pos[t], or pos[T-1] when
+// non_causal, so that a window with non_causal is the same `window` keys for every query.
 struct ggx_params_attn    { float scale; float softcap; int32_t window; int32_t non_causal; };
 struct ggx_params_softcap { float cap; };
 

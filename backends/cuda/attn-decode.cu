@@ -68,9 +68,9 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
     const int p_last = a.pos[a.T - 1];
     int end = 0, lo0 = 1 << 30, fresh = 1 << 30;
     for (int t = 0; t < a.T; t++) {
-        const int pt = a.pos[t];
-        end = max(end, (a.non_causal ? p_last : pt) + 1);
-        lo0 = min(lo0, a.window > 0 ? max(0, pt - a.window + 1) : 0);
+        const int pt = a.pos[t], pv = a.non_causal ? p_last : pt;   // pv: its last visible key
+        end = max(end, pv + 1);
+        lo0 = min(lo0, a.window > 0 ? max(0, pv - a.window + 1) : 0);
         fresh = min(fresh, pt);   // rows at or past it are written by this step's qkv GEMV
     }
     end = min(end, a.C);
@@ -90,9 +90,9 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
     for (int i = 0; i < 2; i++) {
         const int r = g + 8 * i;
         if (r < R) {
-            const int pt = a.pos[r / G];
-            hi_r[i] = min(a.non_causal ? p_last : pt, k_hi - 1);
-            lo_r[i] = a.window > 0 ? pt - a.window + 1 : 0;
+            const int pv = a.non_causal ? p_last : a.pos[r / G];   // the window ends at the last visible key
+            hi_r[i] = min(pv, k_hi - 1);
+            lo_r[i] = a.window > 0 ? pv - a.window + 1 : 0;
         } else {
             hi_r[i] = -1;
             lo_r[i] = 0;

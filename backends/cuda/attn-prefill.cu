@@ -90,9 +90,9 @@ __global__ void __launch_bounds__(fa_threads) k_attn_prefill(attn_args a) {
     if (tid < BQ) {
         int hi = 0, lo = 1 << 30;
         if (q0 + tid < a.T) {
-            const int pt = a.pos[q0 + tid];
-            hi = (a.non_causal ? p_last : pt) + 1;
-            lo = a.window > 0 ? max(0, pt - a.window + 1) : 0;
+            const int pv = a.non_causal ? p_last : a.pos[q0 + tid];   // its last visible key
+            hi = pv + 1;
+            lo = a.window > 0 ? max(0, pv - a.window + 1) : 0;
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
@@ -113,8 +113,9 @@ __global__ void __launch_bounds__(fa_threads) k_attn_prefill(attn_args a) {
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             const int t = q0 + row0 + 16 * mt + g + 8 * i;
-            hi_r[mt][i] = t < a.T ? min(a.non_causal ? p_last : a.pos[t], k_end - 1) : -1;
-            lo_r[mt][i] = (t < a.T && a.window > 0) ? a.pos[t] - a.window + 1 : 0;
+            const int pv = t < a.T ? (a.non_causal ? p_last : a.pos[t]) : -1;   // the window ends there too
+            hi_r[mt][i] = t < a.T ? min(pv, k_end - 1) : -1;
+            lo_r[mt][i] = (t < a.T && a.window > 0) ? pv - a.window + 1 : 0;
         }
 
     // Q's A fragment of row tile mt, k-step kk

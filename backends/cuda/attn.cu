@@ -114,9 +114,9 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(const __grid_constant_
     if (a.chunk > 0) {   // one split (make_plan)
         k_lo = split * a.chunk;
         k_hi = min(min(a.C, k_lo + a.chunk), p_vis + 1);
-        if (a.window > 0) k_lo = max(k_lo, p_t - a.window + 1);
+        if (a.window > 0) k_lo = max(k_lo, p_vis - a.window + 1);
     } else {   // split the visible keys evenly (multiples of 64)
-        const int lo0 = a.window > 0 ? max(0, p_t - a.window + 1) : 0;
+        const int lo0 = a.window > 0 ? max(0, p_vis - a.window + 1) : 0;
         const int end = min(a.C, p_vis + 1);
         const int chunk = max(a.min_chunk, ((max(end - lo0, 1) + a.n_splits - 1) / a.n_splits + 63) / 64 * 64);
         k_lo = lo0 + split * chunk;

@@ -269,11 +269,12 @@ void check_attn_case(const AttnCase & c) {
                     std::to_string(c.C) + " T " + std::to_string(c.T));
 }
 // Tensor-core decode shapes (f16 cache, T x G <= 16 query rows per KV head): one split, many
-// splits merged per token, G = 1/2/4/8, softcap, window, non-causal.
+// splits merged per token, G = 1/2/4/8, softcap, window, non-causal (also with a window).
 const AttnCase k_decode_mma_cases[] = {
     {128, 32, 8, 20, 1, GGX_TYPE_F16, 0, 0},    {128, 32, 8, 4096, 3, GGX_TYPE_F16, 0, 0},
     {96, 8, 4, 500, 2, GGX_TYPE_F16, 15.0f, 0}, {80, 8, 1, 300, 2, GGX_TYPE_F16, 0, 50},
     {64, 4, 4, 1000, 8, GGX_TYPE_F16, 0, 0},    {128, 8, 2, 200, 2, GGX_TYPE_F16, 0, 0, 1},
+    {128, 8, 2, 200, 2, GGX_TYPE_F16, 0, 30, 1},
 };
 // Decode shapes for one split of up to 1024 keys (GGX_ATTN_MIN_SPLIT_KEYS=1024; see the test
 // "attention decode in one split of up to 1024 keys").
@@ -283,16 +284,19 @@ const AttnCase k_one_split_cases[] = {
     {80, 8, 1, 100, 2, GGX_TYPE_F16, 0, 20},     {128, 8, 2, 60, 1, GGX_TYPE_F16, 0, 0, 1},
     {64, 16, 2, 33, 2, GGX_TYPE_F16, 0, 0},      {128, 32, 8, 900, 1, GGX_TYPE_F16, 0, 0},
     {128, 32, 8, 1000, 2, GGX_TYPE_F16, 0, 100}, {64, 4, 2, 40, 8, GGX_TYPE_F16, 0, 4},
+    {128, 8, 2, 60, 3, GGX_TYPE_F16, 0, 20, 1},
 };
 // Prefill shapes (T > 8, f16 cache): tensor-core tiles, partial tiles, GQA, softcap, windows;
 // whole prompts (pos 0..T-1, many key tiles, partial last tile; a window shorter than a tile);
-// non-causal (every query sees keys up to the last position). Run with each prefill kernel form.
+// non-causal (every query sees keys up to the last position; with a window of 40, the same 40
+// keys for all 200 queries). Run with each prefill kernel form.
 const AttnCase k_prefill_cases[] = {
     {128, 32, 8, 600, 100, GGX_TYPE_F16, 0, 0}, {96, 4, 1, 300, 70, GGX_TYPE_F16, 20.0f, 50},
     {80, 4, 2, 200, 40, GGX_TYPE_F16, 0, 0},    {64, 8, 8, 130, 129, GGX_TYPE_F16, 0, 0},
     {128, 32, 8, 300, 300, GGX_TYPE_F16, 0, 0}, {80, 6, 2, 217, 217, GGX_TYPE_F16, 0, 0},
     {128, 8, 2, 700, 150, GGX_TYPE_F16, 0, 40}, {96, 8, 4, 260, 190, GGX_TYPE_F16, 15.0f, 0},
     {64, 4, 2, 100, 20, GGX_TYPE_F16, 0, 0, 1}, {128, 8, 2, 500, 200, GGX_TYPE_F16, 0, 0, 1},
+    {128, 8, 2, 500, 200, GGX_TYPE_F16, 0, 40, 1},
 };
 }  // namespace
 
@@ -306,8 +310,11 @@ TEST_CASE("cuda: attention decode (split-K) and prefill paths, GQA, softcap, win
         {64, 4, 2, 600, 2, GGX_TYPE_F16, 0, 100},  {64, 4, 2, 200, 17, GGX_TYPE_F16, 0, 0},
         {128, 8, 2, 300, 64, GGX_TYPE_F32, 0, 0},  {256, 4, 1, 150, 33, GGX_TYPE_F16, 20.0f, 40},
         {8, 4, 2, 64, 12, GGX_TYPE_F32, 0, 0},
-        // non-causal decode (every query sees keys up to the last position)
-        {64, 4, 2, 100, 3, GGX_TYPE_F16, 0, 0, 1},
+        // non-causal decode (every query sees keys up to the last position); with a window, the
+        // same 30 keys before it for every query (a window from each query's own position would
+        // show the first query two keys more)
+        {64, 4, 2, 100, 3, GGX_TYPE_F16, 0, 0, 1}, {64, 4, 2, 100, 3, GGX_TYPE_F16, 0, 30, 1},
+        {64, 4, 2, 100, 3, GGX_TYPE_F32, 0, 30, 1},
     };
     for (const AttnCase & c : cases) check_attn_case(c);
     for (const AttnCase & c : k_decode_mma_cases) check_attn_case(c);

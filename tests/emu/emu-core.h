@@ -427,15 +427,14 @@ template <class A> inline A case_args(const Case & c, const Inputs & in, const i
 }
 
 // Attention in double: query t sees keys [j0, j1) with j1 = min(P + 1, C), P = pos[t] (pos[T - 1]
-// when non-causal) and j0 = W - window + 1 (W = pos[t], the CUDA kernels' convention; P with
-// window_from_P, the CPU backend's).
-template <class A> inline std::vector<double> reference(const A & a, const Inputs & in, bool window_from_P) {
+// when non-causal) and j0 = P - window + 1 (ggx.h's ggx_params_attn, as the CPU backend does).
+template <class A> inline std::vector<double> reference(const A & a, const Inputs & in) {
     const int HD = a.hd, G = a.H / a.Hkv;
     std::vector<double> out((size_t)a.T * a.H * HD, 0.0);
     for (int t = 0; t < a.T; t++)
         for (int h = 0; h < a.H; h++) {
-            const int P = a.non_causal ? a.pos[a.T - 1] : a.pos[t], W = window_from_P ? P : a.pos[t];
-            const int j0 = a.window > 0 ? max(0, W - a.window + 1) : 0, j1 = min(P + 1, a.C);
+            const int P = a.non_causal ? a.pos[a.T - 1] : a.pos[t];
+            const int j0 = a.window > 0 ? max(0, P - a.window + 1) : 0, j1 = min(P + 1, a.C);
             const int kvh = h / G;
             std::vector<double> s(j1 > j0 ? j1 - j0 : 0);
             double mx = -INFINITY;

@@ -26,7 +26,8 @@ decode_mutants=(
     arrive_nsplits 's/arrive_last(a.counters + kvh, n_active)/arrive_last(a.counters + kvh, a.n_splits)/'
     pdl_early 's/issue(i, k_lo, fresh, true);/issue(i, k_lo, fresh + 1, true);/'
     n_mine_floor 's/(n_tiles - warp + dm_warps - 1) \/ dm_warps/(n_tiles - warp) \/ dm_warps/'
-    window_off1 's/lo_r\[i\] = a.window > 0 ? pt - a.window + 1 : 0;/lo_r[i] = a.window > 0 ? pt - a.window : 0;/'
+    window_off1 's/lo_r\[i\] = a.window > 0 ? pv - a.window + 1 : 0;/lo_r[i] = a.window > 0 ? pv - a.window : 0;/'
+    window_own 's/max(0, pv - a.window + 1) : 0);/max(0, pt - a.window + 1) : 0);/; s/lo_r\[i\] = a.window > 0 ? pv - a.window + 1 : 0;/lo_r[i] = a.window > 0 ? a.pos[r \/ G] - a.window + 1 : 0;/'
     ldsm_k_swap 's/ldsm_x4(b, smem_addr(Kd + (lane % 8 + (lane \/ 16) \* 8) \* C::ld + kk \* 16 + ((lane \/ 8) % 2) \* 8));/ldsm_x4(b, smem_addr(Kd + (lane % 8 + ((lane \/ 8) % 2) * 8) * C::ld + kk * 16 + (lane \/ 16) * 8));/'
 )
 prefill_mutants=(
@@ -37,7 +38,8 @@ prefill_mutants=(
     vis0 '/bool vis = false, full = true;/,/vis |=/s/for (int mt = 0; mt < MT; mt++)/for (int mt = 0; mt < 1; mt++)/'
     vis1 '/bool vis = false, full = true;/,/vis |=/s/for (int mt = 0; mt < MT; mt++)/for (int mt = MT - 1; mt < MT; mt++)/'
     wait2 's/ggx_cp_async_wait<1>();/ggx_cp_async_wait<2>();/'
-    window_off1 's/? a.pos\[t\] - a.window + 1 : 0;/? a.pos[t] - a.window : 0;/'
+    window_off1 's/? pv - a.window + 1 : 0;/? pv - a.window : 0;/'
+    window_own 's/lo = a.window > 0 ? max(0, pv - a.window + 1) : 0;/lo = a.window > 0 ? max(0, a.pos[q0 + tid] - a.window + 1) : 0;/; s/lo_r\[mt\]\[i\] = (t < a.T \&\& a.window > 0) ? pv - a.window + 1 : 0;/lo_r[mt][i] = (t < a.T \&\& a.window > 0) ? a.pos[t] - a.window + 1 : 0;/'
 )
 
 # one mutant: its result line into DIR/result
