@@ -56,6 +56,10 @@
 #                   against the default (measured piece costs), two rounds: llama3-8b 4.0, qwen2.5-7b
 #                   4.0 and 4.25 (now the same plan both ways; run 153's costs lost 5% at 3.5 and 4.25
 #                   there); llama3-8b 4.0 @4096
+#   slicecost       tg128@16 of llama3.2-1b at 4.0, 2.5, 5.0 and 8.0 bpw with GGX_QGEMV_SLICE_COST=6
+#                   (a cost per K-slice of a column tile: with the piece costs it moves llama3.2-1b's
+#                   q/k/v and o to m = 2 and its down to 3-4, and no plan of llama3-8b, qwen2.5-7b or
+#                   mistral-7b at any synthetic width; host check), then the default, two rounds
 #   smem-driver     part smemconfig with GGX_CUDA_CARVEOUT=-1 (the driver's choice of split)
 #   clusters        bench/probes/cluster-fit.cu built and run: clusters of whole-SM blocks that fit
 #                   at once per cluster size, and their SMs (split-K through clusters needs 16)
@@ -248,6 +252,10 @@ for part in "$@"; do
                         $B --synthetic llama3-8b --bpw $b -p 0 -n 8 -r 1 --ctx 16 2>&1 | grep -A11 "trace, step"
                 done
             done ;;
+        slicecost)
+            for r in 1 2; do
+                ab GGX_QGEMV_SLICE_COST=6 "llama3.2-1b 4.0" "llama3.2-1b 2.5" "llama3.2-1b 5.0" "llama3.2-1b 8.0"
+            done ;;
         piececosts)
             for r in 1 2; do
                 echo "-- round $r: GGX_QGEMV_PIECE_COSTS=0 is rows only, the plan before session 30"
@@ -290,7 +298,7 @@ for part in "$@"; do
             done ;;
         windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
         x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, stages-ab, orows, plan, plan-trace, piececosts, pairgroups, smemconfig, smem-driver, carveout, clusters, windows, x16)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, stages-ab, orows, plan, plan-trace, piececosts, slicecost, pairgroups, smemconfig, smem-driver, carveout, clusters, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"
