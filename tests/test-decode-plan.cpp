@@ -251,10 +251,16 @@ TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs
             }
     };
     // All 4-bit, a 32-row piece costs 46 rows against 63 for a 64-row one: llama3-8b's q/k/v take
-    // m = 4 and down 8, qwen2.5-7b's down 10; the even plans and llama3.2-1b's stay
+    // m = 4 and down 8, qwen2.5-7b's down 10; with the cost per K-slice of a tile (4), llama3.2-1b's
+    // q/k/v and o take one 64-row piece per warp group (m = 2: 63 + 8 x 4 against 46 + 16 x 4) and
+    // its down m = 4; the other even plans stay
     const int rows_only[n_cases] = {3, 2, 16, 7, 32, 1, 1, 4, 2, 2, 2, 10, 9};
     set_layout("4 g128");
-    check_plans({4, 2, 16, 8, 32, 1, 1, 4, 2, 2, 2, 10, 10});
+    check_plans({4, 2, 16, 8, 32, 2, 2, 4, 4, 2, 2, 10, 10});
+    {
+        const ScopedEnv no_slice_cost("GGX_QGEMV_SLICE_COST", "0");   // pieces only: llama3.2-1b stays
+        check_plans({4, 2, 16, 8, 32, 1, 1, 4, 2, 2, 2, 10, 10});
+    }
     {
         const ScopedEnv off("GGX_QGEMV_PIECE_COSTS", "0");   // every row costs one
         check_plans(rows_only);
@@ -266,7 +272,8 @@ TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs
     // Elsewhere the plans of rows: 3- and 2-bit rows (4/3: pairs joined but no cheaper; 6/3/2: its
     // groups start at odd fine slices, none joined), 5-8 bits, and the mixed layouts whose runs of
     // 32-row pieces (8-bit, or 4-bit groups behind 224 rows of 8 bits: every other pair split) are the
-    // slowest for an even m as for an odd one
+    // slowest for an even m as for an odd one; there two 32-row pieces cost 46 more than one, more
+    // than the 8 slices saved (run 156: llama3.2-1b at m = 2 lost 2-8% at 2.5, 5.0 and 8.0 bpw)
     for (const char * layout : {"4/3 g128 .1/.9", "6/3/2 g32,64,64 .05/.2/.75", "5/4 g128 .1/.9", "8/4 g32,128 .05/.95",
                                 "8/5/4 g32 .05/.1/.85", "8/4/3 g32 .05/.1/.85", "5 g64", "6 g128", "8 g128"}) {
         CAPTURE(std::string(layout));

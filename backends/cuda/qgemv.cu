@@ -43,6 +43,7 @@ constexpr int k_tile = 4 * k_group;           // columns per tile
 constexpr int k_fine = GGX_QGEMV_FINE_ROWS;
 constexpr int k_max_rows = 1024;              // rows per warp group cap (x slices in shared memory)
 constexpr int k_block_rows = 230;             // a block's fixed cost in rows (see ggx_cuda_qgemv_group_slices)
+constexpr int k_slice_cost = 4;               // a one-row job's cost per K-slice of a tile, priced by pieces (ditto)
 constexpr int k_stage = k_max_rows / k_group; // rows of x each thread stages (see the kernel's step 2)
 constexpr int k_max_smem = 96 * 1024;         // dynamic shared memory at most: T = 8 with RoPE (see ggx_cuda_qgemv_run)
 constexpr int k_prefetch_rows = 2;            // L2 warm-up rows per thread (see prefetch_rows; measured)
@@ -699,9 +700,16 @@ static int rows_for(const ggx_qgemv_job & job) {
 // of 8 bits at an odd fine slice (every other pair split), lost 2% with the all-4-bit plan (run
 // 152), and charging 8-bit rows for their bytes lost 5% on qwen2.5-7b at 3.5 and 4.25 (run 153).
 // GGX_QGEMV_PIECE_COSTS=0 (measurements) counts rows only, as before.
-// GGX_QGEMV_SLICE_COST=C (measurements, rows; default 0) adds C per K-slice of a column tile: the
-// tile's last block sums one partial per slice in its tail, and fewer blocks leave SMs to the next
-// kernel's early blocks. llama3-8b's o with 11 slices (m = 3) instead of 16 (m = 2): tg128@16
+// A one-row job priced by pieces also pays k_slice_cost per K-slice of a column tile: the tile's last
+// block sums one partial per slice in its tail, and fewer blocks leave SMs to the next kernel's
+// early blocks. Run 156 (H100) bounds it: llama3.2-1b 4.0 bpw's q/k/v and o with one 64-row paired
+// piece per warp group (m = 2, 8 slices a tile) instead of one 32-row piece (m = 1, 16 slices)
+// gained 2.2%, so 8 slices are worth more than the 17 units the 64-row piece costs above the
+// 32-row one (> 2.1 per slice); at 2.5, 5.0 and 8.0 bpw, where m = 2 means two 32-row pieces (46
+// units more), the same plan lost 2-8%, so less than 5.75 per slice. At 4 only llama3.2-1b's plans
+// move (4.0 bpw: q/k/v and o 1 -> 2, down 2 -> 4); llama3-8b's, qwen2.5-7b's and mistral-7b's stay
+// at every synthetic width (host tests). Multi-row jobs and the plan of rows add nothing.
+// GGX_QGEMV_SLICE_COST=C (measurements, rows) sets the cost per slice for every job instead. llama3-8b's o with 11 slices (m = 3) instead of 16 (m = 2): tg128@16
 // +0.6 to +1.4% in runs 146-147 (H100); C = 7..10 gives that plan there. GGX_QGEMV_ODD_COST=O
 // (measurements, rows; default 0) adds O per block for an odd m of a one-row job whatever its
 // widths. C = 12 with O = 16 (8B: q/k/v 4, o 4, down 8) measured +3.1% at 4.0 bpw but -3.4 to
@@ -715,13 +723,13 @@ int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm) {
     const int64_t slots = std::max(1, n_sm);
     int best_m = 1, max_fine = 1;
     for (int i = 0; i < job.n_mat; i++) max_fine = std::max(max_fine, qextra_of(job.m[i])->n_slices);
-    const int64_t slice_cost = ggx_env_int_in("GGX_QGEMV_SLICE_COST", 0, 1000, 0);
     const bool one_row = job.T == 1, pairs = one_row && pairs_allowed();
     const int64_t odd_cost = pairs ? ggx_env_int_in("GGX_QGEMV_ODD_COST", 0, 1000, 0) : 0;
     // one-row jobs: the costliest run of pieces of the job's matrices (measured piece costs),
     // unless GGX_QGEMV_PIECE_COSTS=0 (measurements: every row costs one) or a matrix has no table
     bool piece_costs = one_row && ggx_env_int("GGX_QGEMV_PIECE_COSTS", 1) != 0;
     for (int i = 0; i < job.n_mat; i++) piece_costs = piece_costs && qextra_of(job.m[i])->run_cost[0][1] > 0;
+    const int64_t slice_cost = ggx_env_int_in("GGX_QGEMV_SLICE_COST", 0, 1000, piece_costs ? k_slice_cost : 0);
     int64_t best = INT64_MAX;
     static_assert(k_max_rows / k_fine == GGX_QGEMV_MAX_RUN, "run_cost covers every m");
     for (int m = 1; m * k_fine <= k_max_rows; m++) {
