@@ -67,6 +67,10 @@
 #                   its test-cuda's across-groups, synthetic and logits cases, then tg128@16 of
 #                   llama3-8b 4.25, 4.5 and 4.0, qwen2.5-7b 4.25 and llama3.2-1b 4.5 with the variant,
 #                   the variant with GGX_QGEMV_PAIR_GROUPS=0 and the default build, two rounds
+#   pairwidths      the pairgroups variant's across-groups case (llama3.2-1b 4.5 and 2.5), then tg128@16
+#                   of llama3-8b 2.5 and 3.5 and llama3.2-1b 2.5 with GGX_QGEMV_PAIR_GROUPS=0 (no joins),
+#                   =2 (2-bit pairs across groups only), =3 (3-bit only), =1 (2-4 bits), then the
+#                   default build; and the default build's llama3.2-1b 4.0 (its plan of session 31)
 #   windows         a second bench built with -DGGX_PAIR_WINDOWS=0 (3-, 5- and 6-bit codes placed one
 #                   by one, as before session 22) against the default (byte-permuted windows,
 #                   backends/cuda/pair-window.h): tg128@16 at 3.0, 5.0, 6.0, 4.0 and 2.5 bpw
@@ -296,9 +300,23 @@ for part in "$@"; do
                     tg --synthetic $m --bpw $b --ctx 16
                 done
             done ;;
+        pairwidths)
+            variant_tests pairgroups && TC=build-dev-pairgroups/test-cuda run_tests -tc='*across groups*'
+            variant_bench pairgroups || continue
+            for mb in "llama3-8b 2.5" "llama3-8b 3.5" "llama3.2-1b 2.5"; do
+                read -r m b <<< "$mb"
+                for w in 0 2 3 1; do
+                    echo "-- $m $b @16: pairgroups build, GGX_QGEMV_PAIR_GROUPS=$w"
+                    GGX_QGEMV_PAIR_GROUPS=$w B=build-dev-pairgroups/bench tg --synthetic $m --bpw $b --ctx 16
+                done
+                echo "-- $m $b @16: the default build"
+                tg --synthetic $m --bpw $b --ctx 16
+            done
+            echo "-- llama3.2-1b 4.0 @16: the default build"
+            tg --synthetic llama3.2-1b --bpw 4.0 --ctx 16 ;;
         windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
         x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, stages-ab, orows, plan, plan-trace, piececosts, slicecost, pairgroups, smemconfig, smem-driver, carveout, clusters, windows, x16)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, stages-ab, orows, plan, plan-trace, piececosts, slicecost, pairgroups, pairwidths, smemconfig, smem-driver, carveout, clusters, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"

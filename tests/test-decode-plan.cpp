@@ -245,8 +245,8 @@ TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs
                 const std::vector<int4> gtab = group_table(exl2::exl2_layout_groups(L, q->K));
                 std::vector<int4> pieces, pieces2;
                 std::vector<int> first, first2;
-                ggx_cuda_list_pieces(gtab, q->K, false, 0, false, &pieces, &first);
-                ggx_cuda_list_pieces(gtab, q->K, true, (1 << 2) | (1 << 3) | (1 << 4), false, &pieces2, &first2);
+                ggx_cuda_list_pieces(gtab, q->K, false, 0, 0, &pieces, &first);
+                ggx_cuda_list_pieces(gtab, q->K, true, (1 << 2) | (1 << 3) | (1 << 4), 0, &pieces2, &first2);
                 ggx_cuda_qgemv_run_costs(pieces, first, pieces2, first2, ggx_cuda_qextra_of(c.job.m[i].w)->run_cost);
             }
     };
@@ -445,16 +445,17 @@ TEST_CASE("decode plan: paired piece tables are the plain ones with 2-4-bit piec
         {{{4, 160}}},                                                        // K = 160: an odd number of slices
         {{{3, 96}, {2, 128}, {2, 16}, {2, 48}}},                            // 3 and 2 bits only
         {{{8, 32}, {8, 32}, {8, 32}, {4, 128}, {4, 128}, {4, 32}, {4, 32}}}, // 4-bit groups at odd slices (as 8/4 g32,128)
+        {{{2, 64}, {6, 32}, {2, 64}, {2, 64}}},                              // 2-bit groups at odd slices (as 6/3/2)
     };
     const int joins[] = {1 << 4, (1 << 2) | (1 << 3) | (1 << 4), 1 << 3, 0};
     for (const Layout & L : layouts)
     for (int join : joins)
-    for (bool across : {false, true}) {
+    for (int across : {0, 1 << 2, (1 << 2) | (1 << 3) | (1 << 4)}) {   // widths that may join two groups
         const std::vector<int4> gtab = group_table(L.groups);
         const int k = gtab.back().x + gtab.back().w;
         std::vector<int4> plain, paired;
         std::vector<int> pf, qf;
-        ggx_cuda_list_pieces(gtab, k, false, 0, false, &plain, &pf);
+        ggx_cuda_list_pieces(gtab, k, false, 0, 0, &plain, &pf);
         ggx_cuda_list_pieces(gtab, k, true, join, across, &paired, &qf);
         const int n_slices = (k + 31) / 32;
         REQUIRE(pf.size() == (size_t)n_slices + 1);
@@ -473,7 +474,7 @@ TEST_CASE("decode plan: paired piece tables are the plain ones with 2-4-bit piec
                     CHECK((join >> bits & 1) == 1);
                     CHECK(bits <= 4);
                     CHECK((int)a.x == 64 * j);   // a whole pair
-                    CHECK((!next || across));
+                    CHECK((!next || (across >> bits & 1)));
                     // the halves as the plain table has them: 32 rows of `bits` are `bits` words,
                     // and an across piece's second half is the next group's
                     got.push_back(i4(a.x, a.y, g << 5 | bits, 32));
@@ -493,14 +494,17 @@ TEST_CASE("decode plan: paired piece tables are the plain ones with 2-4-bit piec
                 CHECK((int)got[i].w == (int)want[i].w);
             }
         }
-        // every layout holds a whole pair of one 2-4-bit group, all but the last one of 4 bits;
-        // the second and the last layouts have 4-bit groups meeting at a pair's middle
+        // every layout holds a whole pair of one 2-4-bit group, all but the seventh and the last
+        // one of 4 bits; the second and the eighth have 4-bit groups meeting at a pair's middle,
+        // the last 2-bit ones
         bool has4 = false;
         for (auto g : L.groups) has4 |= g.first == 4;
         if (join == 0) CHECK(joined == 0);
         if (join == ((1 << 2) | (1 << 3) | (1 << 4)) || (join == (1 << 4) && has4)) CHECK(joined > 0);
         const bool meets = &L == &layouts[1] || &L == &layouts[7];
-        if (across && (join & (1 << 4)) && meets) CHECK(joined_across > 0);
+        if ((across & join & (1 << 4)) && meets) CHECK(joined_across > 0);
+        if ((across & join & (1 << 2)) && &L == &layouts[8]) CHECK(joined_across > 0);
+        if (across == 0) CHECK(joined_across == 0);
     }
 }
 

@@ -39,7 +39,8 @@
 // Built with -DGGX_QGEMV_PAIR_GROUPS=1 (bench/variants.sh: pairgroups; measurements, not yet run on
 // a GPU), the paired tables also join two adjacent groups' 32-row pieces at a pair's middle, and
 // the decode GEMV scales the second half with the next group's scales. GGX_QGEMV_PAIR_GROUPS=0 in
-// the environment turns that build's joins off (read as each matrix is prepared).
+// the environment turns that build's joins off, =2, =23 etc. allows them for those widths only
+// (read as each matrix is prepared).
 #ifndef GGX_QGEMV_PAIR_GROUPS
 #define GGX_QGEMV_PAIR_GROUPS 0
 #endif
@@ -128,10 +129,10 @@ struct ggx_cuda_plan {
 // 32-row slices, first[s] .. first[s + 1] for slice s, each {k0, qrow0, group << 5 | across << 4
 // | bits, rows}; paired: over pairs of slices (pair j = slices 2j, 2j + 1), with a group's 32-row
 // pieces on either side of a pair's middle joined into one of 64 rows when its width w (2, 3 or
-// 4) has bit w set in join_bits, and with across_groups also two adjacent groups' pieces of such
-// a width (across = 1: the second 32 rows belong to the next group; qmatrix.cu; host code,
-// tested without a GPU).
-void          ggx_cuda_list_pieces(const std::vector<int4> & groups, int K, bool paired, int join_bits, bool across_groups,
+// 4) has bit w set in join_bits, and when it has bit w set in across_bits too, also two adjacent
+// groups' pieces of that width (across = 1: the second 32 rows belong to the next group;
+// qmatrix.cu; host code, tested without a GPU).
+void          ggx_cuda_list_pieces(const std::vector<int4> & groups, int K, bool paired, int join_bits, int across_bits,
                                    std::vector<int4> * pieces, std::vector<int> * first);
 // ggx_cuda_qextra::run_cost of an EXL2 matrix from its pieces (ggx_cuda_list_pieces: single and
 // paired tables; qmatrix.cu, host code, tested without a GPU).

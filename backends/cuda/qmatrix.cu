@@ -19,6 +19,7 @@
 #include "strip-plan.cuh"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 namespace {
@@ -277,16 +278,28 @@ bool ggx_cuda_supports_qmatmul(const ggx_tensor * dst) {
 
 // Widths whose 32-row pieces the paired tables join into 64-row pieces (bit w set for w bits):
 // GGX_QGEMV_PAIR_BITS lists them (digits of 2, 3, 4; measurements), all three by default.
+// Widths named in the digits of `s` (2, 3, 4) as bits of a mask; a null s gives all three.
+static int width_mask(const char * s) {
+    if (!s) return (1 << 2) | (1 << 3) | (1 << 4);
+    int m = 0;
+    for (const char * c = s; *c; c++)
+        if (*c == '2' || *c == '3' || *c == '4') m |= 1 << (*c - '0');
+    return m;
+}
+
 static int paired_widths() {
-    static const int mask = [] {
-        const char * e = getenv("GGX_QGEMV_PAIR_BITS");
-        if (!e) return (1 << 2) | (1 << 3) | (1 << 4);
-        int m = 0;
-        for (const char * c = e; *c; c++)
-            if (*c == '2' || *c == '3' || *c == '4') m |= 1 << (*c - '0');
-        return m;
-    }();
+    static const int mask = width_mask(getenv("GGX_QGEMV_PAIR_BITS"));
     return mask;
+}
+
+// The widths whose pairs may join two groups: none unless the kernel was built to scale them
+// (decode-plan.h); there GGX_QGEMV_PAIR_GROUPS (read as each matrix is prepared) is 0 for none,
+// 1 or unset for all, or the widths' digits (e.g. 2 or 23).
+static int pair_group_widths() {
+    if (!GGX_QGEMV_PAIR_GROUPS) return 0;
+    const char * e = getenv("GGX_QGEMV_PAIR_GROUPS");
+    if (e && strcmp(e, "0") == 0) return 0;
+    return width_mask(e && strcmp(e, "1") != 0 ? e : nullptr);
 }
 
 ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
@@ -342,10 +355,8 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     const int n_slices = (q->K + R - 1) / R;
     std::vector<int4> pieces, pieces2;
     std::vector<int> first, first2;
-    ggx_cuda_list_pieces(gtab, q->K, false, 0, false, &pieces, &first);
-    // pairs across groups only where the kernel was built to scale them (decode-plan.h)
-    const bool across = GGX_QGEMV_PAIR_GROUPS && ggx_env_int("GGX_QGEMV_PAIR_GROUPS", 1) != 0;
-    ggx_cuda_list_pieces(gtab, q->K, true, paired_widths(), across, &pieces2, &first2);
+    ggx_cuda_list_pieces(gtab, q->K, false, 0, 0, &pieces, &first);
+    ggx_cuda_list_pieces(gtab, q->K, true, paired_widths(), pair_group_widths(), &pieces2, &first2);
     for (const int4 & p : pieces2) ctx.pair_group_pieces += (p.z & 16) != 0;
     ggx_cuda_qgemv_run_costs(pieces, first, pieces2, first2, e->run_cost);
     e->slice_rows = R;
@@ -369,7 +380,7 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     return GGX_STATUS_OK;
 }
 
-void ggx_cuda_list_pieces(const std::vector<int4> & gtab, int K, bool paired, int join_bits, bool across_groups,
+void ggx_cuda_list_pieces(const std::vector<int4> & gtab, int K, bool paired, int join_bits, int across_bits,
                           std::vector<int4> * pieces, std::vector<int> * first) {
     const int R = GGX_QGEMV_FINE_ROWS;
     const int n_slices = (K + R - 1) / R;
@@ -393,8 +404,8 @@ void ggx_cuda_list_pieces(const std::vector<int4> & gtab, int K, bool paired, in
     if (!paired) return;
     // Pairs of slices: the last piece of slice 2j and the first of slice 2j + 1 become one when
     // both are 32 rows of one group whose width is in join_bits (they are then contiguous in rows
-    // and words; 64 rows of 2, 3 or 4 bits are 4, 6 or 8 words, within a piece's 8), or with
-    // across_groups, of two adjacent groups of that width (contiguous too: a group's words follow
+    // and words; 64 rows of 2, 3 or 4 bits are 4, 6 or 8 words, within a piece's 8), or, for a
+    // width in across_bits too, of two adjacent groups of that width (contiguous too: a group's words follow
     // the previous one's), marked by bit 4 of z, the second half scaled by the next group.
     std::vector<int4> out;
     std::vector<int> out_first((size_t)(n_slices + 1) / 2 + 1);
@@ -406,7 +417,7 @@ void ggx_cuda_list_pieces(const std::vector<int4> & gtab, int K, bool paired, in
             if (p == p1 - 1 && p1 < p2) {
                 const int4 b = (*pieces)[p1];
                 const int bits = a.z & 15;
-                const bool same = a.z == b.z, next = across_groups && (b.z & 15) == bits && (b.z >> 5) == (a.z >> 5) + 1 &&
+                const bool same = a.z == b.z, next = (across_bits >> bits & 1) && (b.z & 15) == bits && (b.z >> 5) == (a.z >> 5) + 1 &&
                                                      b.y == a.y + bits;
                 if ((join_bits >> bits & 1) && bits <= 4 && (same || next) && a.w == 32 && b.w == 32) {
                     out.push_back(make_int4(a.x, a.y, same ? a.z : a.z | 16, 64));

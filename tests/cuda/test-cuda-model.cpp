@@ -248,7 +248,9 @@ TEST_CASE("cuda: norm weights in q_perm order give the logits of the path withou
 // so m = 2), and a joined piece's halves are summed and scaled as the plain table's two pieces are,
 // so the logits should be bit-identical: the bound is the decode tables' 1e-4 (a wrong group's
 // scale moves a column by O(1) of its sum). llama3.2-1b at 4.5 bpw: 8/5/4 g32, 4-bit groups of 32
-// rows, so every 4-bit pair crosses a group boundary. Other builds report -1 pieces: skipped.
+// rows, so every 4-bit pair crosses a group boundary; and at 2.5 bpw: 6/3/2 g32,64,64, whose 3- and
+// 2-bit groups of 64 rows start at odd fine slices behind the 6-bit rows, so their pairs cross
+// groups too. Other builds report -1 pieces: skipped.
 // Against the CPU this slice is further off than the 4.0 bpw ones: 6.2e-2 of the largest logit on
 // both GPU paths alike, in the prefill (tensor-core GEMM, no GEMV) as in the decode (run 155, H100),
 // so it is the random weights' amplification of fp16 rounding, not the joins; the CPU bound is 1e-1
@@ -256,14 +258,18 @@ TEST_CASE("cuda: norm weights in q_perm order give the logits of the path withou
 TEST_CASE("cuda: paired pieces across groups give the logits of the path without them") {
     REQUIRE_CUDA();
     const ScopedEnv rows("GGX_QGEMV_GROUP_ROWS", "64");
-    const three_models m = load_synthetic("llama3.2-1b", 4.5, 2, "GGX_QGEMV_PAIR_GROUPS", "0");
-    if (ggx_backend_cuda_pair_group_pieces(m.gpu->backend) < 0) {
-        MESSAGE("built without GGX_QGEMV_PAIR_GROUPS: nothing to compare");
-        return;
+    for (double bpw : {4.5, 2.5}) {
+        CAPTURE(bpw);
+        const three_models m = load_synthetic("llama3.2-1b", bpw, 2, "GGX_QGEMV_PAIR_GROUPS", "0");
+        if (ggx_backend_cuda_pair_group_pieces(m.gpu->backend) < 0) {
+            MESSAGE("built without GGX_QGEMV_PAIR_GROUPS: nothing to compare");
+            return;
+        }
+        compare_models(*m.cpu, *m.gpu, "llama3.2-1b " + std::to_string(bpw).substr(0, 3) + " (pairs across groups)", {1, 1, 3, 1, 8, 2, 1},
+                       1e-1, m.gpu_env.get(), 1e-4);
+        CHECK(ggx_backend_cuda_pair_group_pieces(m.gpu->backend) > 0);
+        CHECK(ggx_backend_cuda_pair_group_pieces(m.gpu_env->backend) == 0);
     }
-    compare_models(*m.cpu, *m.gpu, "llama3.2-1b 4.5 (pairs across groups)", {1, 1, 3, 1, 8, 2, 1}, 1e-1, m.gpu_env.get(), 1e-4);
-    CHECK(ggx_backend_cuda_pair_group_pieces(m.gpu->backend) > 0);
-    CHECK(ggx_backend_cuda_pair_group_pieces(m.gpu_env->backend) == 0);
 }
 
 // GGX_ATTN_FA_ROWS=32 (read per launch) in a model: the prefill attention with two row tiles per
