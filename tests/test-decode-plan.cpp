@@ -242,12 +242,9 @@ TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs
         for (const Case & c : cases)
             for (int i = 0; i < c.job.n_mat; i++) {
                 const ggx_qmatrix * q = (const ggx_qmatrix *)c.job.m[i].w->extra;
-                const std::vector<int4> gtab = group_table(exl2::exl2_layout_groups(L, q->K));
-                std::vector<int4> pieces, pieces2;
-                std::vector<int> first, first2;
-                ggx_cuda_list_pieces(gtab, q->K, false, 0, 0, &pieces, &first);
-                ggx_cuda_list_pieces(gtab, q->K, true, (1 << 2) | (1 << 3) | (1 << 4), 0, &pieces2, &first2);
-                ggx_cuda_qgemv_run_costs(pieces, first, pieces2, first2, ggx_cuda_qextra_of(c.job.m[i].w)->run_cost);
+                ggx_cuda_piece_tables tables;
+                ggx_cuda_build_piece_tables(group_table(exl2::exl2_layout_groups(L, q->K)), q->K, (1 << 2) | (1 << 3) | (1 << 4), 0,
+                                            &tables, ggx_cuda_qextra_of(c.job.m[i].w)->run_cost);
             }
     };
     // All 4-bit, a 32-row piece costs 46 rows against 63 for a 64-row one: llama3-8b's q/k/v take

@@ -301,7 +301,11 @@ ggx_status launch(const ggx_cuda_ctx & ctx, const attn_args & args) {
         allowed = smem;
     }
     void (*kernel)(attn_args) = k_attn_decode<HD>;
-    GGX_RETURN_IF_ERR(ggx_cuda_carveout((const void *)kernel, true));
+    static bool carveout_set = false;   // once per instantiation, as the GEMV's (the registry takes a lock)
+    if (!carveout_set) {
+        GGX_RETURN_IF_ERR(ggx_cuda_carveout((const void *)kernel, true));
+        carveout_set = true;
+    }
     return ggx_cuda_launch(ctx, kernel, dim3(a.Hkv, a.n_splits), dim3(dm_threads), smem, a);
 }
 

@@ -139,6 +139,15 @@ void          ggx_cuda_list_pieces(const std::vector<int4> & groups, int K, bool
 void          ggx_cuda_qgemv_run_costs(const std::vector<int4> & pieces, const std::vector<int> & first,
                                        const std::vector<int4> & pieces2, const std::vector<int> & first2,
                                        int (*run_cost)[GGX_QGEMV_MAX_RUN + 1]);   // [4][...]
+// Both piece tables of an EXL2 matrix (groups as for ggx_cuda_list_pieces; the paired one with
+// join_bits and across_bits) and the run costs over them (ggx_cuda_qgemv_run_costs): what
+// preparing a matrix computes on the host (qmatrix.cu, tested without a GPU).
+struct ggx_cuda_piece_tables {
+    std::vector<int4> pieces, pieces2;
+    std::vector<int>  first, first2;
+};
+void          ggx_cuda_build_piece_tables(const std::vector<int4> & groups, int K, int join_bits, int across_bits,
+                                          ggx_cuda_piece_tables * tables, int (*run_cost)[GGX_QGEMV_MAX_RUN + 1]);
 // Plans a bound graph (data pointers set). With fuse false every decode matmul is its own job.
 void          ggx_cuda_plan_graph(bool fuse, struct ggx_graph * g, ggx_cuda_plan & plan);
 // Whether a MUL_MAT node can run as a decode GEMV job (EXL2 weights prepared for CUDA, f32 input

@@ -353,12 +353,11 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     }
     const int R = GGX_QGEMV_FINE_ROWS;
     const int n_slices = (q->K + R - 1) / R;
-    std::vector<int4> pieces, pieces2;
-    std::vector<int> first, first2;
-    ggx_cuda_list_pieces(gtab, q->K, false, 0, 0, &pieces, &first);
-    ggx_cuda_list_pieces(gtab, q->K, true, paired_widths(), pair_group_widths(), &pieces2, &first2);
+    ggx_cuda_piece_tables tables;
+    ggx_cuda_build_piece_tables(gtab, q->K, paired_widths(), pair_group_widths(), &tables, e->run_cost);
+    const std::vector<int4> &pieces = tables.pieces, &pieces2 = tables.pieces2;
+    const std::vector<int> &first = tables.first, &first2 = tables.first2;
     for (const int4 & p : pieces2) ctx.pair_group_pieces += (p.z & 16) != 0;
-    ggx_cuda_qgemv_run_costs(pieces, first, pieces2, first2, e->run_cost);
     e->slice_rows = R;
     e->n_slices = n_slices;
     e->n_groups = q->n_groups;
@@ -378,6 +377,13 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
         if (st != GGX_STATUS_OK) return bail(st);
     }
     return GGX_STATUS_OK;
+}
+
+void ggx_cuda_build_piece_tables(const std::vector<int4> & gtab, int K, int join_bits, int across_bits,
+                                 ggx_cuda_piece_tables * t, int (*run_cost)[GGX_QGEMV_MAX_RUN + 1]) {
+    ggx_cuda_list_pieces(gtab, K, false, 0, 0, &t->pieces, &t->first);
+    ggx_cuda_list_pieces(gtab, K, true, join_bits, across_bits, &t->pieces2, &t->first2);
+    ggx_cuda_qgemv_run_costs(t->pieces, t->first, t->pieces2, t->first2, run_cost);
 }
 
 void ggx_cuda_list_pieces(const std::vector<int4> & gtab, int K, bool paired, int join_bits, int across_bits,
