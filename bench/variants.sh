@@ -4,7 +4,7 @@
 #
 #   nowin       -DGGX_PAIR_WINDOWS=0       3-, 5- and 6-bit codes placed one by one (before session 22)
 #   nox16       -DGGX_PAIR_X16_2BIT=0      2-bit pairs each shifted into place (before session 24)
-#   pairgroups  -DGGX_QGEMV_PAIR_GROUPS=1  paired pieces also across two groups (session 30, not yet run)
+#   pairgroups  -DGGX_QGEMV_PAIR_GROUPS=1  paired pieces also across two groups (session 30; -2.8% to +2%, runs 155, 157)
 variant_names="nowin nox16 pairgroups"
 variant_flags() {
     case "$1" in
