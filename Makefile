@@ -195,6 +195,18 @@ bench-sampler-cpu: $(BUILD)/bench-sampler-cpu
 $(BUILD)/bench-sampler-cpu: $(BUILD)/bench/sampler-cpu.o $(LIB)
 	$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+# The CUDA decode GEMV's launch plan for synthetic models, on the host (bench/plan-report.cpp):
+# make CUDA=1 bench-plan-report
+.PHONY: bench-plan-report
+ifeq ($(CUDA),1)
+bench-plan-report: $(BUILD)/bench-plan-report
+$(BUILD)/bench-plan-report: $(BUILD)/bench/plan-report.o $(LIB)
+	$(CXX) $(LDFLAGS) $^ $(LDLIBS) -o $@
+else
+bench-plan-report:
+	@echo "bench-plan-report needs the CUDA backend's host code: make CUDA=1 bench-plan-report" >&2; exit 1
+endif
+
 clean:
 	rm -rf build build-asan build-hip $(TOOLS) $(BENCH) $(TOOLS_STAMP)
 

@@ -38,6 +38,8 @@ tree_stamp() {
 }
 stamp=$(tree_stamp)
 common=(CUDA=1 CUDA_ARCH=90 NATIVE=x86-64-v3)
+# (the bench binary is bench-bin here: build-pre/bench/ holds the objects of bench/*.cpp, e.g. the
+# plan report's)
 jobs=$(nproc)
 
 pack() {  # pack BINARY NAME: strip (host symbols only; the GPU code is untouched) and compress
@@ -48,17 +50,17 @@ pack() {  # pack BINARY NAME: strip (host symbols only; the GPU code is untouche
 mkdir -p "$out"
 rm -f "$out"/*.xz "$out/STAMP"
 echo "prebuild: test-cuda and bench at $stamp"
-make -j"$jobs" "${common[@]}" BUILD=build-pre BENCH=build-pre/bench build-pre/test-cuda build-pre/bench >/tmp/prebuild.log 2>&1 ||
+make -j"$jobs" "${common[@]}" BUILD=build-pre BENCH=build-pre/bench-bin build-pre/test-cuda build-pre/bench-bin >/tmp/prebuild.log 2>&1 ||
     { tail -30 /tmp/prebuild.log; echo "prebuild: error: the build failed (log: /tmp/prebuild.log)" >&2; exit 1; }
 pack build-pre/test-cuda test-cuda
-pack build-pre/bench bench
+pack build-pre/bench-bin bench
 for v in ${variants[@]+"${variants[@]}"}; do
     flags=$(variant_flags "$v")
     echo "prebuild: bench $v ($flags)"
     NVCCFLAGS="-O3 -lineinfo $flags" make -j"$jobs" "${common[@]}" BUILD=build-pre-$v \
-        BENCH=build-pre-$v/bench build-pre-$v/bench build-pre-$v/test-cuda >/tmp/prebuild-$v.log 2>&1 ||
+        BENCH=build-pre-$v/bench-bin build-pre-$v/bench-bin build-pre-$v/test-cuda >/tmp/prebuild-$v.log 2>&1 ||
         { tail -30 /tmp/prebuild-$v.log; echo "prebuild: error: the $v build failed (log: /tmp/prebuild-$v.log)" >&2; exit 1; }
-    pack build-pre-$v/bench bench-$v
+    pack build-pre-$v/bench-bin bench-$v
     pack build-pre-$v/test-cuda test-cuda-$v
 done
 # The stamp last: a tree changed during the build must not pass as the one built.

@@ -169,19 +169,6 @@ static int4 i4(int x, int y, int z, int w) {
     return r;
 }
 
-// The group table {k0, qrow0, bits, rows} of an EXL2 matrix whose groups are these (bits, rows) in
-// order, as qmatrix.cu builds it
-static std::vector<int4> group_table(const std::vector<std::pair<int, int>> & groups) {
-    std::vector<int4> gtab;
-    int k = 0, qrow = 0;
-    for (const auto & g : groups) {
-        gtab.push_back(i4(k, qrow, g.first, g.second));
-        k += g.second;
-        qrow += g.second * g.first / 32;
-    }
-    return gtab;
-}
-
 // The launch shape of the decode GEMV (qgemv.cu's cost model, host code) for the real shapes the
 // decode notes discuss, at the H200's 132 SMs: llama3-8b's q/k/v at 3 fine slices per warp group
 // (132 blocks), o 2, gate/up 16 (112 blocks), down 7, the head 32; llama3.2-1b's q/k/v and o at 1.
@@ -243,7 +230,7 @@ TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs
             for (int i = 0; i < c.job.n_mat; i++) {
                 const ggx_qmatrix * q = (const ggx_qmatrix *)c.job.m[i].w->extra;
                 ggx_cuda_piece_tables tables;
-                ggx_cuda_build_piece_tables(group_table(exl2::exl2_layout_groups(L, q->K)), q->K, (1 << 2) | (1 << 3) | (1 << 4), 0,
+                ggx_cuda_build_piece_tables(ggx_cuda_group_table(exl2::exl2_layout_groups(L, q->K)), q->K, (1 << 2) | (1 << 3) | (1 << 4), 0,
                                             &tables, ggx_cuda_qextra_of(c.job.m[i].w)->run_cost);
             }
     };
@@ -448,7 +435,7 @@ TEST_CASE("decode plan: paired piece tables are the plain ones with 2-4-bit piec
     for (const Layout & L : layouts)
     for (int join : joins)
     for (int across : {0, 1 << 2, (1 << 2) | (1 << 3) | (1 << 4)}) {   // widths that may join two groups
-        const std::vector<int4> gtab = group_table(L.groups);
+        const std::vector<int4> gtab = ggx_cuda_group_table(L.groups);
         const int k = gtab.back().x + gtab.back().w;
         std::vector<int4> plain, paired;
         std::vector<int> pf, qf;

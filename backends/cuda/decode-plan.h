@@ -28,6 +28,7 @@
 #endif  // GGX_USE_HIP
 
 #include <stddef.h>
+#include <utility>
 #include <vector>
 
 #define GGX_CUDA_QGEMV_MAX_T 8
@@ -139,6 +140,9 @@ void          ggx_cuda_list_pieces(const std::vector<int4> & groups, int K, bool
 void          ggx_cuda_qgemv_run_costs(const std::vector<int4> & pieces, const std::vector<int> & first,
                                        const std::vector<int4> & pieces2, const std::vector<int> & first2,
                                        int (*run_cost)[GGX_QGEMV_MAX_RUN + 1]);   // [4][...]
+// The group table {k0, qrow0, bits, rows} of an EXL2 matrix whose groups are these (bits, rows) in
+// order, as qmatrix.cu builds it from a loaded matrix (tests and bench/plan-report.cpp).
+std::vector<int4> ggx_cuda_group_table(const std::vector<std::pair<int, int>> & groups);
 // Both piece tables of an EXL2 matrix (groups as for ggx_cuda_list_pieces; the paired one with
 // join_bits and across_bits) and the run costs over them (ggx_cuda_qgemv_run_costs): what
 // preparing a matrix computes on the host (qmatrix.cu, tested without a GPU).
@@ -158,6 +162,8 @@ ggx_qgemv_job ggx_cuda_qgemv_single(struct ggx_tensor * mul_mat);
 // Fine slices per warp group (m) for a decode GEMV job on n_sm SMs: the launch shape qgemv.cu
 // picks (its cost model; GGX_QGEMV_GROUP_ROWS overrides it).
 int           ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm);
+// The blocks a decode GEMV job launches with m fine slices per warp group.
+int           ggx_cuda_qgemv_blocks(const ggx_qgemv_job & job, int m);
 // Host predicates of other ops, used by the plan (defined with their kernels).
 bool          ggx_cuda_supports_rows(const struct ggx_tensor * dst);
 bool          ggx_cuda_supports_rope(const struct ggx_tensor * dst);

@@ -758,6 +758,15 @@ int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm) {
     return best_m;
 }
 
+int ggx_cuda_qgemv_blocks(const ggx_qgemv_job & job, int m) {
+    int blocks = 0;
+    for (int i = 0; i < job.n_mat; i++) {
+        const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
+        blocks += (q->Np + k_tile - 1) / k_tile * block_slices(qextra_of(job.m[i]), job.T, m);
+    }
+    return blocks;
+}
+
 size_t ggx_cuda_qgemv_scratch(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     const int m = ggx_cuda_qgemv_group_slices(job, ctx.n_sm);
     size_t total = 0;

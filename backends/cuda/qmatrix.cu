@@ -379,6 +379,17 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     return GGX_STATUS_OK;
 }
 
+std::vector<int4> ggx_cuda_group_table(const std::vector<std::pair<int, int>> & groups) {
+    std::vector<int4> gtab;
+    int k = 0, qrow = 0;
+    for (const auto & g : groups) {
+        gtab.push_back(make_int4(k, qrow, g.first, g.second));
+        k += g.second;
+        qrow += g.second * g.first / 32;
+    }
+    return gtab;
+}
+
 void ggx_cuda_build_piece_tables(const std::vector<int4> & gtab, int K, int join_bits, int across_bits,
                                  ggx_cuda_piece_tables * t, int (*run_cost)[GGX_QGEMV_MAX_RUN + 1]) {
     ggx_cuda_list_pieces(gtab, K, false, 0, 0, &t->pieces, &t->first);
