@@ -1,94 +1,32 @@
 // The CUDA decode GEMV's launch plan for synthetic models, computed on the host (no GPU needed):
 // for each model and bpw, the fine slices per warp group (m), blocks and waves of each one-row
-// decode job of a layer (q/k/v, o, gate/up, down) and of the head, from the piece tables and the
-// cost model the backend uses when it prepares and launches them (qmatrix.cu, qgemv.cu). Every
-// matrix takes the EXL2 layout the synthetic model gives it (exl2_layout_for_bpw of its K x N;
-// the head 6 bits, 8 above 6 bpw), so a plan change can be checked on real shapes before a GPU
-// measures it. The plan's knobs (GGX_QGEMV_SLICE_COST, GGX_QGEMV_PIECE_COSTS, GGX_QGEMV_PAIRS,
-// GGX_QGEMV_ROWS_FOR, ...) act as in the backend.
+// decode job of a layer (q/k/v, o, gate/up, down) and of the head (bench/synthetic-plan.h: every
+// matrix in the EXL2 layout the synthetic model gives it), so a plan change can be checked on real
+// shapes before a GPU measures it. The plan's knobs (GGX_QGEMV_SLICE_COST, GGX_QGEMV_PIECE_COSTS,
+// GGX_QGEMV_PAIRS, GGX_QGEMV_ROWS_FOR, ...) act as in the backend.
 //
 //   make CUDA=1 bench-plan-report
 //   build/bench-plan-report [--sm N] [MODEL[:BPW,BPW...]]...
 //   GGX_QGEMV_SLICE_COST=0 build/bench-plan-report llama3.2-1b:2.5,4.0
 //
 // Without a MODEL: every synthetic model at 2.5, 3.0, 3.5, 4.0, 4.25, 4.5, 5.0, 6.0 and 8.0 bpw.
-#include "backends/cuda/decode-plan.h"
+#include "bench/synthetic-plan.h"
 #include "exl2/error.h"
-#include "exl2/quant/synthetic.h"
-#include "exl2/synthetic-model.h"
-#include "ggx/ggx.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <deque>
 #include <string>
 #include <vector>
 
 namespace {
 
-// An EXL2 matrix with the tables qmatrix.cu would build for it (no weights, no device memory).
-struct PlannedMatrix {
-    ggx_qmatrix     q = {};
-    ggx_cuda_qextra e;
-    std::string     layout;
-};
-
-struct Report {
-    ggx_context *             ctx = ggx_context_new();
-    std::deque<PlannedMatrix> mats;   // stable addresses: tensors point at them
-    ~Report() { ggx_context_free(ctx); }
-
-    ggx_tensor * matrix(const char * name, int K, int N, double bpw) {
-        PlannedMatrix & m = mats.emplace_back();
-        const exl2::BitLayout L = exl2::exl2_layout_for_bpw(bpw, K, N);
-        m.layout = L.name;
-        m.q.K = K;
-        m.q.N = N;
-        m.q.Np = (N + 31) / 32 * 32;
-        m.e.slice_rows = GGX_QGEMV_FINE_ROWS;
-        m.e.n_slices = (K + GGX_QGEMV_FINE_ROWS - 1) / GGX_QGEMV_FINE_ROWS;
-        ggx_cuda_piece_tables tables;
-        ggx_cuda_build_piece_tables(ggx_cuda_group_table(exl2::exl2_layout_groups(L, K)), K, (1 << 2) | (1 << 3) | (1 << 4), 0, &tables,
-                                    m.e.run_cost);
-        m.q.backend_extra = &m.e;
-        ggx_tensor * t = ggx_new_tensor_2d(ctx, GGX_TYPE_EXL2, K, N);
-        ggx_set_name(t, name);   // GGX_QGEMV_ROWS_FOR matches these
-        t->extra = &m.q;
-        return t;
-    }
-};
-
-struct JobSpec {
-    const char * label;
-    std::vector<std::pair<const char *, std::pair<int, int>>> mats;   // name, {K, N}
-    bool head;
-};
-
 void report(const exl2::SyntheticSpec & sp, double bpw, int n_sm) {
-    Report r;
-    const int D = sp.n_embd, Dq = sp.n_head * sp.head_dim, Dkv = sp.n_head_kv * sp.head_dim, F = sp.n_ff;
-    const JobSpec jobs[] = {
-        {"q/k/v", {{"blk.0.self_attn.q_proj", {D, Dq}}, {"blk.0.self_attn.k_proj", {D, Dkv}}, {"blk.0.self_attn.v_proj", {D, Dkv}}}, false},
-        {"o", {{"blk.0.self_attn.o_proj", {Dq, D}}}, false},
-        {"gate/up", {{"blk.0.mlp.gate_proj", {D, F}}, {"blk.0.mlp.up_proj", {D, F}}}, false},
-        {"down", {{"blk.0.mlp.down_proj", {F, D}}}, false},
-        {"head", {{"lm_head", {D, sp.n_vocab}}}, true},
-    };
     std::printf("%s %.2f bpw, %d SMs:\n", sp.name, bpw, n_sm);
-    for (const JobSpec & js : jobs) {
-        ggx_qgemv_job job;
-        job.T = 1;
-        std::string layouts;
-        for (const auto & m : js.mats) {
-            job.m[job.n_mat++].w = r.matrix(m.first, m.second.first, m.second.second, js.head ? (bpw > 6.0 ? 8.0 : 6.0) : bpw);
-            const std::string & l = r.mats.back().layout;
-            if (layouts.find(l) == std::string::npos) layouts += (layouts.empty() ? "" : "; ") + l;
-        }
-        const int m = ggx_cuda_qgemv_group_slices(job, n_sm);
-        const int blocks = ggx_cuda_qgemv_blocks(job, m);
-        std::printf("  %-8s m %2d (%3d rows per warp group)  %4d blocks  %d wave%s  [%s]\n", js.label, m, m * GGX_QGEMV_FINE_ROWS, blocks,
-                    (blocks + n_sm - 1) / n_sm, (blocks + n_sm - 1) / n_sm == 1 ? " " : "s", layouts.c_str());
+    for (const exl2::SyntheticPlanJob & j : exl2::synthetic_plan(sp, bpw, n_sm)) {
+        const int waves = (j.blocks + n_sm - 1) / n_sm;
+        std::printf("  %-8s m %2d (%3d rows per warp group)  %4d blocks  %d wave%s  [%s]\n", j.label, j.m, j.m * GGX_QGEMV_FINE_ROWS, j.blocks,
+                    waves, waves == 1 ? " " : "s", j.layouts.c_str());
     }
 }
 

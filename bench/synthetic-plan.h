@@ -1,0 +1,82 @@
+// The CUDA decode GEMV's launch plan of a synthetic model's one-row jobs (a layer's q/k/v, o,
+// gate/up and down, and the head), computed on the host from the piece tables and cost model the
+// backend uses when it prepares and launches them (qmatrix.cu, qgemv.cu). Every matrix takes the
+// EXL2 layout the synthetic model gives it (exl2_layout_for_bpw of its own K x N; the head 6 bits,
+// 8 above 6 bpw). The plan's knobs (GGX_QGEMV_SLICE_COST, GGX_QGEMV_PIECE_COSTS, ...) act as in
+// the backend. Used by bench/plan-report.cpp and the decode plan tests. CUDA builds only.
+#pragma once
+
+#include "backends/cuda/decode-plan.h"
+#include "exl2/quant/synthetic.h"
+#include "exl2/synthetic-model.h"
+#include "ggx/ggx.h"
+
+#include <deque>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace exl2 {
+
+struct SyntheticPlanJob {
+    const char * label;    // "q/k/v", "o", "gate/up", "down", "head"
+    int          m;        // fine slices per warp group
+    int          blocks;
+    std::string  layouts;  // the matrices' EXL2 layouts, distinct ones joined by "; "
+};
+
+inline std::vector<SyntheticPlanJob> synthetic_plan(const SyntheticSpec & sp, double bpw, int n_sm) {
+    // EXL2 matrices with the tables qmatrix.cu would build for them (no weights, no device memory)
+    struct Planned {
+        ggx_qmatrix     q = {};
+        ggx_cuda_qextra e;
+    };
+    struct Arena {
+        ggx_context *       ctx = ggx_context_new();
+        std::deque<Planned> mats;   // stable addresses: the tensors point at them
+        ~Arena() { ggx_context_free(ctx); }
+    } arena;
+    const int D = sp.n_embd, Dq = sp.n_head * sp.head_dim, Dkv = sp.n_head_kv * sp.head_dim, F = sp.n_ff;
+    struct Spec {
+        const char * label;
+        std::vector<std::pair<const char *, std::pair<int, int>>> mats;   // name, {K, N}
+        bool head;
+    };
+    const Spec jobs[] = {
+        {"q/k/v", {{"blk.0.self_attn.q_proj", {D, Dq}}, {"blk.0.self_attn.k_proj", {D, Dkv}}, {"blk.0.self_attn.v_proj", {D, Dkv}}}, false},
+        {"o", {{"blk.0.self_attn.o_proj", {Dq, D}}}, false},
+        {"gate/up", {{"blk.0.mlp.gate_proj", {D, F}}, {"blk.0.mlp.up_proj", {D, F}}}, false},
+        {"down", {{"blk.0.mlp.down_proj", {F, D}}}, false},
+        {"head", {{"lm_head", {D, sp.n_vocab}}}, true},
+    };
+    std::vector<SyntheticPlanJob> out;
+    for (const Spec & js : jobs) {
+        ggx_qgemv_job job;
+        job.T = 1;
+        std::string layouts;
+        for (const auto & mm : js.mats) {
+            const int K = mm.second.first, N = mm.second.second;
+            const BitLayout L = exl2_layout_for_bpw(js.head ? (bpw > 6.0 ? 8.0 : 6.0) : bpw, K, N);
+            if (layouts.find(L.name) == std::string::npos) layouts += (layouts.empty() ? "" : "; ") + L.name;
+            Planned & p = arena.mats.emplace_back();
+            p.q.K = K;
+            p.q.N = N;
+            p.q.Np = (N + 31) / 32 * 32;
+            p.e.slice_rows = GGX_QGEMV_FINE_ROWS;
+            p.e.n_slices = (K + GGX_QGEMV_FINE_ROWS - 1) / GGX_QGEMV_FINE_ROWS;
+            ggx_cuda_piece_tables tables;
+            ggx_cuda_build_piece_tables(ggx_cuda_group_table(exl2_layout_groups(L, K)), K, (1 << 2) | (1 << 3) | (1 << 4), 0, &tables,
+                                        p.e.run_cost);
+            p.q.backend_extra = &p.e;
+            ggx_tensor * t = ggx_new_tensor_2d(arena.ctx, GGX_TYPE_EXL2, K, N);
+            ggx_set_name(t, mm.first);   // GGX_QGEMV_ROWS_FOR matches these
+            t->extra = &p.q;
+            job.m[job.n_mat++].w = t;
+        }
+        const int m = ggx_cuda_qgemv_group_slices(job, n_sm);
+        out.push_back({js.label, m, ggx_cuda_qgemv_blocks(job, m), layouts});
+    }
+    return out;
+}
+
+}  // namespace exl2
