@@ -67,6 +67,10 @@
 #                   its test-cuda's across-groups, synthetic and logits cases, then tg128@16 of
 #                   llama3-8b 4.25, 4.5 and 4.0, qwen2.5-7b 4.25 and llama3.2-1b 4.5 with the variant,
 #                   the variant with GGX_QGEMV_PAIR_GROUPS=0 and the default build, two rounds
+#   qwengu          tg128@16 of qwen2.5-7b 4.0 and 2.5 with its gate/up in one wave of 74 blocks
+#                   (GGX_QGEMV_ROWS_FOR=gate_proj:896, m = 28: one K-slice per tile, 58 SMs idle),
+#                   in 148 blocks (gate_proj:448) and as planned (222 blocks, 2 waves: the plan's costs
+#                   of the first and the third are within 2%; bench-plan-report), two rounds
 #   pairwidths      the pairgroups variant's across-groups case (llama3.2-1b 4.5 and 2.5), then tg128@16
 #                   of llama3-8b 2.5 and 3.5 and llama3.2-1b 2.5 with GGX_QGEMV_PAIR_GROUPS=0 (no joins),
 #                   =2 (2-bit pairs across groups only), =3 (3-bit only), =1 (2-4 bits), then the
@@ -300,6 +304,16 @@ for part in "$@"; do
                     tg --synthetic $m --bpw $b --ctx 16
                 done
             done ;;
+        qwengu)
+            for r in 1 2; do
+                for b in 4.0 2.5; do
+                    for rf in gate_proj:896 gate_proj:448; do
+                        echo "-- qwen2.5-7b $b @16, round $r: GGX_QGEMV_ROWS_FOR=$rf, then the default"
+                        GGX_QGEMV_ROWS_FOR=$rf tg --synthetic qwen2.5-7b --bpw $b --ctx 16
+                    done
+                    tg --synthetic qwen2.5-7b --bpw $b --ctx 16
+                done
+            done ;;
         pairwidths)
             variant_tests pairgroups && TC=build-dev-pairgroups/test-cuda run_tests -tc='*across groups*'
             variant_bench pairgroups || continue
@@ -316,7 +330,7 @@ for part in "$@"; do
             tg --synthetic llama3.2-1b --bpw 4.0 --ctx 16 ;;
         windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
         x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, stages-ab, orows, plan, plan-trace, piececosts, slicecost, pairgroups, pairwidths, smemconfig, smem-driver, carveout, clusters, windows, x16)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, stages-ab, orows, plan, plan-trace, piececosts, slicecost, qwengu, pairgroups, pairwidths, smemconfig, smem-driver, carveout, clusters, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"
