@@ -38,8 +38,9 @@
 #define GGX_QGEMV_FINE_ROWS 32
 #define GGX_QGEMV_MAX_RUN 32   // fine slices per warp group at most (1024 rows of x in shared memory)
 // Built with -DGGX_QGEMV_PAIR_GROUPS=1 (bench/variants.sh: pairgroups; measurements: tg128@16 -2.8%
-// to +2% across layouts, runs 155 and 157, so not the default), the paired tables also join two adjacent groups' 32-row pieces at a pair's middle, and
-// the decode GEMV scales the second half with the next group's scales. GGX_QGEMV_PAIR_GROUPS=0 in
+// to +2% across layouts, runs 155 and 157, so not the default), the paired tables also join two
+// adjacent groups' 32-row pieces at a pair's middle, and the decode GEMV scales the second half
+// with the next group's scales. GGX_QGEMV_PAIR_GROUPS=0 in
 // the environment turns that build's joins off, =2, =23 etc. allows them for those widths only
 // (read as each matrix is prepared).
 #ifndef GGX_QGEMV_PAIR_GROUPS

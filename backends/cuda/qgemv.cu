@@ -709,8 +709,9 @@ static int rows_for(const ggx_qgemv_job & job) {
 // units more), the same plan lost 2-8%, so less than 5.75 per slice. At 4 only llama3.2-1b's plans
 // move (4.0 bpw: q/k/v and o 1 -> 2, down 2 -> 4); llama3-8b's, qwen2.5-7b's and mistral-7b's stay
 // at every synthetic width (host tests). Multi-row jobs and the plan of rows add nothing.
-// GGX_QGEMV_SLICE_COST=C (measurements, rows) sets the cost per slice for every job instead. llama3-8b's o with 11 slices (m = 3) instead of 16 (m = 2): tg128@16
-// +0.6 to +1.4% in runs 146-147 (H100); C = 7..10 gives that plan there. GGX_QGEMV_ODD_COST=O
+// GGX_QGEMV_SLICE_COST=C (measurements, rows) sets the cost per slice for every job instead.
+// llama3-8b's o with 11 slices (m = 3) instead of 16 (m = 2): tg128@16 +0.6 to +1.4% in runs
+// 146-147 (H100); C = 7..10 gives that plan there. GGX_QGEMV_ODD_COST=O
 // (measurements, rows; default 0) adds O per block for an odd m of a one-row job whatever its
 // widths. C = 12 with O = 16 (8B: q/k/v 4, o 4, down 8) measured +3.1% at 4.0 bpw but -3.4 to
 // -5.7% at 2.5, 5.0, 6.0 and 8.0 (runs 149-150, H100); run 151's traces put the loss in the
@@ -733,13 +734,9 @@ int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm) {
     int64_t best = INT64_MAX;
     static_assert(k_max_rows / k_fine == GGX_QGEMV_MAX_RUN, "run_cost covers every m");
     for (int m = 1; m * k_fine <= k_max_rows; m++) {
-        int64_t blocks = 0, tile_slices = 0;
-        for (int i = 0; i < job.n_mat; i++) {
-            const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
-            const int slices = block_slices(qextra_of(job.m[i]), job.T, m);
-            blocks += (int64_t)((q->Np + k_tile - 1) / k_tile) * slices;
-            tile_slices = std::max<int64_t>(tile_slices, slices);
-        }
+        const int64_t blocks = ggx_cuda_qgemv_blocks(job, m);
+        int64_t tile_slices = 0;
+        for (int i = 0; i < job.n_mat; i++) tile_slices = std::max<int64_t>(tile_slices, block_slices(qextra_of(job.m[i]), job.T, m));
         // a wave costs its slowest block: the costliest run in one wave, the mean run in the others
         // (the blocks holding a mixed matrix's wide rows are few)
         int64_t worst = m * k_fine, mean = worst;

@@ -12,7 +12,6 @@
 // the fly (one group size, 4 bits).
 #include "qmatrix.cuh"
 
-#include "env-knobs.h"
 #include "exl2-unpack.cuh"
 #include "gemm.cuh"
 #include "qgemv.cuh"
@@ -276,9 +275,8 @@ bool ggx_cuda_supports_qmatmul(const ggx_tensor * dst) {
     return false;
 }
 
-// Widths whose 32-row pieces the paired tables join into 64-row pieces (bit w set for w bits):
-// GGX_QGEMV_PAIR_BITS lists them (digits of 2, 3, 4; measurements), all three by default.
-// Widths named in the digits of `s` (2, 3, 4) as bits of a mask; a null s gives all three.
+// Widths named in the digits of `s` (2, 3, 4) as bits of a mask (bit w for w bits); a null s
+// gives all three.
 static int width_mask(const char * s) {
     if (!s) return (1 << 2) | (1 << 3) | (1 << 4);
     int m = 0;
@@ -287,6 +285,8 @@ static int width_mask(const char * s) {
     return m;
 }
 
+// Widths whose 32-row pieces the paired tables join into 64-row pieces: GGX_QGEMV_PAIR_BITS lists
+// them (measurements), all three by default.
 static int paired_widths() {
     static const int mask = width_mask(getenv("GGX_QGEMV_PAIR_BITS"));
     return mask;
@@ -422,8 +422,9 @@ void ggx_cuda_list_pieces(const std::vector<int4> & gtab, int K, bool paired, in
     // Pairs of slices: the last piece of slice 2j and the first of slice 2j + 1 become one when
     // both are 32 rows of one group whose width is in join_bits (they are then contiguous in rows
     // and words; 64 rows of 2, 3 or 4 bits are 4, 6 or 8 words, within a piece's 8), or, for a
-    // width in across_bits too, of two adjacent groups of that width (contiguous too: a group's words follow
-    // the previous one's), marked by bit 4 of z, the second half scaled by the next group.
+    // width in across_bits too, of two adjacent groups of that width (contiguous too: a group's
+    // words follow the previous one's), marked by bit 4 of z, the second half scaled by the next
+    // group.
     std::vector<int4> out;
     std::vector<int> out_first((size_t)(n_slices + 1) / 2 + 1);
     for (int j = 0; 2 * j < n_slices; j++) {
@@ -434,8 +435,8 @@ void ggx_cuda_list_pieces(const std::vector<int4> & gtab, int K, bool paired, in
             if (p == p1 - 1 && p1 < p2) {
                 const int4 b = (*pieces)[p1];
                 const int bits = a.z & 15;
-                const bool same = a.z == b.z, next = (across_bits >> bits & 1) && (b.z & 15) == bits && (b.z >> 5) == (a.z >> 5) + 1 &&
-                                                     b.y == a.y + bits;
+                const bool same = a.z == b.z;
+                const bool next = (across_bits >> bits & 1) && (b.z & 15) == bits && (b.z >> 5) == (a.z >> 5) + 1 && b.y == a.y + bits;
                 if ((join_bits >> bits & 1) && bits <= 4 && (same || next) && a.w == 32 && b.w == 32) {
                     out.push_back(make_int4(a.x, a.y, same ? a.z : a.z | 16, 64));
                     p++;
