@@ -64,7 +64,7 @@ struct chunk_dot {
 __device__ __forceinline__ half2 u32_as_half2(uint32_t u) {
     half2 h;
     static_assert(sizeof(h) == 4, "half2 is 4 bytes");
-    memcpy(&h, &u, 4);
+    memcpy((void *)&h, &u, 4);   // (void *): half2 is not trivially copyable on the host (tests/emu)
     return h;
 }
 __device__ __forceinline__ uint32_t half2_as_u32(half2 h) {
@@ -86,7 +86,7 @@ __device__ __forceinline__ uint32_t shift_to(const uint32_t * w) {
 // (a & Mask) | c in one LOP3 (nvcc emits an AND and an OR when both constants are immediates).
 template <uint32_t Mask>
 __device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t c) {
-#if defined(GGX_USE_HIP)
+#if defined(GGX_USE_HIP) || !defined(__CUDA_ARCH__)   // HIP, and host code (tests/emu runs this file on the CPU)
     return (a & Mask) | c;
 #else
     uint32_t d;

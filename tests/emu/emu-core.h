@@ -1,5 +1,5 @@
-// Host emulation of one CUDA thread block of 128 threads, for the attention kernels' emulators
-// (emu-prefill.cpp, emu-decode.cpp). The kernel text comes from the repository (gen-*.sh) and is
+// Host emulation of one CUDA thread block (128 threads, or up to 512: NTH), for the emulators of
+// the attention kernels (emu-prefill.cpp, emu-decode.cpp) and of the decode GEMV (emu-qgemv.cpp). The kernel text comes from the repository (gen-*.sh) and is
 // compiled as host code against the stand-ins below.
 //
 // The threads of a block run as fibers (own x86-64 stack switch), one at a time, each until it
@@ -73,10 +73,11 @@ emu_ctx_switch:
 .size emu_ctx_switch, .-emu_ctx_switch
 )");
 
-constexpr int NTH = 128;
+constexpr int NTH_MAX = 512, WARPS_MAX = NTH_MAX / 32;
+inline int NTH = 128;   // threads of the blocks being run (the driver sets it before run_block)
 inline void * g_sched_sp;
 struct Fiber { void * sp; int tid; bool done; bool pdl_waited; std::vector<char> stack; };
-inline Fiber g_f[NTH];
+inline Fiber g_f[NTH_MAX];
 inline int g_cur = 0;
 inline long g_progress = 0;   // barrier releases and exits: a scheduler round without any is a deadlock
 inline void (*g_thread_body)();   // what each thread runs (the driver: the kernel with its arguments)
@@ -91,7 +92,7 @@ inline int warp_() { return g_f[g_cur].tid / 32; }
 
 // ---- barriers ----
 struct Bar { int arrived = 0; unsigned gen = 0; };
-inline Bar g_wbar[4], g_bbar;
+inline Bar g_wbar[WARPS_MAX], g_bbar;
 inline int g_bbar_releases = 0;
 inline int g_no_copies_from = 0;   // > 0: no cp.async in flight once this many __syncthreads have released
 inline void check_no_copies_in_flight(const char * where);
@@ -126,7 +127,7 @@ inline void __syncthreads() {
 inline void __threadfence() {}
 
 // ---- warp shuffles and votes (per-warp exchange) ----
-inline uint32_t g_x[4][32][8];
+inline uint32_t g_x[WARPS_MAX][32][8];
 template <class T> inline T __shfl_xor_sync(unsigned, T v, int o) {
     static_assert(sizeof(T) == 4, "32-bit shuffles only");
     const int l = lane_(), w = warp_();
@@ -248,8 +249,8 @@ inline const char * g_gk_lo, * g_gk_hi, * g_gv_lo, * g_gv_hi;   // K and V
 inline size_t g_row_bytes = 1;       // bytes per cache row (Hkv hd halves)
 inline int g_fresh_min = INT_MAX;   // rows at or past it are written by the previous kernel (PDL)
 struct Copy { void * dst; const void * src; bool pred; };
-inline std::vector<std::vector<std::vector<Copy>>> g_groups(NTH);   // [tid][group][copy]
-inline std::vector<std::vector<Copy>> g_open(NTH);
+inline std::vector<std::vector<std::vector<Copy>>> g_groups(NTH_MAX);   // [tid][group][copy]
+inline std::vector<std::vector<Copy>> g_open(NTH_MAX);
 
 inline bool cp_dst_ok(const void * dst) {
     const ptrdiff_t d = (const unsigned char *)dst - g_smem;
@@ -327,6 +328,22 @@ inline void fiber_init(Fiber & f) {
     for (int i = 0; i < 6; i++) *--sp = nullptr;   // rbp rbx r12 r13 r14 r15
     f.sp = sp;
 }
+// Block-shared variables a kernel declares with __shared__ in its body (gen-qgemv.sh rewrites each
+// declaration into a call): one object per (type, id), shared by the block's threads as on the
+// GPU (blocks run one at a time), set to NaN bytes (0xff) at each block's start as g_smem is.
+struct SharedObj { void * p; size_t n; };
+inline std::vector<SharedObj> g_shared_objs;
+template <class A, int Id> inline A & emu_shared() {
+    static A a;
+    static const bool registered = [] {
+        g_shared_objs.push_back({(void *)&a, sizeof(A)});
+        memset((void *)&a, 0xff, sizeof(A));
+        return true;
+    }();
+    (void)registered;
+    return a;
+}
+
 // The grid's shared memory (run_block resets it for each block)
 struct BlockSmem {
     std::vector<unsigned char> bytes;
@@ -337,6 +354,7 @@ inline void run_block(int bx, int by) {
     blockIdx.x = bx;
     blockIdx.y = by;
     memset(g_smem, 0xff, g_smem_bytes);
+    for (const SharedObj & o : g_shared_objs) memset(o.p, 0xff, o.n);
     g_pend.assign(g_smem_bytes / 16 + 1, 0);
     g_bbar_releases = 0;
     for (int t = 0; t < NTH; t++) {

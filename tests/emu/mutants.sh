@@ -1,5 +1,5 @@
 #!/bin/bash
-# mutants.sh [prefill|decode|all]: injects known bugs into a copy of the kernel source, one at a
+# mutants.sh [prefill|decode|qgemv|all]: injects known bugs into a copy of the kernel source, one at a
 # time, and runs the emulator's default cases on each (stopping at the first failure). One line
 # per mutant: caught or NOT caught. Exit status 0 only when every mutant is caught.
 # A mutant whose sed expression no longer changes the source, or that does not build, counts as
@@ -12,9 +12,9 @@ build=${EMU_BUILD:-$root/build-emu}
 jobs=${EMU_JOBS:-$(nproc)}
 what=${1:-all}
 case "$what" in
-    prefill | decode) kinds=$what ;;
-    all) kinds="prefill decode" ;;
-    *) echo "usage: mutants.sh [prefill|decode|all]" >&2; exit 2 ;;
+    prefill | decode | qgemv) kinds=$what ;;
+    all) kinds="prefill decode qgemv" ;;
+    *) echo "usage: mutants.sh [prefill|decode|qgemv|all]" >&2; exit 2 ;;
 esac
 
 # NAME SED_EXPRESSION
@@ -40,6 +40,20 @@ prefill_mutants=(
     wait2 's/ggx_cp_async_wait<1>();/ggx_cp_async_wait<2>();/'
     window_off1 's/? pv - a.window + 1 : 0;/? pv - a.window : 0;/'
     window_own 's/lo = a.window > 0 ? max(0, pv - a.window + 1) : 0;/lo = a.window > 0 ? max(0, a.pos[q0 + tid] - a.window + 1) : 0;/; s/lo_r\[mt\]\[i\] = (t < a.T \&\& a.window > 0) ? pv - a.window + 1 : 0;/lo_r[mt][i] = (t < a.T \&\& a.window > 0) ? a.pos[t] - a.window + 1 : 0;/'
+)
+qgemv_mutants=(
+    counter_kept 's/if (last) \*ctr = 0;   \/\/ ready for the next launch/\/\/ (counter not reset)/'
+    no_unscale 's/for (int c = 0; c < 4; c++) v\[t\]\[c\] \*= xunscale\[t\];/for (int c = 0; c < 4; c++) v[t][c] *= 1.0f;/'
+    second_half_w0 's/piece_dot<B, 1, B>(s.w, 32, xp + 32, ld, acc);/piece_dot<B, 1, 0>(s.w, 32, xp + 32, ld, acc);/'
+    slices_short 's/sum_partials<T, 1>(one, ns, n, s);/sum_partials<T, 1>(one, ns - 1, n, s);/'
+    rope_sign 's/v\[t\]\[c\] = first ? x0 \* cs - x1 \* sn : x0 \* sn + x1 \* cs;/v[t][c] = first ? x0 * cs + x1 * sn : x0 * sn + x1 * cs;/'
+    glu_swap 's/const gemv_mat \* gu\[2\] = {M.is_gate ? &M : &a.m\[M.pair\], M.is_gate ? &a.m\[M.pair\] : &M};/const gemv_mat * gu[2] = {M.is_gate ? \&a.m[M.pair] : \&M, M.is_gate ? \&M : \&a.m[M.pair]};/'
+    group_bit4 's/const int bits = s.pc.z \& 15, g = s.pc.z >> 5;/const int bits = s.pc.z \& 15, g = s.pc.z >> 4;/'
+    cache_pos0 's/const int p = a.pos\[t\];/const int p = a.pos[0];/'
+    groups_sum1 's/for (int g = 1; g < W; g++)/for (int g = 2; g < W; g++)/'
+    norm_weight 's/if (a.norm) xv\[j\]\[t\] \*= rinv\[t\] \* nw\[j\];/if (a.norm) xv[j][t] *= rinv[t];/'
+    last_early 's/last = atomicAdd(ctr, 1) == M.arrivals - 1;/last = atomicAdd(ctr, 1) == M.arrivals - 2;/'
+    odd_pieces 's/if (p + 3 < p_end) piece_load(M, p + 3, n, B, a.evict_first);/if (p + 3 < p_end - 1) piece_load(M, p + 3, n, B, a.evict_first);/'
 )
 
 # one mutant: its result line into DIR/result
@@ -71,6 +85,7 @@ mutant() {
 rc=0
 for kind in $kinds; do
     src=$root/backends/cuda/attn-$kind.cu
+    [ "$kind" = qgemv ] && src=$root/backends/cuda/qgemv.cu
     declare -n list=${kind}_mutants
     names=()
     for ((i = 0; i < ${#list[@]}; i += 2)); do

@@ -1,0 +1,601 @@
+// Host emulator of k_qgemv (backends/cuda/qgemv.cu), the fused EXL2 decode GEMV; see README.md
+// and emu-core.h. A job (one to four matrices sharing x, with the epilogues the engine fuses:
+// bias, residual add, GLU, RoPE, KV-cache store, RMS norm in the prologue) runs block by block in
+// forward, reverse and a random order, against a double-precision product of the reference
+// dequantizer's weights (exl2/quant/dequant.h, bit-exact with ExLlamaV2).
+//
+// The arguments are filled as ggx_cuda_qgemv_run fills them, and the piece tables come from
+// qmatrix.cu's own host code (gen-qgemv.sh), so what is emulated is the kernel; the launch plan
+// (m, the paired tables) is the case's choice.
+//
+// Bound, S = sum_k |w_k x_k| (test-cuda-qmatmul.cpp's error model): the kernel rounds x to fp16
+// and sums 16 products per half in fp16 over a piece, so its error is ~2^-11 * 2 S / sqrt(K),
+// far inside S / 1024 + 1e-6, while one wrong code, scale or row moves an output by ~S / sqrt(K).
+// The epilogues carry it through to first order (RoPE: both inputs' bounds; GLU: 1.2 |u| b_g +
+// |act(g)| b_u; an f16 cache adds half an fp16 ulp).
+//
+// Beyond the result: the outputs of the three orders are the same bits (each tile's last block
+// sums its partials in slice order, whoever arrives last); every output element is written by
+// exactly one block, and only by a block of its own column tile; partials only in the block's
+// own (slice, tile); guard zones around y, the cache and the partials intact; the tile counters
+// back to 0 after the grid; the shared memory past the launch's size untouched.
+//
+//   emu-qgemv [ONLY_CASE]
+#include "emu-core.h"
+
+#include "backends/cuda/decode-plan.h"
+#include "backends/cuda/pair-window.h"
+#include "exl2/quant/dequant.h"
+#include "ggx/fp16.h"
+#include "ggx/ggx.h"
+
+#include <cstdarg>
+#include <memory>
+#include <string>
+#include <utility>
+
+namespace exl2 {   // dequant.cpp's error path (the library's own lives in json.cpp)
+void fail(const char * fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(2);
+}
+}  // namespace exl2
+
+// ---- stand-ins for the device intrinsics and common.cuh helpers the kernel calls ----
+#define GGX_CUDA_WARP 32
+inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline uint32_t __byte_perm(uint32_t a, uint32_t b, uint32_t s) { return ggx_byte_perm(a, b, s); }
+inline uint32_t __funnelshift_r(uint32_t lo, uint32_t hi, uint32_t s) { return (uint32_t)((((uint64_t)hi << 32) | lo) >> (s & 31)); }
+// HFMA2: each half a * b + c rounded once (the product of two halves is exact in double)
+inline half2 __hfma2(half2 a, half2 b, half2 c) {
+    const float2 fa = __half22float2(a), fb = __half22float2(b), fc = __half22float2(c);
+    return __halves2half2(__double2half((double)fa.x * fb.x + fc.x), __double2half((double)fa.y * fb.y + fc.y));
+}
+template <class V> inline V ggx_load_ro(const V * p) { return *p; }
+template <class V> inline V __ldg(const V * p) { return *p; }   // exl2-unpack.cuh's GPTQ loads
+inline float ggx_load_any(const void * p, int type, int64_t i) {
+    if (type == GGX_TYPE_F16) return __half2float(((const half *)p)[i]);
+    CHECKX(type == GGX_TYPE_F32, "ggx_load_any of type %d (the emulator has f32 and f16)", type);
+    return ((const float *)p)[i];
+}
+inline void ggx_store_any(void * p, int type, int64_t i, float v) {
+    if (type == GGX_TYPE_F16) ((half *)p)[i] = __float2half_rn(v);
+    else ((float *)p)[i] = v;
+}
+inline float ggx_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+inline float ggx_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+#include TABLES_INC
+
+namespace emu {
+#include KERN_INC
+}  // namespace emu
+using emu::gemv_args;
+using emu::gemv_mat;
+
+// ---- an EXL2 matrix: packed arrays, reference weights, piece tables ----
+using Layout = std::vector<std::pair<int, int>>;   // (bits, rows) per group, in order
+struct Mat {
+    int K = 0, N = 0, Np = 0, G = 0, QR = 0;
+    std::vector<uint32_t> qw, qs;
+    std::vector<half> qsmax;     // M'_g
+    std::vector<int32_t> perm;   // quantized row -> input row (q_perm); empty: identity
+    std::vector<double> w;       // reference weights [K][N], input-row order
+    ggx_cuda_piece_tables tab;
+    int run_cost[4][GGX_QGEMV_MAX_RUN + 1] = {};
+};
+
+static Mat make_mat(int K, int N, const Layout & L, bool act_order, uint64_t seed) {
+    Mat m;
+    m.K = K; m.N = N; m.Np = (N + 31) / 32 * 32; m.G = (int)L.size();
+    std::vector<uint16_t> groups;
+    int rows = 0;
+    for (auto [bits, r] : L) {
+        groups.push_back((uint16_t)bits);
+        groups.push_back((uint16_t)m.QR);
+        m.QR += r * bits / 32;
+        rows += r;
+    }
+    if (rows != K) { fprintf(stderr, "emu-qgemv: layout holds %d rows, K %d\n", rows, K); exit(2); }
+    std::mt19937_64 rng(seed);
+    m.qw.resize((size_t)m.QR * m.Np);
+    for (auto & v : m.qw) v = (uint32_t)rng();   // every bit pattern is a valid code
+    m.qs.resize((size_t)m.G * m.Np / 8);
+    for (auto & v : m.qs) v = (uint32_t)rng();
+    std::uniform_real_distribution<float> smax(2e-3f, 8e-3f);
+    std::vector<uint16_t> qsmax16(m.G);
+    for (int g = 0; g < m.G; g++) {   // as stored; the kernel reads M'_g (the loader applies the prescale: 1 here)
+        const half h = __float2half_rn(smax(rng) * 256.0f);
+        memcpy(&qsmax16[g], &h, 2);
+        const uint16_t mp = exl2::exl2_prescale_max(qsmax16[g], 1.0f);
+        half hp;
+        memcpy((void *)&hp, &mp, 2);
+        m.qsmax.push_back(hp);
+    }
+    std::vector<int32_t> invperm(K);
+    for (int k = 0; k < K; k++) invperm[k] = k;
+    if (act_order) {
+        std::shuffle(invperm.begin(), invperm.end(), rng);
+        m.perm.resize(K);
+        for (int k = 0; k < K; k++) m.perm[invperm[k]] = k;
+    }
+    exl2::Exl2Raw raw;
+    raw.K = K; raw.N = N; raw.Np = m.Np; raw.G = m.G; raw.QR = m.QR;
+    raw.q_weight = m.qw.data(); raw.q_scale = m.qs.data(); raw.q_scale_max = qsmax16.data();
+    raw.q_groups = groups.data(); raw.q_invperm = invperm.data();
+    std::vector<uint16_t> w16((size_t)K * N);
+    exl2::exl2_dequant_ref(raw, 1.0f, w16.data());
+    m.w.resize(w16.size());
+    for (size_t i = 0; i < w16.size(); i++) m.w[i] = ggx_f16_to_f32(w16[i]);
+    // the tables qmatrix.cu builds, with its default widths for the paired table (2, 3 and 4)
+    ggx_cuda_build_piece_tables(ggx_cuda_group_table(L), K, width_mask(nullptr), 0, &m.tab, m.run_cost);
+    return m;
+}
+
+// ---- a job ----
+struct JobMat {
+    const Mat * mat;
+    int epi = GGX_QGEMV_STORE;
+    bool rope = false, cache = false, bias = false;
+    int pair = -1;   // GLU partner
+    bool is_gate = false;
+};
+struct Job {
+    const char * what;
+    int T, m;
+    bool pairs;          // one-row job with even m: the paired tables (as GGX_QGEMV_PAIRS=1 allows)
+    int norm;            // 0: none, 1: f32 weights through q_perm, 2: f16 weights, 3: the q_perm-order table
+    int head_dim = 0, rope_mode = GGX_ROPE_NEOX, n_rot = 0;
+    bool rope_table = false, freq_div = false;
+    int act = GGX_ACT_SILU;
+    int cache_type = GGX_TYPE_F16;
+    float x_scale = 1.0f;
+    std::vector<JobMat> mats;
+};
+
+constexpr int k_tile = 512, k_cache_rows = 16, k_guard = 1024;
+
+static gemv_args g_args;
+template <int T> static void thread_body() { emu::k_qgemv<T>(g_args); }
+
+// the product with the epilogues in double, and its bound (see the top)
+struct Ref { std::vector<double> y, bound; };
+
+struct Buffers {   // one matrix's outputs and partials; the GLU pair shares the first's y
+    Guarded<float> * y = nullptr;
+    std::unique_ptr<Guarded<float>> own_y, partial;
+    std::unique_ptr<Guarded<uint16_t>> cache16;
+    std::unique_ptr<Guarded<float>> cache32;
+    void * cache() { return cache16 ? (void *)cache16->p() : cache32 ? (void *)cache32->p() : nullptr; }
+};
+
+static double act_d(int act, double g) {
+    if (act == GGX_ACT_SILU) return g / (1.0 + std::exp(-g));
+    return 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+}
+
+static int run_job(const Job & job, int idx) {
+    const int T = job.T, n_mat = (int)job.mats.size();
+    const int K = job.mats[0].mat->K;
+    const int W = emu::groups_for(T);
+    std::mt19937_64 rng(1000 + idx);
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    std::vector<float> x((size_t)T * K);
+    for (auto & v : x) v = d(rng) * job.x_scale;
+    std::vector<float> norm_w(K), norm_wp;
+    std::vector<half> norm_w16(K);
+    for (int k = 0; k < K; k++) {
+        norm_w16[k] = __float2half_rn(0.5f + (d(rng) + 1.0f) / 2);
+        norm_w[k] = job.norm == 2 ? __half2float(norm_w16[k]) : 0.5f + (d(rng) + 1.0f) / 2;
+    }
+    const float eps = 1e-5f;
+    std::vector<int32_t> pos(T);
+    for (int t = 0; t < T; t++) pos[t] = 5 + t;
+    const int half_rot = job.n_rot / 2;
+    std::vector<float> freq_div(std::max(1, half_rot));
+    for (auto & f : freq_div) f = 1.0f + (d(rng) + 1.0f) * 2;
+    ggx_params_rope rp = {};
+    rp.n_rot = job.n_rot; rp.mode = job.rope_mode; rp.theta = 10000.0f; rp.pos_scale = 1.0f; rp.attn_factor = 1.0f;
+    // the angles in double, as ggx_rope_cos_sin forms them (ext_factor 0)
+    auto cos_sin = [&](int t, int i, double & c, double & s) {
+        double inv = std::pow((double)rp.theta, -2.0 * i / rp.n_rot);
+        if (job.freq_div) inv /= (double)freq_div[i];
+        const double ang = (double)pos[t] * inv * rp.pos_scale;
+        c = std::cos(ang) * rp.attn_factor;
+        s = std::sin(ang) * rp.attn_factor;
+    };
+    std::vector<float2> rope_table((size_t)T * std::max(1, half_rot));
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < half_rot; i++) {
+            double c, s;
+            cos_sin(t, i, c, s);
+            rope_table[(size_t)t * half_rot + i] = make_float2((float)c, (float)s);
+        }
+
+    // x as the kernel sees it (normalised in double)
+    std::vector<double> xin(x.begin(), x.end());
+    if (job.norm)
+        for (int t = 0; t < T; t++) {
+            double ss = 0;
+            for (int k = 0; k < K; k++) ss += (double)x[(size_t)t * K + k] * x[(size_t)t * K + k];
+            const double rinv = 1.0 / std::sqrt(ss / K + eps);
+            for (int k = 0; k < K; k++) xin[(size_t)t * K + k] *= rinv * norm_w[k];
+        }
+
+    // per matrix: bias, residual, plain products and their S
+    std::vector<std::vector<float>> bias(n_mat), resid(n_mat);
+    std::vector<std::vector<double>> prod(n_mat), mag(n_mat);
+    for (int i = 0; i < n_mat; i++) {
+        const Mat & M = *job.mats[i].mat;
+        if (M.K != K) { fprintf(stderr, "emu-qgemv: job %s: matrices of different K\n", job.what); exit(2); }
+        if (job.mats[i].bias) { bias[i].resize(M.N); for (auto & b : bias[i]) b = d(rng); }
+        if (job.mats[i].epi == GGX_QGEMV_ADD) { resid[i].resize((size_t)T * M.N); for (auto & r : resid[i]) r = d(rng); }
+        prod[i].assign((size_t)T * M.N, 0.0);
+        mag[i].assign((size_t)T * M.N, 0.0);
+        for (int t = 0; t < T; t++)
+            for (int n = 0; n < M.N; n++) {
+                double s = 0, a = 0;
+                for (int k = 0; k < K; k++) {
+                    const double p = M.w[(size_t)k * M.N + n] * xin[(size_t)t * K + k];
+                    s += p;
+                    a += std::fabs(p);
+                }
+                prod[i][(size_t)t * M.N + n] = s + (bias[i].empty() ? 0.0 : bias[i][n]);
+                mag[i][(size_t)t * M.N + n] = a / 1024.0 + 1e-6;
+            }
+    }
+    // the epilogues in double: what each matrix's output (y or cache rows [T][N]) must hold
+    std::vector<Ref> ref(n_mat);
+    for (int i = 0; i < n_mat; i++) {
+        const JobMat & jm = job.mats[i];
+        const int N = jm.mat->N;
+        Ref & r = ref[i];
+        r.y = prod[i];
+        r.bound = mag[i];
+        if (jm.epi == GGX_QGEMV_ADD)
+            for (size_t e = 0; e < r.y.size(); e++) { r.y[e] += resid[i][e]; r.bound[e] += std::fabs(r.y[e]) * 1e-7; }
+        if (jm.epi == GGX_QGEMV_GLU) {
+            const int gi = jm.is_gate ? i : jm.pair, ui = jm.is_gate ? jm.pair : i;
+            for (size_t e = 0; e < r.y.size(); e++) {
+                const double g = prod[gi][e], u = prod[ui][e], ag = act_d(job.act, g);
+                r.y[e] = ag * u;
+                r.bound[e] = 1.2 * std::fabs(u) * mag[gi][e] + std::fabs(ag) * mag[ui][e] + 1.2 * mag[gi][e] * mag[ui][e] + 1e-6;
+            }
+        }
+        if (jm.rope) {
+            const std::vector<double> y0 = r.y, b0 = r.bound;
+            const int hd = job.head_dim;
+            for (int t = 0; t < T; t++)
+                for (int n = 0; n < N; n++) {
+                    const int dd = n % hd, base = n - dd;
+                    if (dd >= job.n_rot) continue;
+                    int ii, j0, j1;
+                    if (job.rope_mode == GGX_ROPE_NEOX) { ii = dd < half_rot ? dd : dd - half_rot; j0 = ii; j1 = ii + half_rot; }
+                    else { ii = dd / 2; j0 = 2 * ii; j1 = 2 * ii + 1; }
+                    double c, s;
+                    cos_sin(t, ii, c, s);
+                    const size_t o = (size_t)t * N;
+                    const double x0 = y0[o + base + j0], x1 = y0[o + base + j1];
+                    r.y[o + n] = dd == j0 ? x0 * c - x1 * s : x0 * s + x1 * c;
+                    r.bound[o + n] = b0[o + base + j0] + b0[o + base + j1] + 1e-6;
+                }
+        }
+        if (jm.cache && job.cache_type == GGX_TYPE_F16)
+            for (size_t e = 0; e < r.y.size(); e++) r.bound[e] += std::fabs(r.y[e]) / 2048.0;
+    }
+
+    // the launch, as ggx_cuda_qgemv_run fills it
+    const bool pairs = job.pairs && T == 1 && job.m % 2 == 0;
+    std::vector<Buffers> buf(n_mat);
+    std::vector<int> counters(4096 + 2, 0);
+    gemv_args a = {};
+    a.n_mat = n_mat;
+    a.K = K;
+    a.x = x.data();
+    a.norm = job.norm != 0;
+    a.norm_w = job.norm == 2 ? (const void *)norm_w16.data() : (const void *)norm_w.data();
+    a.norm_type = job.norm == 2 ? GGX_TYPE_F16 : GGX_TYPE_F32;
+    a.norm_eps = eps;
+    a.pos = pos.data();
+    a.freq_div = job.freq_div ? freq_div.data() : nullptr;
+    a.rope = rp;
+    a.rope_table = job.rope_table ? rope_table.data() : nullptr;
+    a.head_dim = job.head_dim;
+    a.act = job.act;
+    a.prefetch = 2;
+    a.evict_first = 1.0f;
+    a.counters = counters.data() + 1;
+    int blocks = 0, n_counters = 0;
+    bool rope = false;
+    std::vector<std::vector<float>> norm_tables(n_mat);
+    for (int i = 0; i < n_mat; i++) {
+        const JobMat & jm = job.mats[i];
+        const Mat & q = *jm.mat;
+        gemv_mat & M = a.m[i];
+        M.qw = q.qw.data();
+        M.qs = q.qs.data();
+        M.qsmax = q.qsmax.data();
+        M.perm = q.perm.empty() ? nullptr : q.perm.data();
+        if (job.norm == 3) {   // norm-table.cu: the weights in q_perm order
+            norm_tables[i].resize(K);
+            for (int k = 0; k < K; k++) norm_tables[i][k] = norm_w[M.perm ? M.perm[k] : k];
+            M.norm_wp = norm_tables[i].data();
+        }
+        M.pieces = pairs ? q.tab.pieces2.data() : q.tab.pieces.data();
+        M.slice_first = pairs ? q.tab.first2.data() : q.tab.first.data();
+        M.pair_shift = pairs ? 1 : 0;
+        M.K = q.K;
+        M.N = q.N;
+        M.Np = q.Np;
+        M.m = job.m;
+        M.n_fine = (q.K + 31) / 32;
+        M.n_slices = (M.n_fine + W * job.m - 1) / (W * job.m);
+        M.n_tiles = (q.Np + k_tile - 1) / k_tile;
+        M.block0 = blocks;
+        blocks += M.n_tiles * M.n_slices;
+        buf[i].partial.reset(new Guarded<float>((size_t)M.n_slices * T * q.Np, k_guard, NAN));
+        M.partial = buf[i].partial->p();
+        if (jm.cache) {
+            if (job.cache_type == GGX_TYPE_F16) buf[i].cache16.reset(new Guarded<uint16_t>((size_t)k_cache_rows * q.N, k_guard, 0xffff));
+            else buf[i].cache32.reset(new Guarded<float>((size_t)k_cache_rows * q.N, k_guard, NAN));
+        } else if (jm.epi == GGX_QGEMV_GLU && jm.pair < i) {
+            buf[i].y = buf[jm.pair].y;
+        } else {
+            buf[i].own_y.reset(new Guarded<float>((size_t)T * q.N, k_guard, NAN));
+            buf[i].y = buf[i].own_y.get();
+        }
+        M.bias = jm.bias ? bias[i].data() : nullptr;
+        M.y = jm.cache ? nullptr : buf[i].y->p();
+        M.resid = jm.epi == GGX_QGEMV_ADD ? resid[i].data() : nullptr;
+        M.cache = buf[i].cache();
+        M.cache_type = jm.cache ? job.cache_type : 0;
+        M.cache_rows = jm.cache ? k_cache_rows : 0;
+        M.epi = jm.epi;
+        M.rope = jm.rope;
+        M.pair = jm.pair;
+        M.is_gate = jm.is_gate;
+        rope |= jm.rope;
+        if (jm.epi == GGX_QGEMV_GLU && jm.pair < i) {
+            M.counter0 = a.m[jm.pair].counter0;
+            a.m[jm.pair].arrivals = M.arrivals = a.m[jm.pair].n_slices + M.n_slices;
+        } else {
+            M.counter0 = n_counters;
+            n_counters += M.n_tiles;
+            M.arrivals = M.n_slices;
+        }
+    }
+    const int kf = GGX_QGEMV_FINE_ROWS;
+    const size_t rows = std::max((size_t)W * job.m * kf / 2, W > 1 ? (size_t)(W - 1) * k_tile : 0);
+    const size_t smem = (size_t)T * (rows + (rope ? 3 * k_tile : 0)) * sizeof(float);
+    if (smem > 96 * 1024) { fprintf(stderr, "emu-qgemv: job %s needs %zu bytes of shared memory\n", job.what, smem); exit(2); }
+    constexpr size_t smem_guard = 4096;
+
+    // which block owns what: block -> (matrix, tile, slice)
+    auto owner = [&](int b, int & mi, int & tile, int & slice) {
+        mi = 0;
+        for (int i = 1; i < n_mat; i++) if (b >= a.m[i].block0) mi = i;
+        const int local = b - a.m[mi].block0;
+        tile = local / a.m[mi].n_slices;
+        slice = local - tile * a.m[mi].n_slices;
+    };
+    std::vector<std::vector<float>> first_out(n_mat);
+    int n_bad = 0;
+    double worst = 0;
+    for (int order = 0; order < 3; order++) {
+        for (int i = 0; i < n_mat; i++) {   // fresh outputs, partials and counters
+            if (buf[i].own_y) std::fill(buf[i].own_y->buf.begin(), buf[i].own_y->buf.end(), NAN);
+            if (buf[i].cache16) std::fill(buf[i].cache16->buf.begin(), buf[i].cache16->buf.end(), 0xffff);
+            if (buf[i].cache32) std::fill(buf[i].cache32->buf.begin(), buf[i].cache32->buf.end(), NAN);
+            std::fill(buf[i].partial->buf.begin(), buf[i].partial->buf.end(), NAN);
+        }
+        std::fill(counters.begin(), counters.end(), 0);
+        std::vector<int> bl(blocks);
+        for (int b = 0; b < blocks; b++) bl[b] = b;
+        if (order == 1) std::reverse(bl.begin(), bl.end());
+        if (order == 2) { std::mt19937 r(977 + idx); std::shuffle(bl.begin(), bl.end(), r); }
+        // output element -> blocks that changed it
+        std::vector<std::vector<int>> writes(n_mat);
+        for (int i = 0; i < n_mat; i++) writes[i].assign(job.mats[i].cache ? (size_t)k_cache_rows * a.m[i].N : (size_t)T * a.m[i].N, 0);
+        g_args = a;
+        NTH = 128 * W;
+        switch (T) {
+            case 1: g_thread_body = thread_body<1>; break;
+            case 2: g_thread_body = thread_body<2>; break;
+            case 3: g_thread_body = thread_body<3>; break;
+            case 4: g_thread_body = thread_body<4>; break;
+            case 5: g_thread_body = thread_body<5>; break;
+            case 6: g_thread_body = thread_body<6>; break;
+            case 7: g_thread_body = thread_body<7>; break;
+            default: g_thread_body = thread_body<8>; break;
+        }
+        BlockSmem sm(smem + smem_guard);
+        for (int b : bl) {
+            int mi, tile, slice;
+            owner(b, mi, tile, slice);
+            std::vector<std::vector<float>> out0(n_mat), part0(n_mat);
+            std::vector<std::vector<uint16_t>> c16(n_mat);
+            for (int i = 0; i < n_mat; i++) {
+                if (buf[i].own_y) out0[i].assign(buf[i].own_y->p(), buf[i].own_y->p() + buf[i].own_y->n);
+                if (buf[i].cache16) c16[i].assign(buf[i].cache16->p(), buf[i].cache16->p() + buf[i].cache16->n);
+                if (buf[i].cache32) out0[i].assign(buf[i].cache32->p(), buf[i].cache32->p() + buf[i].cache32->n);
+                part0[i].assign(buf[i].partial->p(), buf[i].partial->p() + buf[i].partial->n);
+            }
+            run_block(b, 0);
+            for (size_t e = smem; e < smem + smem_guard; e++)
+                if (g_smem[e] != 0xff) { CHECKX(false, "shared memory byte %zu written past the launch's %zu", e, smem); break; }
+            // a tile's columns: [tile * 512, + 512); GLU partners write the y they share
+            const int c0 = tile * k_tile, c1 = c0 + k_tile;
+            for (int i = 0; i < n_mat; i++) {
+                const int N = a.m[i].N, Np = a.m[i].Np;
+                const bool mine_y = i == mi || (job.mats[mi].epi == GGX_QGEMV_GLU && buf[i].y == buf[mi].y && !job.mats[i].cache);
+                auto col_ok = [&](size_t e) -> const char * {
+                    const int col = (int)(e % N);
+                    if (!mine_y) return "another matrix's output";
+                    return col >= c0 && col < c1 ? nullptr : "a column of another tile";
+                };
+                auto count = [&](const std::vector<float> & before, const float * after, const char * name) {
+                    for (size_t e = 0; e < before.size(); e++)
+                        if (!same_bits(before[e], after[e])) writes[i][e]++;
+                    check_writes(before, after, col_ok, name);
+                };
+                if (buf[i].own_y) count(out0[i], buf[i].own_y->p(), "y");
+                if (buf[i].cache32) count(out0[i], buf[i].cache32->p(), "cache");
+                if (buf[i].cache16) {
+                    for (size_t e = 0; e < c16[i].size(); e++)
+                        if (c16[i][e] != buf[i].cache16->p()[e]) {
+                            writes[i][e]++;
+                            const char * why = col_ok(e);
+                            CHECKX(why == nullptr, "block wrote cache element %zu: %s", e, why ? why : "");
+                        }
+                }
+                check_writes(part0[i], buf[i].partial->p(), [&](size_t e) -> const char * {
+                    if (i != mi) return "another matrix's partials";
+                    const int s = (int)(e / ((size_t)T * Np)), col = (int)(e % Np);
+                    return s != slice ? "another slice's partial" : col < c0 || col >= c1 ? "another tile's partial" : nullptr;
+                }, "partial");
+            }
+        }
+        for (int c = 0; c < (int)counters.size(); c++) CHECKX(counters[c] == 0, "tile counter %d is %d after the grid", c - 1, counters[c]);
+        // results: each element written once (the GLU output once in all), within the bound, the same bits in every order
+        for (int i = 0; i < n_mat; i++) {
+            const JobMat & jm = job.mats[i];
+            const int N = a.m[i].N;
+            if (buf[i].own_y) buf[i].own_y->check_guards("y", NAN);
+            if (buf[i].cache32) buf[i].cache32->check_guards("cache", NAN);
+            if (buf[i].cache16) buf[i].cache16->check_guards("cache", 0xffff);
+            buf[i].partial->check_guards("partial", NAN);
+            std::vector<float> got((size_t)T * N);
+            std::vector<int> nw((size_t)T * N);
+            for (int t = 0; t < T; t++)
+                for (int n = 0; n < N; n++) {
+                    const size_t o = (size_t)t * N + n, e = jm.cache ? (size_t)pos[t] * N + n : o;
+                    nw[o] = writes[i][e];
+                    if (jm.epi == GGX_QGEMV_GLU && jm.pair >= 0) nw[o] += writes[jm.pair][e];
+                    got[o] = buf[i].cache16 ? ggx_f16_to_f32(buf[i].cache16->p()[e]) : buf[i].cache32 ? buf[i].cache32->p()[e] : buf[i].y->p()[e];
+                }
+            size_t not_once = 0, stray = 0;
+            for (int x2 : nw) not_once += x2 != 1;
+            for (size_t e = 0; e < writes[i].size(); e++)
+                if (jm.cache && writes[i][e] && (std::find(pos.begin(), pos.end(), (int)(e / N)) == pos.end())) stray++;
+            CHECKX(not_once == 0, "matrix %d: %zu output elements not written by exactly one block", i, not_once);
+            CHECKX(stray == 0, "matrix %d: %zu cache elements written outside the rows at pos", i, stray);
+            size_t bad = 0, wi = 0;
+            double ratio = -1;
+            for (size_t e = 0; e < got.size(); e++) {
+                const double err = std::fabs((double)got[e] - ref[i].y[e]);
+                const double r = std::isnan(err) ? 1e30 : err / ref[i].bound[e];
+                if (!(r <= 1.0)) bad++;
+                if (r > ratio) { ratio = r; wi = e; }
+            }
+            if (order == 0) first_out[i] = got;
+            else CHECKX(memcmp(first_out[i].data(), got.data(), got.size() * sizeof(float)) == 0,
+                        "matrix %d: order %d gives other bits than the forward order", i, order);
+            worst = std::max(worst, ratio);
+            printf("%3d %-34s T %d m %2d %-6s mat %d K %5d N %5d tiles %d slices %2d blocks %3d order %d: bad %zu/%zu worst "
+                   "err/bound %.3f (element %zu: %.6g vs %.6g)\n",
+                   idx, job.what, T, job.m, pairs ? "paired" : "single", i, K, N, a.m[i].n_tiles, a.m[i].n_slices, blocks, order,
+                   bad, got.size(), ratio, wi, got[wi], ref[i].y[wi]);
+            if (bad) n_bad++;
+        }
+        after_run(n_bad > 0);
+    }
+    return n_bad;
+}
+
+int main(int argc, char ** argv) {
+    const int only = argc > 1 ? atoi(argv[1]) : -1;
+    // layouts (bits, rows): the synthetic models' and mixed ones whose groups start off the pair grid
+    auto uniform = [](int bits, int rows, int K) { return Layout(K / rows, {bits, rows}); };
+    const Layout l4 = uniform(4, 128, 1024), l4_2k = uniform(4, 128, 2048);
+    const Layout mixed = {{8, 32}, {6, 64}, {5, 32}, {4, 128}, {4, 96}, {3, 224}, {2, 48}, {2, 400}};   // K 1024; 2-bit pieces of 16 rows
+    const Layout l25 = {{6, 32}, {6, 32}, {6, 32}, {6, 32}, {6, 32}, {6, 32}, {6, 32}, {3, 64}, {3, 64}, {3, 64}, {3, 64},
+                        {2, 64}, {2, 64}, {2, 64}, {2, 64}, {2, 64}, {2, 64}, {2, 64}, {2, 64}, {2, 32}};   // 6/3/2 g32,64,64 at K 1024
+    const Layout l8_4 = {{8, 32}, {8, 32}, {8, 32}, {8, 32}, {8, 32}, {8, 32}, {8, 32}, {4, 128}, {4, 128}, {4, 128}, {4, 128}, {4, 128}, {4, 128}, {4, 32}};   // 8/4 g32,128 at K 1024 (the 4-bit groups start at an odd fine slice)
+    const Layout l5 = uniform(5, 128, 1024), l6 = uniform(6, 128, 1024), l8 = uniform(8, 128, 1024), l3 = uniform(3, 128, 1024);
+    static std::vector<Mat> mats;
+    mats.reserve(32);
+    auto mk = [&](int K, int N, const Layout & L, bool act, uint64_t seed) -> const Mat * {
+        mats.push_back(make_mat(K, N, L, act, seed));
+        return &mats.back();
+    };
+    const Mat * m4 = mk(1024, 1024, l4, true, 1), * m4_800 = mk(1024, 800, l4, false, 2), * m4_200 = mk(1024, 200, l4, true, 3);
+    const Mat * mmix = mk(1024, 1024, mixed, true, 4), * m25 = mk(1024, 544, l25, true, 5), * m84 = mk(1024, 1024, l8_4, true, 6);
+    const Mat * m5 = mk(1024, 512, l5, false, 7), * m6 = mk(1024, 512, l6, true, 8), * m8 = mk(1024, 512, l8, true, 9), * m3 = mk(1024, 512, l3, true, 10);
+    const Mat * q = mk(1024, 1024, l4, true, 11), * k = mk(1024, 256, l4, true, 12), * v = mk(1024, 256, l4, true, 13);
+    const Mat * qm = mk(1024, 512, mixed, true, 14), * km = mk(1024, 128, l25, true, 15), * vm = mk(1024, 128, l25, true, 16);
+    const Mat * gate = mk(2048, 512, l4_2k, true, 17), * up = mk(2048, 512, l4_2k, true, 18);
+    std::vector<Job> jobs;
+    auto one = [](const Mat * m) { JobMat j; j.mat = m; return std::vector<JobMat>{j}; };
+    // plain one-row products: every width, single and paired tables, odd and even m
+    for (int m : {1, 2, 3, 4, 8}) jobs.push_back({"4 g128 store", 1, m, true, 0, 0, GGX_ROPE_NEOX, 0, false, false, GGX_ACT_SILU, GGX_TYPE_F16, 1.0f, one(m4)});
+    for (int m : {1, 2, 5}) jobs.push_back({"mixed 8..2 (2-bit 16-row pieces)", 1, m, true, 0, 0, GGX_ROPE_NEOX, 0, false, false, GGX_ACT_SILU, GGX_TYPE_F16, 1.0f, one(mmix)});
+    for (int m : {2, 4}) jobs.push_back({"6/3/2 g32,64,64 (2.5 bpw)", 1, m, true, 0, 0, GGX_ROPE_NEOX, 0, false, false, GGX_ACT_SILU, GGX_TYPE_F16, 1.0f, one(m25)});
+    for (int m : {2, 3}) jobs.push_back({"8/4 g32,128 (4.25 bpw)", 1, m, true, 0, 0, GGX_ROPE_NEOX, 0, false, false, GGX_ACT_SILU, GGX_TYPE_F16, 1.0f, one(m84)});
+    jobs.push_back({"4 g128, paired tables off", 1, 2, false, 0, 0, GGX_ROPE_NEOX, 0, false, false, GGX_ACT_SILU, GGX_TYPE_F16, 1.0f, one(m4)});
+    for (const Mat * m : {m3, m5, m6, m8}) jobs.push_back({"one width", 1, 2, true, 0, 0, GGX_ROPE_NEOX, 0, false, false, GGX_ACT_SILU, GGX_TYPE_F16, 1.0f, one(m)});
+    jobs.push_back({"N 800 (a part tile), one K-slice", 1, 8, true, 0, 0, GGX_ROPE_NEOX, 0, false, false, GGX_ACT_SILU, GGX_TYPE_F16, 1.0f, one(m4_800)});
+    jobs.push_back({"N 200 (Np 224)", 1, 2, true, 0, 0, GGX_ROPE_NEOX, 0, false, false, GGX_ACT_SILU, GGX_TYPE_F16, 1.0f, one(m4_200)});
+    jobs.push_back({"x tiny (1e-4)", 1, 2, true, 0, 0, GGX_ROPE_NEOX, 0, false, false, GGX_ACT_SILU, GGX_TYPE_F16, 1e-4f, one(m4)});
+    jobs.push_back({"x large (1e4)", 1, 2, true, 0, 0, GGX_ROPE_NEOX, 0, false, false, GGX_ACT_SILU, GGX_TYPE_F16, 1e4f, one(m4)});
+    // more rows: W = 4, 2, 1 warp groups per block
+    for (int T : {2, 3, 5, 8}) jobs.push_back({"mixed, rows", T, 2, true, 0, 0, GGX_ROPE_NEOX, 0, false, false, GGX_ACT_SILU, GGX_TYPE_F16, 1.0f, one(mmix)});
+    // bias and residual
+    {
+        Job j{"bias + residual add", 1, 2, true, 0, 0, GGX_ROPE_NEOX, 0, false, false, GGX_ACT_SILU, GGX_TYPE_F16, 1.0f, one(m84)};
+        j.mats[0].bias = true;
+        j.mats[0].epi = GGX_QGEMV_ADD;
+        jobs.push_back(j);
+        j.T = 4;
+        j.what = "bias + residual add, rows";
+        jobs.push_back(j);
+    }
+    // q/k/v: norm in the prologue, RoPE on q and k, k and v into the cache rows at pos
+    auto qkv = [&](const char * what, const Mat * qq, const Mat * kk, const Mat * vv, int T, int m, int norm, int mode, int n_rot,
+                   bool table, bool fdiv, int cache_type, bool bias) {
+        Job j{what, T, m, true, norm, 64, mode, n_rot, table, fdiv, GGX_ACT_SILU, cache_type, 1.0f, {}};
+        for (const Mat * mm : {qq, kk, vv}) { JobMat jm; jm.mat = mm; jm.bias = bias; j.mats.push_back(jm); }
+        j.mats[0].rope = j.mats[1].rope = true;
+        j.mats[1].cache = j.mats[2].cache = true;
+        return j;
+    };
+    jobs.push_back(qkv("q/k/v norm rope(neox) f16 cache", q, k, v, 1, 2, 1, GGX_ROPE_NEOX, 64, false, false, GGX_TYPE_F16, false));
+    jobs.push_back(qkv("q/k/v norm table, rope table", q, k, v, 1, 4, 3, GGX_ROPE_NEOX, 64, true, false, GGX_TYPE_F16, false));
+    jobs.push_back(qkv("q/k/v f16 norm, rope(interleave) f32", q, k, v, 1, 3, 2, GGX_ROPE_INTERLEAVE, 64, false, true, GGX_TYPE_F32, true));
+    jobs.push_back(qkv("q/k/v mixed, partial rotary 32", qm, km, vm, 1, 2, 1, GGX_ROPE_NEOX, 32, false, true, GGX_TYPE_F16, true));
+    jobs.push_back(qkv("q/k/v rows", q, k, v, 3, 2, 1, GGX_ROPE_NEOX, 64, true, false, GGX_TYPE_F16, false));
+    jobs.push_back(qkv("q/k/v 8 rows", qm, km, vm, 8, 1, 3, GGX_ROPE_INTERLEAVE, 64, false, false, GGX_TYPE_F16, true));
+    // gate/up with GLU
+    auto glu = [&](const char * what, int T, int m, int act, int norm) {
+        Job j{what, T, m, true, norm, 0, GGX_ROPE_NEOX, 0, false, false, act, GGX_TYPE_F16, 1.0f, {}};
+        JobMat g, u;
+        g.mat = gate; g.epi = GGX_QGEMV_GLU; g.pair = 1; g.is_gate = true;
+        u.mat = up; u.epi = GGX_QGEMV_GLU; u.pair = 0;
+        j.mats = {g, u};
+        return j;
+    };
+    jobs.push_back(glu("gate/up silu, norm", 1, 2, GGX_ACT_SILU, 1));
+    jobs.push_back(glu("gate/up gelu", 1, 3, GGX_ACT_GELU, 0));
+    jobs.push_back(glu("gate/up silu, rows", 2, 4, GGX_ACT_SILU, 3));
+    jobs.push_back(glu("gate/up silu, 6 rows", 6, 2, GGX_ACT_SILU, 1));
+
+    int n_fail = 0, n_runs = 0;
+    for (int i = 0; i < (int)jobs.size(); i++) {
+        if (only >= 0 && i != only) continue;
+        n_fail += run_job(jobs[i], i) > 0;
+        n_runs++;
+    }
+    printf("qgemv: jobs %d (3 block orders each); failed jobs %d, check errors %ld\n", n_runs, n_fail, g_errors);
+    return n_fail || g_errors;
+}
