@@ -97,6 +97,8 @@ struct Mat {
     int run_cost[4][GGX_QGEMV_MAX_RUN + 1] = {};
 };
 
+static long g_joined_across = 0;   // paired pieces joining two groups (the pairgroups variant only)
+
 static Mat make_mat(int K, int N, const Layout & L, bool act_order, uint64_t seed) {
     Mat m;
     m.K = K; m.N = N; m.Np = (N + 31) / 32 * 32; m.G = (int)L.size();
@@ -139,8 +141,11 @@ static Mat make_mat(int K, int N, const Layout & L, bool act_order, uint64_t see
     exl2::exl2_dequant_ref(raw, 1.0f, w16.data());
     m.w.resize(w16.size());
     for (size_t i = 0; i < w16.size(); i++) m.w[i] = ggx_f16_to_f32(w16[i]);
-    // the tables qmatrix.cu builds, with its default widths for the paired table (2, 3 and 4)
-    ggx_cuda_build_piece_tables(ggx_cuda_group_table(L), K, width_mask(nullptr), 0, &m.tab, m.run_cost);
+    // the tables qmatrix.cu builds, with its default widths for the paired table (2, 3 and 4) and,
+    // built as the pairgroups variant (GGX_QGEMV_PAIR_GROUPS=1), its joins across groups
+    ggx_cuda_build_piece_tables(ggx_cuda_group_table(L), K, width_mask(nullptr), GGX_QGEMV_PAIR_GROUPS ? width_mask(nullptr) : 0,
+                                &m.tab, m.run_cost);
+    for (const int4 & p : m.tab.pieces2) g_joined_across += (p.z & 16) != 0;
     return m;
 }
 
@@ -596,6 +601,9 @@ int main(int argc, char ** argv) {
         n_fail += run_job(jobs[i], i) > 0;
         n_runs++;
     }
-    printf("qgemv: jobs %d (3 block orders each); failed jobs %d, check errors %ld\n", n_runs, n_fail, g_errors);
+    // the variant's walk across groups must have been reached (in the paired jobs of the mixed layouts)
+    CHECKX(!GGX_QGEMV_PAIR_GROUPS || g_joined_across > 0, "the pairgroups build made no piece across groups");
+    printf("qgemv%s: jobs %d (3 block orders each), paired pieces across groups %ld; failed jobs %d, check errors %ld\n",
+           GGX_QGEMV_PAIR_GROUPS ? " (pairgroups variant)" : "", n_runs, g_joined_across, n_fail, g_errors);
     return n_fail || g_errors;
 }
