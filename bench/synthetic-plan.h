@@ -27,13 +27,9 @@ struct SyntheticPlanJob {
 
 inline std::vector<SyntheticPlanJob> synthetic_plan(const SyntheticSpec & sp, double bpw, int n_sm) {
     // EXL2 matrices with the tables qmatrix.cu would build for them (no weights, no device memory)
-    struct Planned {
-        ggx_qmatrix     q = {};
-        ggx_cuda_qextra e;
-    };
     struct Arena {
-        ggx_context *       ctx = ggx_context_new();
-        std::deque<Planned> mats;   // stable addresses: the tensors point at them
+        ggx_context *                    ctx = ggx_context_new();
+        std::deque<ggx_cuda_plan_matrix> mats;   // stable addresses: the tensors point at them
         ~Arena() { ggx_context_free(ctx); }
     } arena;
     const int D = sp.n_embd, Dq = sp.n_head * sp.head_dim, Dkv = sp.n_head_kv * sp.head_dim, F = sp.n_ff;
@@ -58,16 +54,9 @@ inline std::vector<SyntheticPlanJob> synthetic_plan(const SyntheticSpec & sp, do
             const int K = mm.second.first, N = mm.second.second;
             const BitLayout L = exl2_layout_for_bpw(js.head ? (bpw > 6.0 ? 8.0 : 6.0) : bpw, K, N);
             if (layouts.find(L.name) == std::string::npos) layouts += (layouts.empty() ? "" : "; ") + L.name;
-            Planned & p = arena.mats.emplace_back();
-            p.q.K = K;
-            p.q.N = N;
-            p.q.Np = (N + 31) / 32 * 32;
-            p.e.slice_rows = GGX_QGEMV_FINE_ROWS;
-            p.e.n_slices = (K + GGX_QGEMV_FINE_ROWS - 1) / GGX_QGEMV_FINE_ROWS;
-            ggx_cuda_piece_tables tables;
-            ggx_cuda_build_piece_tables(ggx_cuda_group_table(exl2_layout_groups(L, K)), K, (1 << 2) | (1 << 3) | (1 << 4), 0, &tables,
-                                        p.e.run_cost);
-            p.q.backend_extra = &p.e;
+            ggx_cuda_plan_matrix & p = arena.mats.emplace_back();
+            const std::vector<std::pair<int, int>> groups = exl2_layout_groups(L, K);
+            ggx_cuda_plan_matrix_init(p, K, N, &groups);
             ggx_tensor * t = ggx_new_tensor_2d(arena.ctx, GGX_TYPE_EXL2, K, N);
             ggx_set_name(t, mm.first);   // GGX_QGEMV_ROWS_FOR matches these
             t->extra = &p.q;

@@ -21,16 +21,10 @@
 
 namespace {
 
-// An EXL2 matrix as qmatrix_prepare leaves it, without data.
-struct FakeExl2 {
-    ggx_qmatrix     q = {};
-    ggx_cuda_qextra e;
-};
-
 struct DecodeGraph {
     ggx_context * ctx = ggx_context_new();
     ggx_graph * g = nullptr;
-    std::vector<std::unique_ptr<FakeExl2>> mats;
+    std::vector<std::unique_ptr<ggx_cuda_plan_matrix>> mats;   // EXL2 matrices as qmatrix_prepare leaves them, without data
     std::vector<std::vector<uint8_t>> leaf_data;   // weights, caches: memory the planner does not own
     std::vector<uint8_t> arena;                    // the planned compute buffer
     ggx_tensor * logits = nullptr;
@@ -45,13 +39,8 @@ struct DecodeGraph {
         return t;
     }
     ggx_tensor * exl2(int K, int N) {
-        auto m = std::make_unique<FakeExl2>();
-        m->q.K = K;
-        m->q.N = N;
-        m->q.Np = (N + 31) / 32 * 32;
-        m->e.slice_rows = GGX_QGEMV_FINE_ROWS;   // as qmatrix.cu builds the tables
-        m->e.n_slices = K / GGX_QGEMV_FINE_ROWS;
-        m->q.backend_extra = &m->e;
+        auto m = std::make_unique<ggx_cuda_plan_matrix>();
+        ggx_cuda_plan_matrix_init(*m, K, N, nullptr);
         ggx_tensor * t = ggx_new_tensor_2d(ctx, GGX_TYPE_EXL2, K, N);
         leaf_data.emplace_back(16);
         t->data = leaf_data.back().data();
@@ -230,9 +219,7 @@ TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs
         for (const Case & c : cases)
             for (int i = 0; i < c.job.n_mat; i++) {
                 const ggx_qmatrix * q = (const ggx_qmatrix *)c.job.m[i].w->extra;
-                ggx_cuda_piece_tables tables;
-                ggx_cuda_build_piece_tables(ggx_cuda_group_table(exl2::exl2_layout_groups(L, q->K)), q->K, (1 << 2) | (1 << 3) | (1 << 4), 0,
-                                            &tables, ggx_cuda_qextra_of(c.job.m[i].w)->run_cost);
+                ggx_cuda_layout_run_costs(exl2::exl2_layout_groups(L, q->K), q->K, ggx_cuda_qextra_of(c.job.m[i].w)->run_cost);
             }
     };
     // All 4-bit, a 32-row piece costs 46 rows against 63 for a 64-row one: llama3-8b's q/k/v take

@@ -153,6 +153,19 @@ struct ggx_cuda_piece_tables {
 };
 void          ggx_cuda_build_piece_tables(const std::vector<int4> & groups, int K, int join_bits, int across_bits,
                                           ggx_cuda_piece_tables * tables, int (*run_cost)[GGX_QGEMV_MAX_RUN + 1]);
+// A prepared EXL2 matrix without weights or device memory: the descriptor and tables
+// ggx_cuda_qmatrix_prepare leaves for a K x N matrix, with the run costs of its groups ({bits,
+// rows} in order, joined in the paired table as preparing joins them) or, without groups, none
+// (the plan then counts rows). Host code (qmatrix.cu) for the plan tests and bench/plan-report;
+// pm must stay where it is (its q points at its e).
+struct ggx_cuda_plan_matrix {
+    ggx_qmatrix     q = {};
+    ggx_cuda_qextra e;
+};
+void          ggx_cuda_plan_matrix_init(ggx_cuda_plan_matrix & pm, int K, int N, const std::vector<std::pair<int, int>> * groups);
+// The run costs (ggx_cuda_qextra::run_cost) of a K-row EXL2 matrix whose groups are these, as
+// preparing it computes them.
+void          ggx_cuda_layout_run_costs(const std::vector<std::pair<int, int>> & groups, int K, int (*run_cost)[GGX_QGEMV_MAX_RUN + 1]);
 // Plans a bound graph (data pointers set). With fuse false every decode matmul is its own job.
 void          ggx_cuda_plan_graph(bool fuse, struct ggx_graph * g, ggx_cuda_plan & plan);
 // Whether a MUL_MAT node can run as a decode GEMV job (EXL2 weights prepared for CUDA, f32 input

@@ -462,6 +462,23 @@ ggx_status ggx_cuda_exl2_host_groups(ggx_cuda_ctx & ctx, const ggx_qmatrix & q, 
     return GGX_STATUS_OK;
 }
 
+void ggx_cuda_layout_run_costs(const std::vector<std::pair<int, int>> & groups, int K, int (*run_cost)[GGX_QGEMV_MAX_RUN + 1]) {
+    ggx_cuda_piece_tables tables;
+    ggx_cuda_build_piece_tables(ggx_cuda_group_table(groups), K, paired_widths(), pair_group_widths(), &tables, run_cost);
+}
+
+void ggx_cuda_plan_matrix_init(ggx_cuda_plan_matrix & pm, int K, int N, const std::vector<std::pair<int, int>> * groups) {
+    pm.q = {};
+    pm.e = ggx_cuda_qextra();
+    pm.q.K = K;
+    pm.q.N = N;
+    pm.q.Np = (N + 31) / 32 * 32;
+    pm.e.slice_rows = GGX_QGEMV_FINE_ROWS;
+    pm.e.n_slices = (K + GGX_QGEMV_FINE_ROWS - 1) / GGX_QGEMV_FINE_ROWS;
+    if (groups) ggx_cuda_layout_run_costs(*groups, K, pm.e.run_cost);
+    pm.q.backend_extra = &pm.e;
+}
+
 void ggx_cuda_qmatrix_release(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     ggx_qmatrix * q = (ggx_qmatrix *)t->extra;
     if (!q || !q->backend_extra) return;
