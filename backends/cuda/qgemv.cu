@@ -597,6 +597,94 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     store(n, v);
 }
 
+size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+// Blocks per column tile of a matrix: its fine slices in runs of W groups x m.
+int block_slices(const ggx_cuda_qextra * e, int T, int m) {
+    const int W = groups_for(T);
+    return (e->n_slices + W * m - 1) / (W * m);
+}
+
+// What fill_args laid out: the grid's blocks, the tile counters, the partials' bytes.
+struct args_layout {
+    int    blocks = 0, counters = 0;
+    size_t partial_bytes = 0;
+    bool   rope = false;   // a matrix rotates: the launch's shared memory holds the RoPE tile
+};
+
+// The launch arguments of a job run with m fine slices per warp group (pairs: on the paired piece
+// tables), its partials laid out from `part` (each matrix's 256-byte aligned). The caller adds
+// what depends on the backend's state: the step's RoPE table, the norm tables, the counters'
+// base, the prefetch rows, the L2 policy and the trace. Host code, run by tests/emu too.
+args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part, gemv_args & a) {
+    args_layout L;
+    a.n_mat = job.n_mat;
+    a.x = (const float *)job.x->data;
+    a.K = (int)job.x->ne[0];
+    a.norm = job.norm;
+    a.norm_w = job.norm_w ? job.norm_w->data : nullptr;
+    a.norm_type = job.norm_w ? (int)job.norm_w->type : (int)GGX_TYPE_F32;
+    a.norm_eps = job.norm_eps;
+    a.pos = job.pos ? (const int32_t *)job.pos->data : nullptr;
+    a.freq_div = job.freq_div ? (const float *)job.freq_div->data : nullptr;
+    a.rope = job.rope;
+    a.head_dim = job.head_dim;
+    a.act = job.act;
+    for (int i = 0; i < job.n_mat; i++) {
+        const ggx_qgemv_job_mat & jm = job.m[i];
+        const ggx_qmatrix * q = (const ggx_qmatrix *)jm.w->extra;
+        const ggx_cuda_qextra * e = ggx_cuda_qextra_of(jm.w);
+        gemv_mat & M = a.m[i];
+        M.qw = q->q_weight;
+        M.qs = q->q_scale;
+        M.qsmax = (const half *)q->q_scale_max;
+        M.perm = q->q_perm;
+        const bool paired = pairs && e->pieces2;
+        M.pieces = paired ? e->pieces2 : e->pieces;
+        M.slice_first = paired ? e->slice_first2 : e->slice_first;
+        M.pair_shift = paired ? 1 : 0;
+        M.K = q->K;
+        M.N = q->N;
+        M.Np = q->Np;
+        M.m = m;
+        M.n_fine = e->n_slices;
+        M.n_slices = block_slices(e, job.T, m);
+        M.n_tiles = (q->Np + k_tile - 1) / k_tile;
+        M.block0 = L.blocks;
+        L.blocks += M.n_tiles * M.n_slices;
+        M.partial = (float *)(part + L.partial_bytes);
+        L.partial_bytes += align256((size_t)M.n_slices * job.T * q->Np * sizeof(float));
+        M.bias = jm.bias ? (const float *)jm.bias->data : nullptr;
+        M.y = jm.cache ? nullptr : (float *)jm.out->data;
+        M.resid = jm.resid ? (const float *)jm.resid->data : nullptr;
+        M.cache = jm.cache ? jm.cache->data : nullptr;
+        M.cache_type = jm.cache ? (int)jm.cache->type : 0;
+        M.cache_rows = jm.cache ? (int)(ggx_nelements(jm.cache) / q->N) : 0;
+        M.epi = jm.epi;
+        M.rope = jm.rope;
+        M.pair = jm.pair;
+        M.is_gate = jm.is_gate;
+        L.rope |= jm.rope;
+        if (jm.epi == GGX_QGEMV_GLU && jm.pair < i) {   // the second of a pair shares the first's counters
+            M.counter0 = a.m[jm.pair].counter0;
+            a.m[jm.pair].arrivals = M.arrivals = a.m[jm.pair].n_slices + M.n_slices;
+        } else {
+            M.counter0 = L.counters;
+            L.counters += M.n_tiles;
+            M.arrivals = M.n_slices;
+        }
+    }
+    return L;
+}
+
+// Dynamic shared memory of a launch of T rows with m fine slices per warp group: x in fp16 (2
+// rows per float), then the groups' sums, and with RoPE its tile and (cos, sin).
+size_t smem_bytes(int T, int m, bool rope) {
+    const int W = groups_for(T);
+    const size_t rows = std::max((size_t)W * m * k_fine / 2, W > 1 ? (size_t)(W - 1) * k_tile : 0);
+    return (size_t)T * (rows + (rope ? 3 * k_tile : 0)) * sizeof(float);
+}
+
 template <int T>
 ggx_status launch(ggx_cuda_ctx & ctx, const gemv_args & a, int blocks, size_t smem) {
     constexpr int W = groups_for(T);
@@ -609,8 +697,6 @@ ggx_status launch(ggx_cuda_ctx & ctx, const gemv_args & a, int blocks, size_t sm
     }
     return ggx_cuda_launch(ctx, kernel, dim3((unsigned)blocks), dim3(k_group * W), smem, a);
 }
-
-size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 // Rows of packed words each thread warms in L2 before the PDL wait (GGX_QGEMV_PREFETCH, for
 // measurements; 0 = the whole slice).
@@ -653,12 +739,6 @@ ggx_qgemv_job ggx_cuda_qgemv_single(ggx_tensor * mm) {
 }
 
 static const ggx_cuda_qextra * qextra_of(const ggx_qgemv_job_mat & jm) { return ggx_cuda_qextra_of(jm.w); }
-
-// Blocks per column tile of a matrix: its fine slices in runs of W groups x m.
-static int block_slices(const ggx_cuda_qextra * e, int T, int m) {
-    const int W = groups_for(T);
-    return (e->n_slices + W * m - 1) / (W * m);
-}
 
 // Whether one-row jobs may walk the paired piece tables (GGX_QGEMV_PAIRS=0: never; read per job
 // so that a test can compare both): when their warp groups own whole pairs of fine slices (even m).
@@ -775,24 +855,6 @@ size_t ggx_cuda_qgemv_scratch(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & jo
 }
 
 ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
-    gemv_args a = {};
-    a.n_mat = job.n_mat;
-    a.x = (const float *)job.x->data;
-    a.K = (int)job.x->ne[0];
-    a.norm = job.norm;
-    a.norm_w = job.norm_w ? job.norm_w->data : nullptr;
-    a.norm_type = job.norm_w ? (int)job.norm_w->type : (int)GGX_TYPE_F32;
-    a.norm_eps = job.norm_eps;
-    a.pos = job.pos ? (const int32_t *)job.pos->data : nullptr;
-    a.freq_div = job.freq_div ? (const float *)job.freq_div->data : nullptr;
-    a.rope = job.rope;
-    a.rope_table = ggx_cuda_rope_table_for(ctx, job);
-    a.head_dim = job.head_dim;
-    a.act = job.act;
-    a.counters = ctx.counters;
-    a.prefetch = ctx.prefetch ? prefetch_rows() : 0;
-    a.evict_first = evict_first_fraction();
-    if (ctx.trace) a.trace = ggx_cuda_trace_launch(ctx, std::string(job.m[0].w->name) + (job.n_mat > 1 ? " +" + std::to_string(job.n_mat - 1) : ""));
     if (job.n_mat < 1 || job.n_mat > GGX_QGEMV_MAX_MATS || job.T < 1 || job.T > GGX_CUDA_QGEMV_MAX_T) {
         ggx_set_error("cuda: decode matmul job with %d matrices and %d rows", job.n_mat, job.T);
         return GGX_STATUS_FAILED;
@@ -802,72 +864,30 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
             ggx_set_error("cuda: %s: quantized matrix not prepared for this backend", job.m[i].w->name);
             return GGX_STATUS_FAILED;
         }
-    char * part = (char *)ctx.scratch;
-    int blocks = 0, counters = 0;
     const int m = ggx_cuda_qgemv_group_slices(job, ctx.n_sm);
     const bool pairs = pairs_allowed() && job.T == 1 && m % 2 == 0;
-    bool rope = false;
-    for (int i = 0; i < job.n_mat; i++) {
-        const ggx_qgemv_job_mat & jm = job.m[i];
-        const ggx_qmatrix * q = (const ggx_qmatrix *)jm.w->extra;
-        const ggx_cuda_qextra * e = qextra_of(jm);
-        gemv_mat & M = a.m[i];
-        M.qw = q->q_weight;
-        M.qs = q->q_scale;
-        M.qsmax = (const half *)q->q_scale_max;
-        M.perm = q->q_perm;
-        M.norm_wp = ggx_cuda_norm_table_for(ctx, job, i);
-        const bool paired = pairs && e->pieces2;
-        M.pieces = paired ? e->pieces2 : e->pieces;
-        M.slice_first = paired ? e->slice_first2 : e->slice_first;
-        M.pair_shift = paired ? 1 : 0;
-        M.K = q->K;
-        M.N = q->N;
-        M.Np = q->Np;
-        M.m = m;
-        M.n_fine = e->n_slices;
-        M.n_slices = block_slices(e, job.T, m);
-        M.n_tiles = (q->Np + k_tile - 1) / k_tile;
-        M.block0 = blocks;
-        blocks += M.n_tiles * M.n_slices;
-        M.partial = (float *)part;
-        part += align256((size_t)M.n_slices * job.T * q->Np * sizeof(float));
-        M.bias = jm.bias ? (const float *)jm.bias->data : nullptr;
-        M.y = jm.cache ? nullptr : (float *)jm.out->data;
-        M.resid = jm.resid ? (const float *)jm.resid->data : nullptr;
-        M.cache = jm.cache ? jm.cache->data : nullptr;
-        M.cache_type = jm.cache ? (int)jm.cache->type : 0;
-        M.cache_rows = jm.cache ? (int)(ggx_nelements(jm.cache) / q->N) : 0;
-        M.epi = jm.epi;
-        M.rope = jm.rope;
-        M.pair = jm.pair;
-        M.is_gate = jm.is_gate;
-        rope |= jm.rope;
-        if (jm.epi == GGX_QGEMV_GLU && jm.pair < i) {   // the second of a pair shares the first's counters
-            M.counter0 = a.m[jm.pair].counter0;
-            a.m[jm.pair].arrivals = M.arrivals = a.m[jm.pair].n_slices + M.n_slices;
-        } else {
-            M.counter0 = counters;
-            counters += M.n_tiles;
-            M.arrivals = M.n_slices;
-        }
-    }
-    if ((size_t)(part - (char *)ctx.scratch) > ctx.scratch_size) {
+    gemv_args a = {};
+    const args_layout L = fill_args(job, m, pairs, (char *)ctx.scratch, a);
+    a.rope_table = ggx_cuda_rope_table_for(ctx, job);
+    for (int i = 0; i < job.n_mat; i++) a.m[i].norm_wp = ggx_cuda_norm_table_for(ctx, job, i);
+    a.counters = ctx.counters;
+    a.prefetch = ctx.prefetch ? prefetch_rows() : 0;
+    a.evict_first = evict_first_fraction();
+    if (ctx.trace) a.trace = ggx_cuda_trace_launch(ctx, std::string(job.m[0].w->name) + (job.n_mat > 1 ? " +" + std::to_string(job.n_mat - 1) : ""));
+    if (L.partial_bytes > ctx.scratch_size) {
         ggx_set_error("cuda: scratch too small for the decode matmul of %s", job.m[0].w->name);
         return GGX_STATUS_FAILED;
     }
-    if (counters > ctx.n_counters) {
-        ggx_set_error("cuda: decode matmul of %s needs %d tile counters (have %d)", job.m[0].w->name, counters, ctx.n_counters);
+    if (L.counters > ctx.n_counters) {
+        ggx_set_error("cuda: decode matmul of %s needs %d tile counters (have %d)", job.m[0].w->name, L.counters, ctx.n_counters);
         return GGX_STATUS_FAILED;
     }
-    const int W = groups_for(job.T);
-    // x in fp16 (2 rows per float), then the groups' sums
-    const size_t rows = std::max((size_t)W * m * k_fine / 2, W > 1 ? (size_t)(W - 1) * k_tile : 0);
-    const size_t smem = (size_t)job.T * (rows + (rope ? 3 * k_tile : 0)) * sizeof(float);   // + RoPE tile and (cos, sin)
+    const size_t smem = smem_bytes(job.T, m, L.rope);
     if (smem > (size_t)k_max_smem) {
         ggx_set_error("cuda: decode matmul of %s needs %zu bytes of shared memory (at most %d)", job.m[0].w->name, smem, k_max_smem);
         return GGX_STATUS_FAILED;
     }
+    const int blocks = L.blocks;
     switch (job.T) {
         case 1: return launch<1>(ctx, a, blocks, smem);
         case 2: return launch<2>(ctx, a, blocks, smem);

@@ -20,12 +20,13 @@ src=${3:-$def}
 mkdir -p "$out"
 flags=(-std=c++17 -O2 -g -ftrivial-auto-var-init=pattern -Wall -Wextra -I"${CUDA_HOME:-/usr/local/cuda}/include" -I"$out")
 if [ "${kind%-pairgroups}" = qgemv ]; then
-    # the reference dequantizer (exl2/quant) and the piece tables (qmatrix.cu's host code)
+    # the reference dequantizer (exl2/quant), ggx's tensors (the job) and the piece tables
+    # (qmatrix.cu's host code)
     "$here/gen-qgemv.sh" "$src" "$cu" "$out/kern-qgemv.inc"
     variant=0
     [ "$kind" = qgemv-pairgroups ] && variant=1
     ${CXX:-g++} "${flags[@]}" -I"$root" -DKERN_INC='"kern-qgemv.inc"' -DTABLES_INC='"tables.inc"' -DGGX_QGEMV_PAIR_GROUPS=$variant \
-        "$here/emu-qgemv.cpp" "$root/exl2/quant/dequant.cpp" "$root/exl2/quant/exl2-pack.cpp" -o "$out/emu-$kind"
+        "$here/emu-qgemv.cpp" "$root/exl2/quant/dequant.cpp" "$root/exl2/quant/exl2-pack.cpp" "$root/ggx/ggx.cpp" -o "$out/emu-$kind"
 else
     "$here/gen-$kind.sh" "$src" "$cu/attn-common.cuh" "$out/kern-$kind.inc"
     ${CXX:-g++} "${flags[@]}" -DKERN_INC="\"kern-$kind.inc\"" "$here/emu-$kind.cpp" -o "$out/emu-$kind"

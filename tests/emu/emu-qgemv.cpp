@@ -4,9 +4,9 @@
 // forward, reverse and a random order, against a double-precision product of the reference
 // dequantizer's weights (exl2/quant/dequant.h, bit-exact with ExLlamaV2).
 //
-// The arguments are filled as ggx_cuda_qgemv_run fills them, and the piece tables come from
-// qmatrix.cu's own host code (gen-qgemv.sh), so what is emulated is the kernel; the launch plan
-// (m, the paired tables) is the case's choice.
+// The launch's arguments come from qgemv.cu's own fill_args over a job of ggx tensors, as
+// fusion.cu hands it over, and the piece tables from qmatrix.cu's host code (gen-qgemv.sh cuts
+// both out with the kernel); only the launch plan (m, the paired tables) is the case's choice.
 //
 // Bound, S = sum_k |w_k x_k| (test-cuda-qmatmul.cpp's error model): the kernel rounds x to fp16
 // and sums 16 products per half in fp16 over a piece, so its error is ~2^-11 * 2 S / sqrt(K),
@@ -94,8 +94,25 @@ struct Mat {
     std::vector<int32_t> perm;   // quantized row -> input row (q_perm); empty: identity
     std::vector<double> w;       // reference weights [K][N], input-row order
     ggx_cuda_piece_tables tab;
-    int run_cost[4][GGX_QGEMV_MAX_RUN + 1] = {};
+    ggx_qmatrix q = {};      // what ggx_cuda_qmatrix_prepare leaves: the descriptor and its tables (bind)
+    ggx_cuda_qextra e;
 };
+
+// Points m's descriptor at its arrays and tables (once m sits where it stays).
+static void bind(Mat & m) {
+    m.q.K = m.K; m.q.N = m.N; m.q.Np = m.Np; m.q.n_groups = m.G; m.q.qrows = m.QR;
+    m.q.q_weight = m.qw.data();
+    m.q.q_scale = m.qs.data();
+    m.q.q_scale_max = (uint16_t *)m.qsmax.data();
+    m.q.q_perm = m.perm.empty() ? nullptr : m.perm.data();
+    m.e.slice_rows = GGX_QGEMV_FINE_ROWS;
+    m.e.n_slices = (m.K + GGX_QGEMV_FINE_ROWS - 1) / GGX_QGEMV_FINE_ROWS;
+    m.e.pieces = m.tab.pieces.data();
+    m.e.slice_first = m.tab.first.data();
+    m.e.pieces2 = m.tab.pieces2.data();
+    m.e.slice_first2 = m.tab.first2.data();
+    m.q.backend_extra = &m.e;
+}
 
 static long g_joined_across = 0;   // paired pieces joining two groups (the pairgroups variant only)
 
@@ -143,8 +160,9 @@ static Mat make_mat(int K, int N, const Layout & L, bool act_order, uint64_t see
     for (size_t i = 0; i < w16.size(); i++) m.w[i] = ggx_f16_to_f32(w16[i]);
     // the tables qmatrix.cu builds, with its default widths for the paired table (2, 3 and 4) and,
     // built as the pairgroups variant (GGX_QGEMV_PAIR_GROUPS=1), its joins across groups
+    int run_cost[4][GGX_QGEMV_MAX_RUN + 1];
     ggx_cuda_build_piece_tables(ggx_cuda_group_table(L), K, width_mask(nullptr), GGX_QGEMV_PAIR_GROUPS ? width_mask(nullptr) : 0,
-                                &m.tab, m.run_cost);
+                                &m.tab, run_cost);
     for (const int4 & p : m.tab.pieces2) g_joined_across += (p.z & 16) != 0;
     return m;
 }
@@ -172,15 +190,25 @@ struct Job {
 
 constexpr int k_tile = 512, k_cache_rows = 16, k_guard = 1024;
 
+// The partials start as a NaN of another payload than the outputs' (x86 arithmetic keeps a NaN
+// operand's payload), so an epilogue that reads partials before they are written and stores the
+// result changes an output's bits even though both are NaN, and shows as a second writer.
+static float partial_nan() {
+    const uint32_t u = 0x7fc0a5a5u;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 static gemv_args g_args;
 template <int T> static void thread_body() { emu::k_qgemv<T>(g_args); }
 
 // the product with the epilogues in double, and its bound (see the top)
 struct Ref { std::vector<double> y, bound; };
 
-struct Buffers {   // one matrix's outputs and partials; the GLU pair shares the first's y
+struct Buffers {   // one matrix's outputs; the GLU pair shares the first's y
     Guarded<float> * y = nullptr;
-    std::unique_ptr<Guarded<float>> own_y, partial;
+    std::unique_ptr<Guarded<float>> own_y;
     std::unique_ptr<Guarded<uint16_t>> cache16;
     std::unique_ptr<Guarded<float>> cache32;
     void * cache() { return cache16 ? (void *)cache16->p() : cache32 ? (void *)cache32->p() : nullptr; }
@@ -301,89 +329,75 @@ static int run_job(const Job & job, int idx) {
             for (size_t e = 0; e < r.y.size(); e++) r.bound[e] += std::fabs(r.y[e]) / 2048.0;
     }
 
-    // the launch, as ggx_cuda_qgemv_run fills it
+    // the job as fusion.cu would hand it over (tensors over the driver's buffers), and the launch's
+    // arguments from qgemv.cu's own fill_args; the rest as ggx_cuda_qgemv_run adds it
+    ggx_context * gctx = ggx_context_new();
+    auto tensor = [&](ggx_type type, int64_t ne0, int64_t ne1, void * data) {
+        ggx_tensor * t = ggx_new_tensor_2d(gctx, type, ne0, ne1);
+        t->data = data;
+        return t;
+    };
     const bool pairs = job.pairs && T == 1 && job.m % 2 == 0;
+    ggx_qgemv_job gj;
+    gj.n_mat = n_mat;
+    gj.T = T;
+    gj.x = tensor(GGX_TYPE_F32, K, T, x.data());
+    gj.norm = job.norm != 0;
+    gj.norm_w = !job.norm ? nullptr : job.norm == 2 ? tensor(GGX_TYPE_F16, K, 1, norm_w16.data()) : tensor(GGX_TYPE_F32, K, 1, norm_w.data());
+    gj.norm_eps = eps;
+    gj.pos = tensor(GGX_TYPE_I32, T, 1, pos.data());
+    gj.freq_div = job.freq_div ? tensor(GGX_TYPE_F32, half_rot, 1, freq_div.data()) : nullptr;
+    gj.rope = rp;
+    gj.head_dim = job.head_dim;
+    gj.act = job.act;
     std::vector<Buffers> buf(n_mat);
-    std::vector<int> counters(4096 + 2, 0);
-    gemv_args a = {};
-    a.n_mat = n_mat;
-    a.K = K;
-    a.x = x.data();
-    a.norm = job.norm != 0;
-    a.norm_w = job.norm == 2 ? (const void *)norm_w16.data() : (const void *)norm_w.data();
-    a.norm_type = job.norm == 2 ? GGX_TYPE_F16 : GGX_TYPE_F32;
-    a.norm_eps = eps;
-    a.pos = pos.data();
-    a.freq_div = job.freq_div ? freq_div.data() : nullptr;
-    a.rope = rp;
-    a.rope_table = job.rope_table ? rope_table.data() : nullptr;
-    a.head_dim = job.head_dim;
-    a.act = job.act;
-    a.prefetch = 2;
-    a.evict_first = 1.0f;
-    a.counters = counters.data() + 1;
-    int blocks = 0, n_counters = 0;
-    bool rope = false;
-    std::vector<std::vector<float>> norm_tables(n_mat);
+    size_t part_bound = 0;   // the partials of any m fit: at most one K-slice per fine slice
+    for (int i = 0; i < n_mat; i++) part_bound += (size_t)(K + 31) / 32 * T * job.mats[i].mat->Np + 64;
+    Guarded<float> partial(part_bound, k_guard, partial_nan());
     for (int i = 0; i < n_mat; i++) {
         const JobMat & jm = job.mats[i];
         const Mat & q = *jm.mat;
-        gemv_mat & M = a.m[i];
-        M.qw = q.qw.data();
-        M.qs = q.qs.data();
-        M.qsmax = q.qsmax.data();
-        M.perm = q.perm.empty() ? nullptr : q.perm.data();
-        if (job.norm == 3) {   // norm-table.cu: the weights in q_perm order
-            norm_tables[i].resize(K);
-            for (int k = 0; k < K; k++) norm_tables[i][k] = norm_w[M.perm ? M.perm[k] : k];
-            M.norm_wp = norm_tables[i].data();
-        }
-        M.pieces = pairs ? q.tab.pieces2.data() : q.tab.pieces.data();
-        M.slice_first = pairs ? q.tab.first2.data() : q.tab.first.data();
-        M.pair_shift = pairs ? 1 : 0;
-        M.K = q.K;
-        M.N = q.N;
-        M.Np = q.Np;
-        M.m = job.m;
-        M.n_fine = (q.K + 31) / 32;
-        M.n_slices = (M.n_fine + W * job.m - 1) / (W * job.m);
-        M.n_tiles = (q.Np + k_tile - 1) / k_tile;
-        M.block0 = blocks;
-        blocks += M.n_tiles * M.n_slices;
-        buf[i].partial.reset(new Guarded<float>((size_t)M.n_slices * T * q.Np, k_guard, NAN));
-        M.partial = buf[i].partial->p();
+        ggx_qgemv_job_mat & g = gj.m[i];
+        ggx_tensor * w = tensor(GGX_TYPE_EXL2, K, q.N, nullptr);
+        w->extra = (void *)&q.q;
+        g.w = w;
+        g.bias = jm.bias ? tensor(GGX_TYPE_F32, q.N, 1, bias[i].data()) : nullptr;
+        g.resid = jm.epi == GGX_QGEMV_ADD ? tensor(GGX_TYPE_F32, q.N, T, resid[i].data()) : nullptr;
         if (jm.cache) {
             if (job.cache_type == GGX_TYPE_F16) buf[i].cache16.reset(new Guarded<uint16_t>((size_t)k_cache_rows * q.N, k_guard, 0xffff));
             else buf[i].cache32.reset(new Guarded<float>((size_t)k_cache_rows * q.N, k_guard, NAN));
-        } else if (jm.epi == GGX_QGEMV_GLU && jm.pair < i) {
+            g.cache = tensor((ggx_type)job.cache_type, q.N, k_cache_rows, buf[i].cache());
+        } else if (jm.epi == GGX_QGEMV_GLU && jm.pair < i) {   // the GLU's one output
             buf[i].y = buf[jm.pair].y;
+            g.out = gj.m[jm.pair].out;
         } else {
             buf[i].own_y.reset(new Guarded<float>((size_t)T * q.N, k_guard, NAN));
             buf[i].y = buf[i].own_y.get();
+            g.out = tensor(GGX_TYPE_F32, q.N, T, buf[i].y->p());
         }
-        M.bias = jm.bias ? bias[i].data() : nullptr;
-        M.y = jm.cache ? nullptr : buf[i].y->p();
-        M.resid = jm.epi == GGX_QGEMV_ADD ? resid[i].data() : nullptr;
-        M.cache = buf[i].cache();
-        M.cache_type = jm.cache ? job.cache_type : 0;
-        M.cache_rows = jm.cache ? k_cache_rows : 0;
-        M.epi = jm.epi;
-        M.rope = jm.rope;
-        M.pair = jm.pair;
-        M.is_gate = jm.is_gate;
-        rope |= jm.rope;
-        if (jm.epi == GGX_QGEMV_GLU && jm.pair < i) {
-            M.counter0 = a.m[jm.pair].counter0;
-            a.m[jm.pair].arrivals = M.arrivals = a.m[jm.pair].n_slices + M.n_slices;
-        } else {
-            M.counter0 = n_counters;
-            n_counters += M.n_tiles;
-            M.arrivals = M.n_slices;
-        }
+        g.epi = jm.epi;
+        g.rope = jm.rope;
+        g.pair = jm.pair;
+        g.is_gate = jm.is_gate;
     }
-    const int kf = GGX_QGEMV_FINE_ROWS;
-    const size_t rows = std::max((size_t)W * job.m * kf / 2, W > 1 ? (size_t)(W - 1) * k_tile : 0);
-    const size_t smem = (size_t)T * (rows + (rope ? 3 * k_tile : 0)) * sizeof(float);
+    gemv_args a = {};
+    const emu::args_layout lay = emu::fill_args(gj, job.m, pairs, (char *)partial.p(), a);
+    ggx_context_free(gctx);
+    if (lay.partial_bytes > part_bound * sizeof(float)) { fprintf(stderr, "emu-qgemv: job %s: partials past the scratch\n", job.what); exit(2); }
+    const int blocks = lay.blocks;
+    std::vector<int> counters(lay.counters + 2, 0);
+    a.rope_table = job.rope_table ? rope_table.data() : nullptr;
+    a.counters = counters.data() + 1;
+    a.prefetch = 2;
+    a.evict_first = 1.0f;
+    std::vector<std::vector<float>> norm_tables(n_mat);
+    if (job.norm == 3)   // norm-table.cu: the weights in q_perm order
+        for (int i = 0; i < n_mat; i++) {
+            norm_tables[i].resize(K);
+            for (int k = 0; k < K; k++) norm_tables[i][k] = norm_w[a.m[i].perm ? a.m[i].perm[k] : k];
+            a.m[i].norm_wp = norm_tables[i].data();
+        }
+    const size_t smem = emu::smem_bytes(T, job.m, lay.rope);
     if (smem > 96 * 1024) { fprintf(stderr, "emu-qgemv: job %s needs %zu bytes of shared memory\n", job.what, smem); exit(2); }
     constexpr size_t smem_guard = 4096;
 
@@ -403,8 +417,8 @@ static int run_job(const Job & job, int idx) {
             if (buf[i].own_y) std::fill(buf[i].own_y->buf.begin(), buf[i].own_y->buf.end(), NAN);
             if (buf[i].cache16) std::fill(buf[i].cache16->buf.begin(), buf[i].cache16->buf.end(), 0xffff);
             if (buf[i].cache32) std::fill(buf[i].cache32->buf.begin(), buf[i].cache32->buf.end(), NAN);
-            std::fill(buf[i].partial->buf.begin(), buf[i].partial->buf.end(), NAN);
         }
+        std::fill(partial.buf.begin(), partial.buf.end(), partial_nan());
         std::fill(counters.begin(), counters.end(), 0);
         std::vector<int> bl(blocks);
         for (int b = 0; b < blocks; b++) bl[b] = b;
@@ -429,21 +443,21 @@ static int run_job(const Job & job, int idx) {
         for (int b : bl) {
             int mi, tile, slice;
             owner(b, mi, tile, slice);
-            std::vector<std::vector<float>> out0(n_mat), part0(n_mat);
+            std::vector<std::vector<float>> out0(n_mat);
             std::vector<std::vector<uint16_t>> c16(n_mat);
             for (int i = 0; i < n_mat; i++) {
                 if (buf[i].own_y) out0[i].assign(buf[i].own_y->p(), buf[i].own_y->p() + buf[i].own_y->n);
                 if (buf[i].cache16) c16[i].assign(buf[i].cache16->p(), buf[i].cache16->p() + buf[i].cache16->n);
                 if (buf[i].cache32) out0[i].assign(buf[i].cache32->p(), buf[i].cache32->p() + buf[i].cache32->n);
-                part0[i].assign(buf[i].partial->p(), buf[i].partial->p() + buf[i].partial->n);
             }
+            const std::vector<float> part0(partial.p(), partial.p() + partial.n);
             run_block(b, 0);
             for (size_t e = smem; e < smem + smem_guard; e++)
                 if (g_smem[e] != 0xff) { CHECKX(false, "shared memory byte %zu written past the launch's %zu", e, smem); break; }
             // a tile's columns: [tile * 512, + 512); GLU partners write the y they share
             const int c0 = tile * k_tile, c1 = c0 + k_tile;
             for (int i = 0; i < n_mat; i++) {
-                const int N = a.m[i].N, Np = a.m[i].Np;
+                const int N = a.m[i].N;
                 const bool mine_y = i == mi || (job.mats[mi].epi == GGX_QGEMV_GLU && buf[i].y == buf[mi].y && !job.mats[i].cache);
                 auto col_ok = [&](size_t e) -> const char * {
                     const int col = (int)(e % N);
@@ -465,14 +479,22 @@ static int run_job(const Job & job, int idx) {
                             CHECKX(why == nullptr, "block wrote cache element %zu: %s", e, why ? why : "");
                         }
                 }
-                check_writes(part0[i], buf[i].partial->p(), [&](size_t e) -> const char * {
-                    if (i != mi) return "another matrix's partials";
-                    const int s = (int)(e / ((size_t)T * Np)), col = (int)(e % Np);
-                    return s != slice ? "another slice's partial" : col < c0 || col >= c1 ? "another tile's partial" : nullptr;
-                }, "partial");
             }
+            // partials: [n_slices][T][Np] of each matrix, where fill_args put them
+            check_writes(part0, partial.p(), [&](size_t e) -> const char * {
+                for (int i = 0; i < n_mat; i++) {
+                    const gemv_mat & M = a.m[i];
+                    const size_t o = (size_t)(M.partial - partial.p()), n = (size_t)M.n_slices * T * M.Np;
+                    if (e < o || e >= o + n) continue;
+                    if (i != mi) return "another matrix's partials";
+                    const int s = (int)((e - o) / ((size_t)T * M.Np)), col = (int)((e - o) % M.Np);
+                    return s != slice ? "another slice's partial" : col < c0 || col >= c1 ? "another tile's partial" : nullptr;
+                }
+                return "no matrix's partials (alignment padding)";
+            }, "partial");
         }
         for (int c = 0; c < (int)counters.size(); c++) CHECKX(counters[c] == 0, "tile counter %d is %d after the grid", c - 1, counters[c]);
+        partial.check_guards("partial", partial_nan());
         // results: each element written once (the GLU output once in all), within the bound, the same bits in every order
         for (int i = 0; i < n_mat; i++) {
             const JobMat & jm = job.mats[i];
@@ -480,7 +502,6 @@ static int run_job(const Job & job, int idx) {
             if (buf[i].own_y) buf[i].own_y->check_guards("y", NAN);
             if (buf[i].cache32) buf[i].cache32->check_guards("cache", NAN);
             if (buf[i].cache16) buf[i].cache16->check_guards("cache", 0xffff);
-            buf[i].partial->check_guards("partial", NAN);
             std::vector<float> got((size_t)T * N);
             std::vector<int> nw((size_t)T * N);
             for (int t = 0; t < T; t++)
@@ -533,6 +554,7 @@ int main(int argc, char ** argv) {
     mats.reserve(32);
     auto mk = [&](int K, int N, const Layout & L, bool act, uint64_t seed) -> const Mat * {
         mats.push_back(make_mat(K, N, L, act, seed));
+        bind(mats.back());
         return &mats.back();
     };
     const Mat * m4 = mk(1024, 1024, l4, true, 1), * m4_800 = mk(1024, 800, l4, false, 2), * m4_200 = mk(1024, 200, l4, true, 3);
