@@ -17,8 +17,9 @@
 // Beyond the result: the outputs of the three orders are the same bits (each tile's last block
 // sums its partials in slice order, whoever arrives last); every output element is written by
 // exactly one block, and only by a block of its own column tile; partials only in the block's
-// own (slice, tile); guard zones around y, the cache and the partials intact; the tile counters
-// back to 0 after the grid; the shared memory past the launch's size untouched.
+// own (slice, tile); every 16-byte chunk of packed weights read exactly once (the bytes a token
+// costs); guard zones around y, the cache and the partials intact; the tile counters back to 0
+// after the grid; the shared memory past the launch's size untouched.
 //
 //   emu-qgemv [ONLY_CASE]
 #include "emu-core.h"
@@ -58,6 +59,16 @@ inline half2 __hfma2(half2 a, half2 b, half2 c) {
     return __halves2half2(__double2half((double)fa.x * fb.x + fc.x), __double2half((double)fa.y * fb.y + fc.y));
 }
 template <class V> inline V ggx_load_ro(const V * p) { return *p; }
+// The weights' 16-byte loads (load_weights' host branch) are counted per chunk of each matrix's
+// q_weight: a token must read every packed word once, and only those.
+struct WordReads { const uint4 * lo; size_t n; std::vector<int> count; };
+inline std::vector<WordReads> g_word_reads;
+inline uint4 ggx_load_ro(const uint4 * p) {
+    for (WordReads & r : g_word_reads)
+        if (p >= r.lo && p < r.lo + r.n) { r.count[p - r.lo]++; return *p; }
+    CHECKX(false, "a 16-byte load outside every matrix's q_weight");
+    return *p;
+}
 template <class V> inline V __ldg(const V * p) { return *p; }   // exl2-unpack.cuh's GPTQ loads
 inline float ggx_load_any(const void * p, int type, int64_t i) {
     if (type == GGX_TYPE_F16) return __half2float(((const half *)p)[i]);
@@ -419,6 +430,12 @@ static int run_job(const Job & job, int idx) {
             if (buf[i].cache32) std::fill(buf[i].cache32->buf.begin(), buf[i].cache32->buf.end(), NAN);
         }
         std::fill(partial.buf.begin(), partial.buf.end(), partial_nan());
+        g_word_reads.clear();
+        for (int i = 0; i < n_mat; i++) {
+            const Mat & q = *job.mats[i].mat;
+            const size_t n = q.qw.size() / 4;
+            g_word_reads.push_back({(const uint4 *)q.qw.data(), n, std::vector<int>(n, 0)});
+        }
         std::fill(counters.begin(), counters.end(), 0);
         std::vector<int> bl(blocks);
         for (int b = 0; b < blocks; b++) bl[b] = b;
@@ -495,6 +512,11 @@ static int run_job(const Job & job, int idx) {
         }
         for (int c = 0; c < (int)counters.size(); c++) CHECKX(counters[c] == 0, "tile counter %d is %d after the grid", c - 1, counters[c]);
         partial.check_guards("partial", partial_nan());
+        for (int i = 0; i < n_mat; i++) {
+            size_t not_once = 0;
+            for (int c : g_word_reads[i].count) not_once += c != 1;
+            CHECKX(not_once == 0, "matrix %d: %zu of its %zu 16-byte weight chunks not read exactly once", i, not_once, g_word_reads[i].n);
+        }
         // results: each element written once (the GLU output once in all), within the bound, the same bits in every order
         for (int i = 0; i < n_mat; i++) {
             const JobMat & jm = job.mats[i];

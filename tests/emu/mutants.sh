@@ -56,6 +56,7 @@ qgemv_mutants=(
     odd_pieces 's/if (p + 3 < p_end) piece_load(M, p + 3, n, B, a.evict_first);/if (p + 3 < p_end - 1) piece_load(M, p + 3, n, B, a.evict_first);/'
     glu_arrivals 's/a.m\[jm.pair\].arrivals = M.arrivals = a.m\[jm.pair\].n_slices + M.n_slices;/a.m[jm.pair].arrivals = M.arrivals = M.n_slices;/'
     paired_m_odd 's/const bool paired = pairs \&\& e->pieces2;/const bool paired = e->pieces2;/'
+    over_read 's/if (i < nw) s.w\[i\] = load_weights/if (i < nw + 1) s.w[i] = load_weights/'
 )
 qgemv_pairgroups_mutants=(
     across_same_scale 's/piece_scale<1>(s.sw >> 16, __high2half(s.mx), acc, v);/piece_scale<1>(s.sw, __low2half(s.mx), acc, v);/'
