@@ -67,6 +67,9 @@
 #                   its test-cuda's across-groups, synthetic and logits cases, then tg128@16 of
 #                   llama3-8b 4.25, 4.5 and 4.0, qwen2.5-7b 4.25 and llama3.2-1b 4.5 with the variant,
 #                   the variant with GGX_QGEMV_PAIR_GROUPS=0 and the default build, two rounds
+#   compact         the compact build variant (-DGGX_QGEMV_COMPACT_HALVES=1: a 64-row piece's halves by
+#                   one copy of the code): its model tests, then tg128@16 of llama3-8b 4.0 / 2.5 / 3.0,
+#                   llama3.2-1b and qwen2.5-7b 4.0 against the default build, twice; 8B 4.0 @4096
 #   qwengu          tg128@16 of qwen2.5-7b 4.0 and 2.5 with its gate/up in one wave of 74 blocks
 #                   (GGX_QGEMV_ROWS_FOR=gate_proj:896, m = 28: one K-slice per tile, 58 SMs idle),
 #                   in 148 blocks (gate_proj:448) and as planned (222 blocks, 2 waves: the plan's costs
@@ -304,6 +307,21 @@ for part in "$@"; do
                     tg --synthetic $m --bpw $b --ctx 16
                 done
             done ;;
+        compact)
+            # the variant's model tests against the CPU, then tg128@16: the variant, the default build
+            variant_tests compact && TC=build-dev-compact/test-cuda run_tests -tc='*EXL2*,*synthetic*,*logits*'
+            variant_bench compact || continue
+            for r in 1 2; do
+                for mb in "llama3-8b 4.0" "llama3-8b 2.5" "llama3-8b 3.0" "llama3.2-1b 4.0" "qwen2.5-7b 4.0"; do
+                    read -r m b <<< "$mb"
+                    echo "-- $m $b @16, round $r: compact (-DGGX_QGEMV_COMPACT_HALVES=1), then the default build"
+                    B=build-dev-compact/bench tg --synthetic $m --bpw $b --ctx 16
+                    tg --synthetic $m --bpw $b --ctx 16
+                done
+            done
+            echo "-- llama3-8b 4.0 @4096: compact, then the default build"
+            B=build-dev-compact/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
+            tg --synthetic llama3-8b --bpw 4.0 --ctx 4096 ;;
         qwengu)
             for r in 1 2; do
                 for b in 4.0 2.5; do
@@ -330,7 +348,7 @@ for part in "$@"; do
             tg --synthetic llama3.2-1b --bpw 4.0 --ctx 16 ;;
         windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
         x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, stages-ab, orows, plan, plan-trace, piececosts, slicecost, qwengu, pairgroups, pairwidths, smemconfig, smem-driver, carveout, clusters, windows, x16)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, stages-ab, orows, plan, plan-trace, piececosts, slicecost, qwengu, compact, pairgroups, pairwidths, smemconfig, smem-driver, carveout, clusters, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"

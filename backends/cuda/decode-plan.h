@@ -46,6 +46,12 @@
 #ifndef GGX_QGEMV_PAIR_GROUPS
 #define GGX_QGEMV_PAIR_GROUPS 0
 #endif
+// Built with -DGGX_QGEMV_COMPACT_HALVES=1 (bench/variants.sh: compact; NOT YET RUN when written,
+// session 32), a one-row GEMV walks the two halves of a 64-row piece with one copy of the code
+// (qgemv.cu, piece_halves): a smaller loop body for the instruction cache.
+#ifndef GGX_QGEMV_COMPACT_HALVES
+#define GGX_QGEMV_COMPACT_HALVES 0
+#endif
 
 // Per-matrix tables in device memory (ggx_qmatrix::backend_extra). The rows are cut into slices of
 // slice_rows (GGX_QGEMV_FINE_ROWS for EXL2, whose slices are described by "pieces" (slice ∩ group)

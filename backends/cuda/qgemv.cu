@@ -273,8 +273,33 @@ __device__ __forceinline__ void piece_scale(const piece_regs & s, const half2 (&
 // A one-row piece of at most 64 rows of B <= 4 bits: its first 32 rows, then (a paired table's
 // 64-row piece) the next 32 from word row B, each half scaled on its own (the second with the
 // next group's scales when the piece joins two groups), as the plain table's two pieces are.
+// Built with GGX_QGEMV_COMPACT_HALVES=1 (bench/variants.sh: compact; a measurement), the two
+// halves run one copy of the code: the second half's words move to the front (they have arrived:
+// the first half waited for the piece's loads) and the loop runs again. The decode GEMVs run their
+// loops only a few times per warp (o at 4.0 bpw: each instruction once), so a smaller loop body
+// means fewer instruction-cache misses (ncu, run 160: 36% of o's stall cycles were "no
+// instruction", measured with the caches flushed) for 4 moves per half-row of words.
 template <int B>
-__device__ __forceinline__ void piece_halves(const piece_regs & s, const half * xp, int ld, half2 (&acc)[1][4], float (&v)[1][4]) {
+__device__ __forceinline__ void piece_halves(piece_regs & s, const half * xp, int ld, half2 (&acc)[1][4], float (&v)[1][4]) {
+#if GGX_QGEMV_COMPACT_HALVES
+    const int halves = s.pc.w > 32 ? 2 : 1;
+#pragma unroll 1
+    for (int h = 0; h < halves; h++) {
+        if (h) {
+            acc[0][0] = acc[0][1] = acc[0][2] = acc[0][3] = __float2half2_rn(0.0f);
+#pragma unroll
+            for (int i = 0; i < B; i++) s.w[i] = s.w[B + i];
+        }
+        piece_dot<B, 1>(s.w, min(s.pc.w - 32 * h, 32), xp + 32 * h, ld, acc);
+#if GGX_QGEMV_PAIR_GROUPS
+        if (h && (s.pc.z & 16)) {
+            piece_scale<1>(s.sw >> 16, __high2half(s.mx), acc, v);
+            continue;
+        }
+#endif
+        piece_scale<1>(s, acc, v);
+    }
+#else
     piece_dot<B, 1>(s.w, min(s.pc.w, 32), xp, ld, acc);
     piece_scale<1>(s, acc, v);
     if (s.pc.w > 32) {
@@ -288,10 +313,11 @@ __device__ __forceinline__ void piece_halves(const piece_regs & s, const half * 
 #endif
         piece_scale<1>(s, acc, v);
     }
+#endif
 }
 
 template <int T>
-__device__ __forceinline__ void piece_apply(const piece_regs & s, const half * xb, int ld, float (&v)[T][4]) {
+__device__ __forceinline__ void piece_apply(piece_regs & s, const half * xb, int ld, float (&v)[T][4]) {
     half2 acc[T][4];
 #pragma unroll
     for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = __float2half2_rn(0.0f);

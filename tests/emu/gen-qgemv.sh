@@ -24,7 +24,7 @@ from "$cu/activation.cuh" '^static __device__ __forceinline__ float silu_f'
 from "$cu/rope.cuh" '^static __device__ __forceinline__ void ggx_rope_cos_sin'
 echo 'using namespace ggx_exl2_unpack;'
 kernel "$src" '^constexpr int k_group '
-} | grep -v '^ *#pragma unroll$' > "$out"
+} | grep -v '^ *#pragma unroll\( [0-9]*\)\?$' > "$out"
 fix "$out" '__device__ __forceinline__' 'inline'
 fix "$out" '__global__ void __launch_bounds__(k_group * W, 1)' 'void'
 fix "$out" 'const __grid_constant__ gemv_args a' 'const gemv_args a'

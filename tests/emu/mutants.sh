@@ -1,5 +1,5 @@
 #!/bin/bash
-# mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|all]: injects known bugs into a copy of the kernel source, one at a
+# mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|all]: injects known bugs into a copy of the kernel source, one at a
 # time, and runs the emulator's default cases on each (stopping at the first failure). One line
 # per mutant: caught or NOT caught. Exit status 0 only when every mutant is caught.
 # A mutant whose sed expression no longer changes the source, or that does not build, counts as
@@ -12,9 +12,9 @@ build=${EMU_BUILD:-$root/build-emu}
 jobs=${EMU_JOBS:-$(nproc)}
 what=${1:-all}
 case "$what" in
-    prefill | decode | qgemv | qgemv-pairgroups) kinds=$what ;;
+    prefill | decode | qgemv | qgemv-pairgroups | qgemv-compact) kinds=$what ;;
     all) kinds="prefill decode qgemv" ;;
-    *) echo "usage: mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|all]" >&2; exit 2 ;;
+    *) echo "usage: mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|all]" >&2; exit 2 ;;
 esac
 
 # NAME SED_EXPRESSION
@@ -62,6 +62,10 @@ qgemv_pairgroups_mutants=(
     across_same_scale 's/piece_scale<1>(s.sw >> 16, __high2half(s.mx), acc, v);/piece_scale<1>(s.sw, __low2half(s.mx), acc, v);/'
     across_next_row 's/s.sw = (s.sw \& 0xffffu) | (ggx_load_ro(qs + M.Np \/ 8) >> (4 \* (n % 8))) << 16;/s.sw = (s.sw \& 0xffffu) | (ggx_load_ro(qs) >> (4 * (n % 8))) << 16;/'
 )
+qgemv_compact_mutants=(
+    compact_front 's/for (int i = 0; i < B; i++) s.w\[i\] = s.w\[B + i\];/for (int i = 1; i < B; i++) s.w[i] = s.w[B + i];/'
+    compact_x 's/piece_dot<B, 1>(s.w, min(s.pc.w - 32 \* h, 32), xp + 32 \* h, ld, acc);/piece_dot<B, 1>(s.w, min(s.pc.w - 32 * h, 32), xp, ld, acc);/'
+)
 
 # one mutant: its result line into DIR/result
 mutant() {
@@ -92,7 +96,7 @@ mutant() {
 rc=0
 for kind in $kinds; do
     src=$root/backends/cuda/attn-$kind.cu
-    [ "${kind%-pairgroups}" = qgemv ] && src=$root/backends/cuda/qgemv.cu
+    [ "${kind%%-*}" = qgemv ] && src=$root/backends/cuda/qgemv.cu
     declare -n list=${kind//-/_}_mutants
     names=()
     for ((i = 0; i < ${#list[@]}; i += 2)); do
