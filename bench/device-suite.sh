@@ -107,6 +107,21 @@ variant_bench() {
     tail -30 /tmp/device-build-$v.log
     return 1
 }
+# variant_rounds VARIANT EXTRA "MODEL BPW"...: tg128@16 of each with build-dev-VARIANT/bench, then
+# (EXTRA a VAR=VALUE, or "") with that bench under EXTRA, then with the default build; two rounds
+variant_rounds() {
+    local v=$1 extra=$2 r mb m b
+    shift 2
+    for r in 1 2; do
+        for mb in "$@"; do
+            read -r m b <<< "$mb"
+            echo "-- $m $b @16, round $r: $v ($(variant_flags "$v"))${extra:+, with $extra}, the default build"
+            B=build-dev-$v/bench tg --synthetic $m --bpw $b --ctx 16
+            if [ -n "$extra" ]; then (export "$extra"; B=build-dev-$v/bench tg --synthetic $m --bpw $b --ctx 16); fi
+            tg --synthetic $m --bpw $b --ctx 16
+        done
+    done
+}
 # tg128@16 of llama3-8b at each bpw with the variant's bench, then the default's
 ab_variant() {
     local v=$1 what=$2
@@ -298,27 +313,13 @@ for part in "$@"; do
             # (what its kernel's extra code costs), the default build
             variant_tests pairgroups && TC=build-dev-pairgroups/test-cuda run_tests -tc='*across groups*,*synthetic*,*logits*'
             variant_bench pairgroups || continue
-            for r in 1 2; do
-                for mb in "llama3-8b 4.25" "llama3-8b 4.5" "llama3-8b 4.0" "qwen2.5-7b 4.25" "llama3.2-1b 4.5"; do
-                    read -r m b <<< "$mb"
-                    echo "-- $m $b @16, round $r: pairgroups (-DGGX_QGEMV_PAIR_GROUPS=1), with GGX_QGEMV_PAIR_GROUPS=0, the default build"
-                    B=build-dev-pairgroups/bench tg --synthetic $m --bpw $b --ctx 16
-                    GGX_QGEMV_PAIR_GROUPS=0 B=build-dev-pairgroups/bench tg --synthetic $m --bpw $b --ctx 16
-                    tg --synthetic $m --bpw $b --ctx 16
-                done
-            done ;;
+            variant_rounds pairgroups GGX_QGEMV_PAIR_GROUPS=0 "llama3-8b 4.25" "llama3-8b 4.5" "llama3-8b 4.0" "qwen2.5-7b 4.25" \
+                "llama3.2-1b 4.5" ;;
         compact)
             # the variant's model tests against the CPU, then tg128@16: the variant, the default build
             variant_tests compact && TC=build-dev-compact/test-cuda run_tests -tc='*EXL2*,*synthetic*,*logits*'
             variant_bench compact || continue
-            for r in 1 2; do
-                for mb in "llama3-8b 4.0" "llama3-8b 2.5" "llama3-8b 3.0" "llama3.2-1b 4.0" "qwen2.5-7b 4.0"; do
-                    read -r m b <<< "$mb"
-                    echo "-- $m $b @16, round $r: compact (-DGGX_QGEMV_COMPACT_HALVES=1), then the default build"
-                    B=build-dev-compact/bench tg --synthetic $m --bpw $b --ctx 16
-                    tg --synthetic $m --bpw $b --ctx 16
-                done
-            done
+            variant_rounds compact "" "llama3-8b 4.0" "llama3-8b 2.5" "llama3-8b 3.0" "llama3.2-1b 4.0" "qwen2.5-7b 4.0"
             echo "-- llama3-8b 4.0 @4096: compact, then the default build"
             B=build-dev-compact/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
             tg --synthetic llama3-8b --bpw 4.0 --ctx 4096 ;;
