@@ -631,6 +631,12 @@ int block_slices(const ggx_cuda_qextra * e, int T, int m) {
     return (e->n_slices + W * m - 1) / (W * m);
 }
 
+// Scratch bytes of a matrix's partials ([n_slices][T][Np] floats), 256-byte aligned: fill_args lays
+// them out so and ggx_cuda_qgemv_scratch sizes the scratch with it.
+size_t partial_bytes(const ggx_cuda_qextra * e, int T, int Np, int m) {
+    return align256((size_t)block_slices(e, T, m) * T * Np * sizeof(float));
+}
+
 // What fill_args laid out: the grid's blocks, the tile counters, the partials' bytes.
 struct args_layout {
     int    blocks = 0, counters = 0;
@@ -679,7 +685,7 @@ args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part,
         M.block0 = L.blocks;
         L.blocks += M.n_tiles * M.n_slices;
         M.partial = (float *)(part + L.partial_bytes);
-        L.partial_bytes += align256((size_t)M.n_slices * job.T * q->Np * sizeof(float));
+        L.partial_bytes += partial_bytes(e, job.T, q->Np, m);
         M.bias = jm.bias ? (const float *)jm.bias->data : nullptr;
         M.y = jm.cache ? nullptr : (float *)jm.out->data;
         M.resid = jm.resid ? (const float *)jm.resid->data : nullptr;
@@ -873,10 +879,7 @@ int ggx_cuda_qgemv_blocks(const ggx_qgemv_job & job, int m) {
 size_t ggx_cuda_qgemv_scratch(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     const int m = ggx_cuda_qgemv_group_slices(job, ctx.n_sm);
     size_t total = 0;
-    for (int i = 0; i < job.n_mat; i++) {
-        const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
-        total += align256((size_t)block_slices(qextra_of(job.m[i]), job.T, m) * job.T * q->Np * sizeof(float));
-    }
+    for (int i = 0; i < job.n_mat; i++) total += partial_bytes(qextra_of(job.m[i]), job.T, ((const ggx_qmatrix *)job.m[i].w->extra)->Np, m);
     return total;
 }
 

@@ -199,7 +199,8 @@ struct Job {
     std::vector<JobMat> mats;
 };
 
-constexpr int k_tile = 512, k_cache_rows = 16, k_guard = 1024;
+using emu::k_tile;   // the kernel's column tile
+constexpr int k_cache_rows = 16, k_guard = 1024;
 
 // The partials start as a NaN of another payload than the outputs' (x86 arithmetic keeps a NaN
 // operand's payload), so an epilogue that reads partials before they are written and stores the
@@ -409,7 +410,7 @@ static int run_job(const Job & job, int idx) {
             a.m[i].norm_wp = norm_tables[i].data();
         }
     const size_t smem = emu::smem_bytes(T, job.m, lay.rope);
-    if (smem > 96 * 1024) { fprintf(stderr, "emu-qgemv: job %s needs %zu bytes of shared memory\n", job.what, smem); exit(2); }
+    if (smem > (size_t)emu::k_max_smem) { fprintf(stderr, "emu-qgemv: job %s needs %zu bytes of shared memory\n", job.what, smem); exit(2); }
     constexpr size_t smem_guard = 4096;
 
     // which block owns what: block -> (matrix, tile, slice)
