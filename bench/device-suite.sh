@@ -70,6 +70,10 @@
 #   compact         the compact build variant (-DGGX_QGEMV_COMPACT_HALVES=1: a 64-row piece's halves by
 #                   one copy of the code): its model tests, then tg128@16 of llama3-8b 4.0 / 2.5 / 3.0,
 #                   llama3.2-1b and qwen2.5-7b 4.0 against the default build, twice; 8B 4.0 @4096
+#   tail            attention in the q/k/v GEMV's tail (GGX_ATTN_TAIL=N: while pos + 1 <= N keys): its
+#                   test-cuda case, then tg128 of llama3-8b 4.0 @16 with N = 256 (the whole run), 0 (off,
+#                   the default) and 256 again; 2.5 and llama3.2-1b / qwen2.5-7b 4.0 @16 with 256 and 0;
+#                   llama3-8b 4.0 @512 (past the bound: the attention kernel) with 256 and 0; a trace
 #   qwengu          tg128@16 of qwen2.5-7b 4.0 and 2.5 with its gate/up in one wave of 74 blocks
 #                   (GGX_QGEMV_ROWS_FOR=gate_proj:896, m = 28: one K-slice per tile, 58 SMs idle),
 #                   in 148 blocks (gate_proj:448) and as planned (222 blocks, 2 waves: the plan's costs
@@ -323,6 +327,15 @@ for part in "$@"; do
             echo "-- llama3-8b 4.0 @4096: compact, then the default build"
             B=build-dev-compact/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
             tg --synthetic llama3-8b --bpw 4.0 --ctx 4096 ;;
+        tail)
+            run_tests -tc='*tail*'
+            for n in 256 0 256; do echo "-- llama3-8b 4.0 @16, GGX_ATTN_TAIL=$n"; GGX_ATTN_TAIL=$n tg --synthetic llama3-8b --bpw 4.0 --ctx 16; done
+            for mb in "llama3-8b 2.5" "llama3.2-1b 4.0" "qwen2.5-7b 4.0"; do
+                read -r m b <<< "$mb"
+                for n in 256 0; do echo "-- $m $b @16, GGX_ATTN_TAIL=$n"; GGX_ATTN_TAIL=$n tg --synthetic $m --bpw $b --ctx 16; done
+            done
+            for n in 256 0; do echo "-- llama3-8b 4.0 @512, GGX_ATTN_TAIL=$n"; GGX_ATTN_TAIL=$n tg --synthetic llama3-8b --bpw 4.0 --ctx 512; done
+            GGX_ATTN_TAIL=256 GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -20 ;;
         qwengu)
             for r in 1 2; do
                 for b in 4.0 2.5; do

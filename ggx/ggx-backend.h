@@ -119,6 +119,9 @@ long                 ggx_backend_cuda_norm_table_mats(struct ggx_backend * be);
 // Pieces of the paired decode tables that join two EXL2 groups, counted at load; -1 in builds
 // without -DGGX_QGEMV_PAIR_GROUPS=1 (backends/cuda/decode-plan.h), which never join them.
 long                 ggx_backend_cuda_pair_group_pieces(struct ggx_backend * be);
+// One-row q/k/v GEMV jobs that compute their attention in their tail (GGX_ATTN_TAIL=N at backend
+// start; backends/cuda/decode-plan.h), counted when a graph is recorded.
+long                 ggx_backend_cuda_attn_tail_jobs(struct ggx_backend * be);
 #endif
 
 // Convenience wrappers.

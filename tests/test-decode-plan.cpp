@@ -63,8 +63,10 @@ struct DecodeGraph {
         return t;
     }
 
-    // Llama decoder (D = 256, 4 heads of 64, 2 KV heads, FFN 512) over T tokens, n_layer layers.
-    void build(int T, int n_layer) {
+    // Llama decoder (D = 256, 4 heads of 64, 2 KV heads, FFN 512) over T tokens, n_layer layers,
+    // caches of C = 64 rows of cache_type, attention with this softcap.
+    std::vector<ggx_tensor *> attn;
+    void build(int T, int n_layer, ggx_type cache_type = GGX_TYPE_F16, float softcap = 0.0f) {
         const int D = 256, hd = 64, H = 4, Hkv = 2, F = 512, V = 1000, C = 64;
         ggx_tensor * ids = input(GGX_TYPE_I32, T);
         ggx_tensor * pos = input(GGX_TYPE_I32, T);
@@ -77,9 +79,10 @@ struct DecodeGraph {
         rp.attn_factor = 1.0f;
         ggx_params_attn ap = {};
         ap.scale = 0.125f;
+        ap.softcap = softcap;
         for (int il = 0; il < n_layer; il++) {
-            k_cache.push_back(weight(GGX_TYPE_F16, hd * Hkv, C));
-            v_cache.push_back(weight(GGX_TYPE_F16, hd * Hkv, C));
+            k_cache.push_back(weight(cache_type, hd * Hkv, C));
+            v_cache.push_back(weight(cache_type, hd * Hkv, C));
             ggx_tensor * h = ggx_rms_norm(ctx, x, weight(GGX_TYPE_F16, D), 1e-5f);
             ggx_tensor * q = ggx_mul_mat(ctx, exl2(D, hd * H), h);
             ggx_tensor * k = ggx_mul_mat(ctx, exl2(D, hd * Hkv), h);
@@ -89,6 +92,7 @@ struct DecodeGraph {
             ggx_tensor * kc = ggx_kv_store(ctx, ggx_reshape_2d(ctx, k, hd * Hkv, T), k_cache.back(), pos);
             ggx_tensor * vc = ggx_kv_store(ctx, v, v_cache.back(), pos);
             ggx_tensor * a = ggx_attn(ctx, q, ggx_reshape_3d(ctx, kc, hd, Hkv, C), ggx_reshape_3d(ctx, vc, hd, Hkv, C), pos, ap);
+            attn.push_back(a);
             x = ggx_add(ctx, x, ggx_mul_mat(ctx, exl2(hd * H, D), ggx_reshape_2d(ctx, a, hd * H, T)));
             h = ggx_rms_norm(ctx, x, weight(GGX_TYPE_F16, D), 1e-5f);
             ggx_tensor * gu = ggx_glu(ctx, ggx_mul_mat(ctx, exl2(D, F), h), ggx_mul_mat(ctx, exl2(D, F), h), GGX_ACT_SILU);
@@ -511,6 +515,49 @@ TEST_CASE("decode plan: paired piece tables are the plain ones with 2-4-bit piec
         if ((across & join & (1 << 2)) && &L == &layouts[8]) CHECK(joined_across > 0);
         if (across == 0) CHECK(joined_across == 0);
     }
+}
+
+// Attention in the q/k/v job's tail (decode-plan.h, ggx_qgemv_attn): planned for one-row q/k/v
+// jobs whose attention reads their q and caches, with the bound clipped to the cache rows; the
+// ATTN node stays in the plan (its kernel orders o after the job) and knows the bound. Not for
+// two rows, f32 caches, a softcap, or without the switch.
+TEST_CASE("decode plan: attention in the q/k/v tail where it applies") {
+    for (int bound : {48, 100, 0}) {
+        CAPTURE(bound);
+        DecodeGraph G;
+        G.build(1, 2);
+        ggx_cuda_plan p;
+        ggx_cuda_plan_graph(true, G.g, p, bound);
+        int tails = 0;
+        for (const ggx_qgemv_job & j : p.jobs) {
+            if (j.attn.bound == 0) continue;
+            tails++;
+            CHECK(j.attn.bound == std::min(bound, 64));
+            REQUIRE(j.attn.q >= 0);
+            CHECK(j.m[j.attn.q].rope);
+            CHECK(j.m[j.attn.q].cache == nullptr);
+            CHECK(j.m[j.attn.k].cache == G.k_cache[tails - 1]);
+            CHECK(j.m[j.attn.v].cache == G.v_cache[tails - 1]);
+            CHECK(j.attn.out == G.attn[tails - 1]);
+            CHECK(j.attn.H == 4);
+            CHECK(j.attn.Hkv == 2);
+            CHECK(j.attn.scale == 0.125f);
+            const int ia = G.node_index(G.attn[tails - 1]);
+            CHECK(p.action[ia] == ggx_cuda_plan::RUN);
+            CHECK(p.attn_tail[ia] == j.attn.bound);
+        }
+        CHECK(tails == (bound > 0 ? 2 : 0));
+    }
+    auto no_tail = [](DecodeGraph & G) {
+        ggx_cuda_plan p;
+        ggx_cuda_plan_graph(true, G.g, p, 48);
+        for (const ggx_qgemv_job & j : p.jobs) CHECK(j.attn.bound == 0);
+        for (int b : p.attn_tail) CHECK(b == 0);
+        CHECK(p.jobs.size() > 4);   // the GEMV jobs themselves are fused as before
+    };
+    SUBCASE("two rows") { DecodeGraph G; G.build(2, 2); no_tail(G); }
+    SUBCASE("f32 caches") { DecodeGraph G; G.build(1, 2, GGX_TYPE_F32); no_tail(G); }
+    SUBCASE("softcap") { DecodeGraph G; G.build(1, 2, GGX_TYPE_F16, 30.0f); no_tail(G); }
 }
 
 #endif  // GGX_USE_CUDA

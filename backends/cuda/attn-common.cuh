@@ -33,7 +33,14 @@ struct attn_args {
     int qsplit;           // k_attn_split: blocks per KV head (each takes G / qsplit of its query heads)
     int stages;           // k_attn_decode: K/V tiles in flight per warp (2 or 3, GGX_ATTN_STAGES)
     int smem_stages;      // k_attn_decode: shared memory for at least this many (GGX_ATTN_SMEM_STAGES, measurements)
+    int tail_bound;       // > 0: the q/k/v GEMV's tail computes the result while pos + 1 <= tail_bound (decode-plan.h)
 };
+
+// The q/k/v GEMV's tail computed this step's result (qgemv.cu's attn_tail tests the same): the
+// kernel then only waits for that grid, so that o, which waits for this one, reads the result.
+static __device__ __forceinline__ bool attn_in_qkv_tail(const attn_args & a) {
+    return a.tail_bound > 0 && a.T == 1 && a.pos[0] >= 0 && a.pos[0] + 1 <= a.tail_bound;
+}
 
 constexpr int k_merge_loads = 8;   // split partials in flight per thread in the merge
 

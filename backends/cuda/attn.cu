@@ -107,6 +107,12 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(const __grid_constant_
 
     __shared__ int trace_slot;
     ggx_trace_begin(a.trace, &trace_slot);
+    if (attn_in_qkv_tail(a)) {   // done by the q/k/v GEMV's tail: only order o after it
+        ggx_pdl_wait();
+        ggx_pdl_launch_next();
+        ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
+        return;
+    }
     // pos is uploaded before the graph runs: the key range is known before the wait
     const int p_t = a.pos[t];
     const int p_vis = a.non_causal ? a.pos[a.T - 1] : p_t;   // last visible key
@@ -436,7 +442,7 @@ size_t ggx_cuda_attn_scratch(const ggx_tensor * dst) {
     return sizeof(float) * (size_t)(q->ne[2] * q->ne[3]) * q->ne[1] * p.n_splits * (q->ne[0] + 4);
 }
 
-ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst, half * x16) {
+ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst, half * x16, int tail_bound) {
     const ggx_tensor * q = dst->src[0];
     const ggx_tensor * kc = dst->src[1];
     attn_args a = {};
@@ -460,6 +466,7 @@ ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst, half * x16) {
     a.softcap = dst->params.attn.softcap;
     a.window = dst->params.attn.window;
     a.non_causal = dst->params.attn.non_causal;
+    a.tail_bound = tail_bound;
     if (a.T == 0) return GGX_STATUS_OK;
     if (x16 && !prefill_ok(dst)) {
         ggx_set_error("cuda: attention %s: fp16 output is only on the prefill path", dst->name);

@@ -10,5 +10,6 @@
 bool            ggx_cuda_supports_attn(const struct ggx_tensor * dst);
 size_t          ggx_cuda_attn_scratch(const struct ggx_tensor * dst);
 // With x16 (prefill path only), the result goes there in fp16 instead of to dst (see
-// ggx_cuda_ctx::x16_of).
-enum ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, struct ggx_tensor * dst, half * x16 = nullptr);
+// ggx_cuda_ctx::x16_of). With tail_bound > 0 the q/k/v job before it computes the result while
+// pos + 1 <= tail_bound (ggx_cuda_plan::attn_tail), and the kernel only waits for that job then.
+enum ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, struct ggx_tensor * dst, half * x16 = nullptr, int tail_bound = 0);

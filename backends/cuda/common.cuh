@@ -122,6 +122,10 @@ struct ggx_cuda_ctx {
     bool           norm_table_on = false;
     long           norm_table_mats = 0;      // matrices of GEMV launches recorded reading one (ggx_backend_cuda_norm_table_mats)
     long           pair_group_pieces = 0;    // paired pieces joining two groups (decode-plan.h; ggx_backend_cuda_pair_group_pieces)
+    // Attention in the q/k/v GEMV's tail while pos + 1 <= attn_tail keys (GGX_ATTN_TAIL=N; 0: off;
+    // decode-plan.h, ggx_qgemv_attn), and the jobs recorded doing it (ggx_backend_cuda_attn_tail_jobs).
+    int            attn_tail = 0;
+    long           attn_tail_jobs = 0;
     char           name[16] = {0};
 };
 

@@ -106,6 +106,21 @@ struct ggx_qgemv_job_mat {
     bool is_gate = false;
 };
 
+// The attention of a one-row q/k/v job, computed in the job's tail (qgemv.cu, attn_tail; planned by
+// fusion.cu when GGX_ATTN_TAIL is set): the ATTN node reading q's output and the f16 k and v caches
+// the job stores into. While pos + 1 <= bound, the last block of each q tile walks the keys before
+// pos for its heads (part A: an online-softmax state per head), and whichever of a group's
+// producers (its q tiles, the k and v tiles holding its KV head) arrives last adds the key at pos
+// and writes the result (part B); the attention kernel then only orders o after the job. Past the
+// bound the attention kernel does it all, as without the tail.
+struct ggx_qgemv_attn {
+    struct ggx_tensor * out = nullptr;   // the ATTN node: f32 [H][head_dim]
+    int   q = -1, k = -1, v = -1;        // the job's matrices of q (RoPE, y), k and v (cache rows)
+    int   H = 0, Hkv = 0;                // query and KV heads of job.head_dim columns
+    float scale = 0.0f;
+    int   bound = 0;                     // keys (pos + 1) the tail takes at most; 0: no tail
+};
+
 struct ggx_qgemv_job {
     int n_mat = 0;
     int T = 0;
@@ -119,6 +134,7 @@ struct ggx_qgemv_job {
     int head_dim = 0;
     int act = 0;                                 // enum ggx_act for GLU
     ggx_qgemv_job_mat m[GGX_QGEMV_MAX_MATS];
+    ggx_qgemv_attn attn;                         // one-row q/k/v jobs only
 };
 
 struct ggx_cuda_plan {
@@ -131,6 +147,9 @@ struct ggx_cuda_plan {
     std::vector<const struct ggx_tensor *> x16_out;   // the tensor those matmuls read, or null
     // Per ADD node: the RMS_NORM node right after it that it computes too (that node is SKIP), or -1.
     std::vector<int>           add_norm;
+    // Per ATTN node: the bound of the q/k/v job that computes it in its tail (ggx_qgemv_attn), or 0.
+    // The node still runs: its kernel returns after its PDL wait while pos + 1 <= bound.
+    std::vector<int>           attn_tail;
 };
 
 // The pieces of an EXL2 matrix (groups: per group {k0, qrow0, bits, rows}, in order) over its
@@ -172,8 +191,12 @@ void          ggx_cuda_plan_matrix_init(ggx_cuda_plan_matrix & pm, int K, int N,
 // The run costs (ggx_cuda_qextra::run_cost) of a K-row EXL2 matrix whose groups are these, as
 // preparing it computes them.
 void          ggx_cuda_layout_run_costs(const std::vector<std::pair<int, int>> & groups, int K, int (*run_cost)[GGX_QGEMV_MAX_RUN + 1]);
-// Plans a bound graph (data pointers set). With fuse false every decode matmul is its own job.
-void          ggx_cuda_plan_graph(bool fuse, struct ggx_graph * g, ggx_cuda_plan & plan);
+// Plans a bound graph (data pointers set). With fuse false every decode matmul is its own job. With
+// attn_tail > 0, one-row q/k/v jobs whose attention the tail can take (ggx_qgemv_attn) take it
+// while pos + 1 <= attn_tail (clipped to the cache rows and to GGX_ATTN_TAIL_MAX_KEYS).
+void          ggx_cuda_plan_graph(bool fuse, struct ggx_graph * g, ggx_cuda_plan & plan, int attn_tail = 0);
+// The most keys the tail of a q/k/v job takes: its shared memory holds a score per key and head.
+#define GGX_ATTN_TAIL_MAX_KEYS 1024
 // Whether a MUL_MAT node can run as a decode GEMV job (EXL2 weights prepared for CUDA, f32 input
 // of at most GGX_CUDA_QGEMV_MAX_T rows).
 bool          ggx_cuda_qgemv_supports(const struct ggx_tensor * mul_mat);

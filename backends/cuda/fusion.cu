@@ -256,14 +256,74 @@ void plan_prefill_x16(const graph_index & gi, ggx_cuda_plan & plan) {
     }
 }
 
+// Attention in the tail of one-row q/k/v jobs (ggx_qgemv_attn): a job with a q matrix (RoPE, result
+// in y) and k (RoPE) and v matrices storing into f16 caches, whose results one causal ATTN node
+// reads (no softcap, no window, heads of 64 or 128 columns), with nothing but views and the job's
+// own folded nodes between the job and that node: the job writes the node's result that early, so
+// the result may not share a byte with anything the job reads or writes.
+void plan_attn_tail(const graph_index & gi, ggx_cuda_plan & plan, int bound) {
+    const int n = ggx_graph_n_nodes(gi.g);
+    for (int p = 0; p < n; p++) {
+        if (plan.action[p] < 0) continue;
+        ggx_qgemv_job & job = plan.jobs[plan.action[p]];
+        if (job.T != 1 || job.n_mat != 3 || job.head_dim != 64 && job.head_dim != 128 || !job.pos) continue;
+        int qi = -1, ki = -1, vi = -1;
+        for (int i = 0; i < 3; i++) {
+            const ggx_qgemv_job_mat & m = job.m[i];
+            if (m.epi != GGX_QGEMV_STORE) continue;
+            if (m.rope && m.out && !m.cache) qi = i;
+            else if (m.rope && m.cache) ki = i;
+            else if (!m.rope && m.cache) vi = i;
+        }
+        if (qi < 0 || ki < 0 || vi < 0) continue;
+        // the first node after p, past views and folded nodes: the ATTN node
+        int ia = p + 1;
+        while (ia < n && (plan.action[ia] == ggx_cuda_plan::SKIP || gi.node(ia)->op == GGX_OP_NONE)) ia++;
+        if (ia == n) continue;
+        ggx_tensor * at = ggx_graph_node(gi.g, ia);
+        if (at->op != GGX_OP_ATTN || plan.action[ia] != ggx_cuda_plan::RUN) continue;
+        const ggx_params_attn & ap = at->params.attn;
+        const ggx_tensor * q = at->src[0], * kc = at->src[1], * vc = at->src[2];
+        const ggx_tensor * kcache = job.m[ki].cache, * vcache = job.m[vi].cache;
+        const int64_t hd = job.head_dim, H = q->ne[1], Hkv = kc->ne[1];
+        if (ap.softcap != 0.0f || ap.window != 0 || ap.non_causal || at->src[3] != job.pos || !plain_f32(at) || !plain_f32(q) ||
+            q->ne[0] != hd || q->ne[2] * q->ne[3] != 1 || !same_data(q, job.m[qi].out) || kc->ne[0] != hd || Hkv < 1 || H % Hkv)
+            continue;
+        if (kcache->type != GGX_TYPE_F16 || vcache->type != GGX_TYPE_F16 || kc->data != kcache->data || vc->data != vcache->data ||
+            ggx_nelements(kc) != ggx_nelements(kcache) || ggx_nelements(vc) != ggx_nelements(vcache) || !ggx_is_contiguous(kc) ||
+            !ggx_is_contiguous(vc) || vc->ne[0] != hd || vc->ne[1] != Hkv)
+            continue;
+        const ggx_qmatrix * wq = (const ggx_qmatrix *)job.m[qi].w->extra, * wk = (const ggx_qmatrix *)job.m[ki].w->extra,
+                          * wv = (const ggx_qmatrix *)job.m[vi].w->extra;
+        if (wq->N != H * hd || wk->N != Hkv * hd || wv->N != Hkv * hd) continue;
+        const range out = range_of(at);
+        bool clash = false;
+        for (const ggx_tensor * t : {job.x, job.norm_w, job.pos, job.freq_div, (const ggx_tensor *)kcache, (const ggx_tensor *)vcache,
+                                     (const ggx_tensor *)job.m[qi].out, job.m[0].bias, job.m[1].bias, job.m[2].bias})
+            clash = clash || (t && overlap(range_of(t), out));
+        if (clash) continue;
+        const int rows = (int)(ggx_nelements(kcache) / (Hkv * hd));
+        job.attn.out = at;
+        job.attn.q = qi;
+        job.attn.k = ki;
+        job.attn.v = vi;
+        job.attn.H = (int)H;
+        job.attn.Hkv = (int)Hkv;
+        job.attn.scale = ap.scale;
+        job.attn.bound = std::min(std::min(bound, rows), GGX_ATTN_TAIL_MAX_KEYS);
+        plan.attn_tail[ia] = job.attn.bound;
+    }
+}
+
 }  // namespace
 
-void ggx_cuda_plan_graph(bool fuse, ggx_graph * g, ggx_cuda_plan & plan) {
+void ggx_cuda_plan_graph(bool fuse, ggx_graph * g, ggx_cuda_plan & plan, int attn_tail) {
     const int n = ggx_graph_n_nodes(g);
     plan.action.assign(n, ggx_cuda_plan::RUN);
     plan.jobs.clear();
     plan.x16_out.assign(n, nullptr);
     plan.add_norm.assign(n, -1);
+    plan.attn_tail.assign(n, 0);
     if (!fuse) return;
     graph_index gi;
     gi.g = g;
@@ -353,6 +413,7 @@ void ggx_cuda_plan_graph(bool fuse, ggx_graph * g, ggx_cuda_plan & plan) {
     }
     plan_prefill_x16(gi, plan);
     plan_add_norm(gi, plan);
+    if (attn_tail > 0) plan_attn_tail(gi, plan, attn_tail);
 }
 
 bool ggx_cuda_keeps_x16(const ggx_tensor * n) {

@@ -268,6 +268,7 @@ ggx_status run_nodes(ggx_cuda_ctx & ctx, ggx_graph * g, const ggx_cuda_plan & pl
                       : act >= 0  ? ggx_cuda_qgemv_run(ctx, plan.jobs[act])
                       : fn >= 0   ? ggx_cuda_op_add_rms_norm(ctx, n, ggx_graph_node(g, fn), x16_of ? (half *)ctx.scratch : nullptr)
                       : x16_of    ? compute_x16(ctx, n)
+                      : plan.attn_tail[i] ? ggx_cuda_op_attn(ctx, n, nullptr, plan.attn_tail[i])
                                   : compute_node(ctx, n);
         if (st == GGX_STATUS_OK && x16_of) ctx.x16_of = x16_of;
         if (act >= 0 || n->op != GGX_OP_NONE) ctx.rope_table_fresh = false;   // a kernel ran after the table's
@@ -306,7 +307,8 @@ ggx_status prepare(ggx_backend * be, ggx_graph * g, ggx_cuda_plan & plan) {
         }
         need = std::max(need, node_scratch(ctx, n));
     }
-    ggx_cuda_plan_graph(ctx.fuse, g, plan);
+    // the steps (GGX_CUDA_STEP) run their own q/k/v stages, without the attention tail
+    ggx_cuda_plan_graph(ctx.fuse, g, plan, ctx.strip_step ? 0 : ctx.attn_tail);
     GGX_RETURN_IF_ERR(ggx_cuda_rope_table_prepare(ctx, plan));   // (before the capture: it allocates)
     GGX_RETURN_IF_ERR(ggx_cuda_norm_tables_prepare(ctx, plan));  // (likewise)
     for (const ggx_qgemv_job & job : plan.jobs) {
@@ -530,6 +532,7 @@ __global__ void k_probe(int * p) { if (p) *p = 1; }
 extern "C" long ggx_backend_cuda_strip_stages(ggx_backend * be) { return be ? ctx_of(be)->strip_stages : 0; }
 extern "C" long ggx_backend_cuda_rope_table_jobs(ggx_backend * be) { return be ? ctx_of(be)->rope_table_jobs : 0; }
 extern "C" long ggx_backend_cuda_norm_table_mats(ggx_backend * be) { return be ? ctx_of(be)->norm_table_mats : 0; }
+extern "C" long ggx_backend_cuda_attn_tail_jobs(ggx_backend * be) { return be ? ctx_of(be)->attn_tail_jobs : 0; }
 extern "C" long ggx_backend_cuda_pair_group_pieces(ggx_backend * be) {
     return !GGX_QGEMV_PAIR_GROUPS ? -1 : be ? ctx_of(be)->pair_group_pieces : 0;
 }
@@ -588,6 +591,7 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->step_tile = ctx->strip_step && strcmp(getenv("GGX_CUDA_STEP"), "tile") == 0;
     ctx->tile_warps = ggx_tile_step_warps(ggx_env_int_in("GGX_CUDA_STEP_TILE_WARPS", 12, 16, 16));
     ctx->tile_split = ggx_env_int_in("GGX_CUDA_STEP_TILE_QKV", 0, 1, 1) != 0;
+    ctx->attn_tail = ggx_env_int_in("GGX_ATTN_TAIL", 0, GGX_ATTN_TAIL_MAX_KEYS, 0);
 #if defined(GGX_USE_HIP)
     // its units are 32 lanes wide, one per slice: not written for 64-wide wavefronts, never run on AMD
     if (ctx->strip_step) fprintf(stderr, "ggx-cuda: GGX_CUDA_STEP is not available in the HIP build; ignored\n");

@@ -73,6 +73,20 @@ struct gemv_mat {
     int cache_type;
     int cache_rows;
     int epi, rope, pair, is_gate;
+    int attn_role;     // attention in the tail (gemv_attn): 1 q, 2 k, 3 v, 0 none
+};
+
+// Attention in the tail of a one-row q/k/v job (decode-plan.h: ggx_qgemv_attn; attn_tail below).
+struct gemv_attn {
+    float *       out;      // [H][hd] the ATTN node's result
+    float *       state;    // [H][hd + 2]: part A's acc[hd], m, l per query head (in the scratch, past the partials)
+    const half *  k;        // caches [C][Hkv][hd]
+    const half *  v;
+    const float * q;        // q after RoPE [H][hd]: q's y
+    float scale;
+    int H, Hkv, hd;
+    int bound;              // the tail runs while pos + 1 <= bound (0: never)
+    int counter0;           // the groups' arrival counters [Hkv]
 };
 
 struct gemv_args {
@@ -90,6 +104,7 @@ struct gemv_args {
     int prefetch;
     float evict_first;   // fraction of the weight loads marked L2 evict-first (GGX_QGEMV_EVICT_FIRST)
     int * counters;
+    gemv_attn attn;
     ggx_trace_dev trace;   // GGX_CUDA_TRACE only
 };
 
@@ -346,6 +361,216 @@ __device__ __forceinline__ void piece_apply(piece_regs & s, const half * xb, int
         }
         piece_scale<T>(s, acc, v);
     }
+}
+
+// ---- attention in the tail of a one-row q/k/v job ----
+// The attention kernel after the q/k/v GEMV spends ~6 us per layer at short contexts (run 160's
+// trace, H100), most of it fixed costs; here the GEMV's last blocks do its work while their SMs are
+// busy anyway. Part A, by the last block of each q tile: the online-softmax state of the tile's
+// heads over the keys before pos (rows earlier steps wrote). Part B, by the last of a group's
+// producers to arrive (its q tiles after part A, the k and v tiles holding its KV head after their
+// cache stores): the key at pos merged into that state, and the result. No block waits for
+// another, so any grid size and block order is safe (tests/emu runs it in three orders).
+constexpr int k_attn_rounds = 8;   // keys each thread has in flight per kv head in part A
+
+// 8 halves of a 16-byte load as floats
+__device__ __forceinline__ void halves8(const uint4 & u, float (&f)[8]) {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 p = __half22float2(u32_as_half2(w[i]));
+        f[2 * i] = p.x;
+        f[2 * i + 1] = p.y;
+    }
+}
+
+// Floats of shared memory the tail of a q tile uses (part A): the tile's q, the scores of its nh
+// heads, their (m, l), and the warps' sums over their keys of four heads' values.
+__host__ __device__ inline int attn_smem_floats(int NT, int hd, int bound) {
+    const int nh = k_tile / hd;
+    return nh * hd + nh * bound + 2 * nh + NT / GGX_CUDA_WARP * 4 * hd;
+}
+
+// Part A for the q tile's heads h0 .. h0 + nh - 1 over keys 0 .. pos - 1: state[h] = (acc[hd], m,
+// l), m the largest score, l = sum_j e^(s_j - m), acc = sum_j e^(s_j - m) v_j. sm starts with the
+// tile's q already scaled ([nh][hd], written by the caller). Thread (dc, kc) holds the 8 columns
+// dc of keys kc, kc + n_kc, ...: its K and V chunks are 16-byte loads, k_attn_rounds of them in
+// flight; a score is the sum over the D = hd / 8 lanes of a key (shuffles), a value sum the sum
+// over the key chunks (shuffles in the warp, then the warps in shared memory).
+template <int NT>
+__device__ __noinline__ void attn_part_a(const gemv_attn & at, int h0, int nh, int pos, float * sm) {
+    const int hd = at.hd, G = at.H / at.Hkv, D = hd / 8, n_kc = NT / D;
+    const int dc = threadIdx.x % D, kc = threadIdx.x / D, warp = threadIdx.x / GGX_CUDA_WARP, lane = threadIdx.x % GGX_CUDA_WARP;
+    const float * qs = sm;             // [nh][hd]
+    float * sc = sm + nh * hd;         // [nh][pos]: scores, then e^(s - m)
+    float * ml = sc + nh * pos;        // [nh][2]
+    float * red = ml + 2 * nh;         // [NT / 32][4][hd]
+    const int kv_first = h0 / G, kv_last = (h0 + nh - 1) / G;
+    constexpr int R = k_attn_rounds;
+    for (int kvh = kv_first; kvh <= kv_last; kvh++) {
+        const int ha = max(0, kvh * G - h0), hb = min(nh, (kvh + 1) * G - h0);   // the tile's heads reading kvh
+        const half * K = at.k + (size_t)kvh * hd + dc * 8;
+        for (int j0 = 0; j0 < pos; j0 += R * n_kc) {
+            uint4 kr[R];
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                const int j = j0 + kc + i * n_kc;
+                kr[i] = j < pos ? *(const uint4 *)(K + (size_t)j * at.Hkv * hd) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                if (j0 + i * n_kc >= pos) break;   // (the same for the whole block: the shuffles stay converged)
+                float kf[8];
+                halves8(kr[i], kf);
+                const int j = j0 + kc + i * n_kc;
+                for (int hl = ha; hl < hb; hl++) {
+                    const float4 q0 = *(const float4 *)(qs + hl * hd + dc * 8), q1 = *(const float4 *)(qs + hl * hd + dc * 8 + 4);
+                    float s = q0.x * kf[0] + q0.y * kf[1] + q0.z * kf[2] + q0.w * kf[3] + q1.x * kf[4] + q1.y * kf[5] + q1.z * kf[6] + q1.w * kf[7];
+                    for (int o = D / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+                    if (dc == 0 && j < pos) sc[hl * pos + j] = s;
+                }
+            }
+        }
+    }
+    __syncthreads();
+    for (int hl = warp; hl < nh; hl += NT / GGX_CUDA_WARP) {
+        float m = -INFINITY;
+        for (int j = lane; j < pos; j += GGX_CUDA_WARP) m = fmaxf(m, sc[hl * pos + j]);
+        m = ggx_warp_max(m);
+        float l = 0.0f;
+        for (int j = lane; j < pos; j += GGX_CUDA_WARP) {
+            const float p = __expf(sc[hl * pos + j] - m);
+            sc[hl * pos + j] = p;
+            l += p;
+        }
+        l = ggx_warp_sum(l);
+        if (lane == 0) { ml[2 * hl] = m; ml[2 * hl + 1] = l; }
+    }
+    __syncthreads();
+    for (int kvh = kv_first; kvh <= kv_last; kvh++) {
+        const int ha = max(0, kvh * G - h0), hb = min(nh, (kvh + 1) * G - h0);
+        const half * V = at.v + (size_t)kvh * hd + dc * 8;
+        for (int hg = ha; hg < hb; hg += 4) {   // four heads' sums at a time
+            float acc[4][8];
+#pragma unroll
+            for (int h = 0; h < 4; h++)
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[h][e] = 0.0f;
+            for (int j0 = 0; j0 < pos; j0 += R * n_kc) {
+                uint4 vr[R];
+#pragma unroll
+                for (int i = 0; i < R; i++) {
+                    const int j = j0 + kc + i * n_kc;
+                    vr[i] = j < pos ? *(const uint4 *)(V + (size_t)j * at.Hkv * hd) : make_uint4(0, 0, 0, 0);
+                }
+#pragma unroll
+                for (int i = 0; i < R; i++) {
+                    const int j = j0 + kc + i * n_kc;
+                    if (j >= pos) break;
+                    float vf[8];
+                    halves8(vr[i], vf);
+#pragma unroll
+                    for (int h = 0; h < 4; h++) {
+                        if (hg + h >= hb) break;
+                        const float p = sc[(hg + h) * pos + j];
+#pragma unroll
+                        for (int e = 0; e < 8; e++) acc[h][e] = fmaf(p, vf[e], acc[h][e]);
+                    }
+                }
+            }
+            // the key chunks of a warp (lanes dc, dc + D, ...), then the warps
+#pragma unroll
+            for (int h = 0; h < 4; h++)
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    for (int o = D; o < GGX_CUDA_WARP; o <<= 1) acc[h][e] += __shfl_xor_sync(0xffffffffu, acc[h][e], o);
+            const int nhg = min(4, hb - hg);
+            if (lane < D)
+#pragma unroll
+                for (int h = 0; h < 4; h++)
+                    if (h < nhg)
+#pragma unroll
+                        for (int e = 0; e < 8; e++) red[(warp * 4 + h) * hd + dc * 8 + e] = acc[h][e];
+            __syncthreads();
+            for (int t = threadIdx.x; t < nhg * hd; t += NT) {
+                float sum = 0.0f;
+                for (int w = 0; w < NT / GGX_CUDA_WARP; w++) sum += red[w * 4 * hd + t];   // in warp order: deterministic
+                const int hl = hg + t / hd, d = t % hd;
+                float * st = at.state + (size_t)(h0 + hl) * (hd + 2);
+                st[d] = sum;
+                if (d == 0) { st[hd] = ml[2 * hl]; st[hd + 1] = ml[2 * hl + 1]; }
+            }
+            __syncthreads();
+        }
+    }
+}
+
+// Part B for group g (KV head g, query heads g G .. g G + G - 1): the key at pos merged into part
+// A's state; one warp per head. Everything it reads other blocks wrote in this launch: L2 loads.
+template <int NT>
+__device__ __noinline__ void attn_part_b(const gemv_attn & at, int g, int pos) {
+    const int hd = at.hd, G = at.H / at.Hkv, warp = threadIdx.x / GGX_CUDA_WARP, lane = threadIdx.x % GGX_CUDA_WARP;
+    const half * kp = at.k + ((size_t)pos * at.Hkv + g) * hd;
+    const half * vp = at.v + ((size_t)pos * at.Hkv + g) * hd;
+    for (int hh = warp; hh < G; hh += NT / GGX_CUDA_WARP) {
+        const int h = g * G + hh;
+        const float * q = at.q + (size_t)h * hd;
+        const float * st = at.state + (size_t)h * (hd + 2);
+        float s = 0.0f;
+        for (int d = lane; d < hd; d += GGX_CUDA_WARP) s += ggx_load_cg(q + d) * __half2float(ggx_load_cg(kp + d));
+        s = ggx_warp_sum(s) * at.scale;
+        const float m = ggx_load_cg(st + hd), l = ggx_load_cg(st + hd + 1);
+        const float mn = fmaxf(m, s), wa = __expf(m - mn), wb = __expf(s - mn), ln = l * wa + wb;   // m = -inf (pos 0): wa = 0
+        for (int d = lane; d < hd; d += GGX_CUDA_WARP)
+            at.out[(size_t)h * hd + d] = (ggx_load_cg(st + d) * wa + wb * __half2float(ggx_load_cg(vp + d))) / ln;
+    }
+}
+
+// The tail of a tile's last block in a job with attention (every thread calls it, after the
+// block's results are stored): part A for a q tile, the arrival at each group the tile feeds, and
+// part B for the groups it arrives at last. qv: a lead thread's 4 columns of q after RoPE (has_q).
+// flag: a shared int.
+template <int NT>
+__device__ __noinline__ void attn_tail(const gemv_args & a, const gemv_mat & M, int tile, float4 qv, bool has_q, float * sm, int & flag) {
+    const gemv_attn & at = a.attn;
+    const int pos = a.pos[0];
+    if (pos < 0 || pos + 1 > at.bound) return;   // the attention kernel does it (attn_in_qkv_tail: the same test)
+    const int hd = at.hd, G = at.H / at.Hkv;
+    const int c0 = tile * k_tile, h0 = c0 / hd, nh = min(k_tile, M.N - c0) / hd;   // the tile's heads (of q, or of k and v)
+    int g_first = h0, g_last = h0 + nh - 1;      // k, v: a KV head is a group
+    if (M.attn_role == 1) {
+        __syncthreads();   // the block's x rows, group sums and RoPE tile are dead
+        if (has_q) {
+            const float q4[4] = {qv.x, qv.y, qv.z, qv.w};
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+                if (c0 + (int)threadIdx.x * 4 + c < M.N) sm[threadIdx.x * 4 + c] = q4[c] * at.scale;
+        }
+        __syncthreads();
+        attn_part_a<NT>(at, h0, nh, pos, sm);
+        g_first = h0 / G;
+        g_last = (h0 + nh - 1) / G;
+    }
+    __threadfence();   // this block's q, cache rows or state before its arrivals
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int mine = 0;
+        for (int g = g_first; g <= g_last; g++) {
+            const int q_tiles = ((g + 1) * G * hd - 1) / k_tile - g * G * hd / k_tile + 1;   // the q tiles holding its heads
+            int * ctr = a.counters + at.counter0 + g;
+            if (atomicAdd(ctr, 1) == q_tiles + 1) {   // q_tiles + 2 arrivals with the k and v tiles': this one is last
+                *ctr = 0;   // ready for the next launch
+                mine |= 1 << (g - g_first);
+            }
+        }
+        flag = mine;
+    }
+    __syncthreads();
+    const int mine = flag;
+    if (!mine) return;
+    __threadfence();
+    for (int g = g_first; g <= g_last; g++)
+        if (mine >> (g - g_first) & 1) attn_part_b<NT>(at, g, pos);
 }
 
 template <int T, int W = groups_for(T)>
@@ -618,9 +843,10 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     }
 
     rope(v);
-    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);   // thread 0 is a lead with n = 0: it passes here
-    if (!lead || n >= M.Np) return;
-    store(n, v);
+    if (lead && n < M.Np) store(n, v);
+    if constexpr (T == 1)
+        if (M.attn_role) attn_tail<NT>(a, M, tile, make_float4(v[0][0], v[0][1], v[0][2], v[0][3]), lead && n < M.Np, smem, last);
+    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);   // thread 0 passes here
 }
 
 size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
@@ -640,9 +866,15 @@ size_t partial_bytes(const ggx_cuda_qextra * e, int T, int Np, int m) {
 // What fill_args laid out: the grid's blocks, the tile counters, the partials' bytes.
 struct args_layout {
     int    blocks = 0, counters = 0;
-    size_t partial_bytes = 0;
+    size_t partial_bytes = 0;   // with the attention tail's state past the partials
     bool   rope = false;   // a matrix rotates: the launch's shared memory holds the RoPE tile
+    int    attn_bound = 0; // the attention tail's (ggx_qgemv_attn), or 0
 };
+
+// Scratch bytes of the attention tail's state (gemv_attn::state), 256-byte aligned; 0 without it.
+size_t attn_state_bytes(const ggx_qgemv_job & job) {
+    return job.attn.bound > 0 ? align256((size_t)job.attn.H * (job.head_dim + 2) * sizeof(float)) : 0;
+}
 
 // The launch arguments of a job run with m fine slices per warp group (pairs: on the paired piece
 // tables), its partials laid out from `part` (each matrix's 256-byte aligned). The caller adds
@@ -706,15 +938,38 @@ args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part,
             M.arrivals = M.n_slices;
         }
     }
+    const ggx_qgemv_attn & ja = job.attn;
+    if (ja.bound > 0) {
+        gemv_attn & at = a.attn;
+        at.out = (float *)ja.out->data;
+        at.state = (float *)(part + L.partial_bytes);
+        L.partial_bytes += attn_state_bytes(job);
+        at.k = (const half *)job.m[ja.k].cache->data;
+        at.v = (const half *)job.m[ja.v].cache->data;
+        at.q = (const float *)job.m[ja.q].out->data;
+        at.scale = ja.scale;
+        at.H = ja.H;
+        at.Hkv = ja.Hkv;
+        at.hd = job.head_dim;
+        at.bound = ja.bound;
+        at.counter0 = L.counters;
+        L.counters += ja.Hkv;
+        a.m[ja.q].attn_role = 1;
+        a.m[ja.k].attn_role = 2;
+        a.m[ja.v].attn_role = 3;
+        L.attn_bound = ja.bound;
+    }
     return L;
 }
 
 // Dynamic shared memory of a launch of T rows with m fine slices per warp group: x in fp16 (2
 // rows per float), then the groups' sums, and with RoPE its tile and (cos, sin).
-size_t smem_bytes(int T, int m, bool rope) {
+// With the attention tail (attn_bound keys of heads of hd columns), at least part A's floats.
+size_t smem_bytes(int T, int m, bool rope, int attn_bound = 0, int hd = 0) {
     const int W = groups_for(T);
     const size_t rows = std::max((size_t)W * m * k_fine / 2, W > 1 ? (size_t)(W - 1) * k_tile : 0);
-    return (size_t)T * (rows + (rope ? 3 * k_tile : 0)) * sizeof(float);
+    const size_t bytes = (size_t)T * (rows + (rope ? 3 * k_tile : 0)) * sizeof(float);
+    return attn_bound > 0 ? std::max(bytes, (size_t)attn_smem_floats(k_group * W, hd, attn_bound) * sizeof(float)) : bytes;
 }
 
 template <int T>
@@ -880,7 +1135,7 @@ size_t ggx_cuda_qgemv_scratch(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & jo
     const int m = ggx_cuda_qgemv_group_slices(job, ctx.n_sm);
     size_t total = 0;
     for (int i = 0; i < job.n_mat; i++) total += partial_bytes(qextra_of(job.m[i]), job.T, ((const ggx_qmatrix *)job.m[i].w->extra)->Np, m);
-    return total;
+    return total + attn_state_bytes(job);
 }
 
 ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
@@ -911,11 +1166,17 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
         ggx_set_error("cuda: decode matmul of %s needs %d tile counters (have %d)", job.m[0].w->name, L.counters, ctx.n_counters);
         return GGX_STATUS_FAILED;
     }
-    const size_t smem = smem_bytes(job.T, m, L.rope);
+    if (L.attn_bound > 0 && (job.T != 1 || job.head_dim % 64 || job.head_dim > 128)) {
+        ggx_set_error("cuda: decode matmul of %s: attention in the tail needs one row and heads of 64 or 128 (%d rows, heads of %d)",
+                      job.m[0].w->name, job.T, job.head_dim);
+        return GGX_STATUS_FAILED;
+    }
+    const size_t smem = smem_bytes(job.T, m, L.rope, L.attn_bound, job.head_dim);
     if (smem > (size_t)k_max_smem) {
         ggx_set_error("cuda: decode matmul of %s needs %zu bytes of shared memory (at most %d)", job.m[0].w->name, smem, k_max_smem);
         return GGX_STATUS_FAILED;
     }
+    if (L.attn_bound > 0) ctx.attn_tail_jobs++;
     const int blocks = L.blocks;
     switch (job.T) {
         case 1: return launch<1>(ctx, a, blocks, smem);

@@ -293,6 +293,34 @@ TEST_CASE("cuda: decode GEMV jobs with their rows per warp group forced by name 
     compare_models(*m.cpu, *m.gpu, "llama3.2-1b (GGX_QGEMV_ROWS_FOR)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu_env.get());
 }
 
+// GGX_ATTN_TAIL=N (read when the backend starts): each layer's one-row q/k/v job computes the
+// attention in its tail while pos + 1 <= N (qgemv.cu, attn_tail; checked against a double reference
+// in tests/emu, every block order). Here through whole models: llama3.2-1b (heads of 64, two groups
+// per q tile) and qwen2.5-7b (heads of 128, seven query heads per KV head, so groups across q tiles;
+// q/k/v biases). With N = 42 the first two single-token steps (pos 40, 41) take the tail and the
+// later ones (pos 45 on) the attention kernel, in the same captured graph. Against the CPU the
+// fused path's 5e-2; against the same model without the tail 1e-2: the two differ only in the
+// attention, which the tensor-core kernel sums from fp16 q and fp16 weights (~2^-11 relative) and
+// the tail in fp32, i.e. about the fp16 rounding of o's input that fused and unfused paths differ
+// by (5e-3 there), twice over; a wrong key, head or weight moves logits by O(1).
+TEST_CASE("cuda: attention in the q/k/v GEMV's tail matches the CPU backend and the attention kernel") {
+    REQUIRE_CUDA();
+    const std::pair<const char *, double> models[] = {{"llama3.2-1b", 4.0}, {"qwen2.5-7b", 3.0}};
+    for (const char * bound : {"256", "42"}) {
+        for (const auto & mb : models) {
+            const char * name = mb.first;
+            CAPTURE(name);
+            CAPTURE(bound);
+            const int layers = strcmp(name, "qwen2.5-7b") == 0 ? 1 : 2;
+            const three_models m = load_synthetic(name, mb.second, layers, "GGX_ATTN_TAIL", bound);
+            compare_models(*m.cpu, *m.gpu_env, std::string(name) + " (attention in the q/k/v tail, bound " + bound + ")",
+                           {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu.get(), 1e-2);
+            CHECK(ggx_backend_cuda_attn_tail_jobs(m.gpu_env->backend) >= layers);
+            CHECK(ggx_backend_cuda_attn_tail_jobs(m.gpu->backend) == 0);
+        }
+    }
+}
+
 TEST_CASE("cuda: the strip step (GGX_CUDA_STEP=1) matches the CPU backend and the fused decode path") {
     REQUIRE_CUDA();
     compare_synthetic_step("llama3.2-1b", 4.0, 2);

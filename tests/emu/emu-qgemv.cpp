@@ -51,6 +51,7 @@ void fail(const char * fmt, ...) {
 inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline float __expf(float x) { return std::exp(x); }   // (the device's is within 2 ulp of it)
 inline uint32_t __byte_perm(uint32_t a, uint32_t b, uint32_t s) { return ggx_byte_perm(a, b, s); }
 inline uint32_t __funnelshift_r(uint32_t lo, uint32_t hi, uint32_t s) { return (uint32_t)((((uint64_t)hi << 32) | lo) >> (s & 31)); }
 // HFMA2: each half a * b + c rounded once (the product of two halves is exact in double)
@@ -197,10 +198,13 @@ struct Job {
     int cache_type = GGX_TYPE_F16;
     float x_scale = 1.0f;
     std::vector<JobMat> mats;
+    // attention in the tail (q/k/v jobs: mats q, k, v; f16 caches): its bound in keys, 0 for none
+    int attn_bound = 0;
+    int pos0 = 5;   // pos of the one row (of row t: pos0 + t)
 };
 
 using emu::k_tile;   // the kernel's column tile
-constexpr int k_cache_rows = 16, k_guard = 1024;
+constexpr int k_guard = 1024;
 
 // The partials start as a NaN of another payload than the outputs' (x86 arithmetic keeps a NaN
 // operand's payload), so an epilogue that reads partials before they are written and stores the
@@ -231,6 +235,74 @@ static double act_d(int act, double g) {
     return 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
 }
 
+// The attention in the tail (Job::attn_bound) against a double-precision attention over the
+// kernel's own q (y after RoPE) and cache rows (the random rows before pos and the kernel's at pos),
+// so that only the tail's arithmetic is measured: it sums in fp32, so a score is off by a few 2^-24
+// of A = scale sum_d |q_d k_d|, a weight e^(s - m) relatively by about as much (the device's __expf
+// adds ~2 + 1.2 |s - m| ulp), and the result by ~1e-7 (1 + A) |v|max; the bound, 2e-6 (1 + A)
+// |v|max + 1e-6, leaves room for that (the host emulation lands at ~2% of it), while a key left
+// out or read from another head moves a result by ~|v| / keys (the scale spreads the weights over
+// 3-17 keys: the report's "keys with weight"). While
+// pos + 1 <= the bound every element is written exactly once (by a group's last producer); past it
+// none is (the attention kernel's turn). The same bits in every block order.
+static int check_attention(const Job & job, int idx, int order, int p, int H, int Hkv, float scale, const float * qy,
+                           const uint16_t * kc, const uint16_t * vc, Guarded<float> & out, const std::vector<int> & writes,
+                           std::vector<float> & first) {
+    const int hd = job.head_dim, G = H / Hkv, np = p + 1;
+    const bool on = np <= job.attn_bound;
+    size_t bad = 0, not_once = 0, wi = 0;
+    double ratio = 0, eff_keys = 0;
+    std::vector<double> ref((size_t)H * hd, 0.0);
+    for (int h = 0; h < H; h++) {
+        const int g = h / G;
+        std::vector<double> w(np);
+        double A = 0, mx = -INFINITY, l = 0;
+        for (int j = 0; j < np; j++) {
+            double sj = 0, sa = 0;
+            for (int e = 0; e < hd; e++) {
+                const double t = (double)qy[h * hd + e] * ggx_f16_to_f32(kc[((size_t)j * Hkv + g) * hd + e]);
+                sj += t;
+                sa += std::fabs(t);
+            }
+            w[j] = sj * scale;
+            A = std::max(A, sa * scale);
+            mx = std::max(mx, w[j]);
+        }
+        for (double & x : w) { x = std::exp(x - mx); l += x; }
+        if (h == 0) {
+            double s2 = 0;
+            for (double x : w) s2 += (x / l) * (x / l);
+            eff_keys = 1.0 / s2;
+        }
+        for (int e = 0; e < hd; e++) {
+            double sum = 0, vmax = 0;
+            for (int j = 0; j < np; j++) {
+                const double v = ggx_f16_to_f32(vc[((size_t)j * Hkv + g) * hd + e]);
+                sum += w[j] * v;
+                vmax = std::max(vmax, std::fabs(v));
+            }
+            const size_t o = (size_t)h * hd + e;
+            ref[o] = sum / l;
+            not_once += writes[o] != (on ? 1 : 0);
+            if (!on) continue;
+            const double err = std::fabs((double)out.p()[o] - ref[o]), bound = 2e-6 * (1 + A) * vmax + 1e-6;
+            const double r = std::isnan(err) ? 1e30 : err / bound;
+            bad += !(r <= 1.0);
+            if (r > ratio) { ratio = r; wi = o; }
+        }
+    }
+    CHECKX(not_once == 0, "attention: %zu result elements not written %s", not_once, on ? "exactly once" : "(past the bound: none)");
+    out.check_guards("attention result", NAN);
+    const std::vector<float> got(out.p(), out.p() + out.n);
+    if (order == 0) first = got;
+    else CHECKX(memcmp(first.data(), got.data(), got.size() * sizeof(float)) == 0, "attention: order %d gives other bits than the forward order", order);
+    printf("%3d %-34s attention H %d Hkv %d hd %d pos %d bound %d order %d: %s bad %zu/%zu worst err/bound %.3f (element %zu: %.6g vs %.6g), "
+           "keys with weight (1 / sum w^2, head 0) %.1f\n",
+           idx, job.what, H, Hkv, hd, p, job.attn_bound, order, on ? "tail" : "past the bound,", bad, ref.size(), ratio, wi,
+           got[wi], ref[wi], eff_keys);
+    return bad > 0;
+}
+
 static int run_job(const Job & job, int idx) {
     const int T = job.T, n_mat = (int)job.mats.size();
     const int K = job.mats[0].mat->K;
@@ -247,7 +319,11 @@ static int run_job(const Job & job, int idx) {
     }
     const float eps = 1e-5f;
     std::vector<int32_t> pos(T);
-    for (int t = 0; t < T; t++) pos[t] = 5 + t;
+    for (int t = 0; t < T; t++) pos[t] = job.pos0 + t;
+    const int cache_rows = std::max(16, job.pos0 + T + 3);   // rows past pos stay NaN: nothing may read them
+    const bool attn = job.attn_bound > 0;
+    const int hd = job.head_dim, H = attn ? job.mats[0].mat->N / hd : 0, Hkv = attn ? job.mats[1].mat->N / hd : 0;
+    float attn_scale = 0.0f;
     const int half_rot = job.n_rot / 2;
     std::vector<float> freq_div(std::max(1, half_rot));
     for (auto & f : freq_div) f = 1.0f + (d(rng) + 1.0f) * 2;
@@ -363,8 +439,9 @@ static int run_job(const Job & job, int idx) {
     gj.head_dim = job.head_dim;
     gj.act = job.act;
     std::vector<Buffers> buf(n_mat);
-    size_t part_bound = 0;   // the partials of any m fit: at most one K-slice per fine slice
+    size_t part_bound = 0;   // the partials of any m fit: at most one K-slice per fine slice; the attention state
     for (int i = 0; i < n_mat; i++) part_bound += (size_t)(K + 31) / 32 * T * job.mats[i].mat->Np + 64;
+    part_bound += (size_t)H * (hd + 2) + 64;
     Guarded<float> partial(part_bound, k_guard, partial_nan());
     for (int i = 0; i < n_mat; i++) {
         const JobMat & jm = job.mats[i];
@@ -376,9 +453,9 @@ static int run_job(const Job & job, int idx) {
         g.bias = jm.bias ? tensor(GGX_TYPE_F32, q.N, 1, bias[i].data()) : nullptr;
         g.resid = jm.epi == GGX_QGEMV_ADD ? tensor(GGX_TYPE_F32, q.N, T, resid[i].data()) : nullptr;
         if (jm.cache) {
-            if (job.cache_type == GGX_TYPE_F16) buf[i].cache16.reset(new Guarded<uint16_t>((size_t)k_cache_rows * q.N, k_guard, 0xffff));
-            else buf[i].cache32.reset(new Guarded<float>((size_t)k_cache_rows * q.N, k_guard, NAN));
-            g.cache = tensor((ggx_type)job.cache_type, q.N, k_cache_rows, buf[i].cache());
+            if (job.cache_type == GGX_TYPE_F16) buf[i].cache16.reset(new Guarded<uint16_t>((size_t)cache_rows * q.N, k_guard, 0xffff));
+            else buf[i].cache32.reset(new Guarded<float>((size_t)cache_rows * q.N, k_guard, NAN));
+            g.cache = tensor((ggx_type)job.cache_type, q.N, cache_rows, buf[i].cache());
         } else if (jm.epi == GGX_QGEMV_GLU && jm.pair < i) {   // the GLU's one output
             buf[i].y = buf[jm.pair].y;
             g.out = gj.m[jm.pair].out;
@@ -391,6 +468,34 @@ static int run_job(const Job & job, int idx) {
         g.rope = jm.rope;
         g.pair = jm.pair;
         g.is_gate = jm.is_gate;
+    }
+    // the attention's result, and the keys before pos: random rows earlier steps would have written
+    Guarded<float> attn_out(attn ? (size_t)H * hd : 1, k_guard, NAN);
+    std::vector<std::vector<uint16_t>> old_rows(n_mat);
+    if (attn) {
+        if (job.cache_type != GGX_TYPE_F16 || n_mat != 3 || !job.mats[0].rope || !job.mats[1].cache || !job.mats[2].cache || H % Hkv) {
+            fprintf(stderr, "emu-qgemv: job %s: attention needs q (RoPE), k and v into f16 caches, H %% Hkv == 0\n", job.what);
+            exit(2);
+        }
+        // the rows before pos as large as the ones the GEMV writes at pos (uniform, the same rms),
+        // and a scale that spreads the scores over a few units: every key then has its weight, and a
+        // key left out shows (the GEMV's q and k are far larger than 1: with 1 / sqrt(hd) the key at
+        // pos would take all the weight)
+        auto rms = [](const std::vector<double> & y) { double s = 0; for (double t : y) s += t * t; return std::sqrt(s / y.size()); };
+        for (int i = 1; i < 3; i++) {
+            const double r = rms(ref[i].y) * std::sqrt(3.0);
+            old_rows[i].resize((size_t)pos[0] * job.mats[i].mat->N);
+            for (auto & h : old_rows[i]) h = ggx_f32_to_f16((float)(d(rng) * r));
+        }
+        attn_scale = (float)(2.0 / (rms(ref[0].y) * rms(ref[1].y) * std::sqrt((double)hd)));
+        gj.attn.out = tensor(GGX_TYPE_F32, hd, H, attn_out.p());
+        gj.attn.q = 0;
+        gj.attn.k = 1;
+        gj.attn.v = 2;
+        gj.attn.H = H;
+        gj.attn.Hkv = Hkv;
+        gj.attn.scale = attn_scale;
+        gj.attn.bound = job.attn_bound;
     }
     gemv_args a = {};
     const emu::args_layout lay = emu::fill_args(gj, job.m, pairs, (char *)partial.p(), a);
@@ -409,7 +514,7 @@ static int run_job(const Job & job, int idx) {
             for (int k = 0; k < K; k++) norm_tables[i][k] = norm_w[a.m[i].perm ? a.m[i].perm[k] : k];
             a.m[i].norm_wp = norm_tables[i].data();
         }
-    const size_t smem = emu::smem_bytes(T, job.m, lay.rope);
+    const size_t smem = emu::smem_bytes(T, job.m, lay.rope, lay.attn_bound, hd);
     if (smem > (size_t)emu::k_max_smem) { fprintf(stderr, "emu-qgemv: job %s needs %zu bytes of shared memory\n", job.what, smem); exit(2); }
     constexpr size_t smem_guard = 4096;
 
@@ -422,15 +527,21 @@ static int run_job(const Job & job, int idx) {
         slice = local - tile * a.m[mi].n_slices;
     };
     std::vector<std::vector<float>> first_out(n_mat);
+    std::vector<float> first_attn;
     int n_bad = 0;
     double worst = 0;
     for (int order = 0; order < 3; order++) {
         for (int i = 0; i < n_mat; i++) {   // fresh outputs, partials and counters
             if (buf[i].own_y) std::fill(buf[i].own_y->buf.begin(), buf[i].own_y->buf.end(), NAN);
-            if (buf[i].cache16) std::fill(buf[i].cache16->buf.begin(), buf[i].cache16->buf.end(), 0xffff);
+            if (buf[i].cache16) {
+                std::fill(buf[i].cache16->buf.begin(), buf[i].cache16->buf.end(), 0xffff);
+                std::copy(old_rows[i].begin(), old_rows[i].end(), buf[i].cache16->p());
+            }
             if (buf[i].cache32) std::fill(buf[i].cache32->buf.begin(), buf[i].cache32->buf.end(), NAN);
         }
         std::fill(partial.buf.begin(), partial.buf.end(), partial_nan());
+        std::fill(attn_out.buf.begin(), attn_out.buf.end(), NAN);
+        std::vector<int> attn_writes(attn_out.n, 0);
         g_word_reads.clear();
         for (int i = 0; i < n_mat; i++) {
             const Mat & q = *job.mats[i].mat;
@@ -444,7 +555,7 @@ static int run_job(const Job & job, int idx) {
         if (order == 2) { std::mt19937 r(977 + idx); std::shuffle(bl.begin(), bl.end(), r); }
         // output element -> blocks that changed it
         std::vector<std::vector<int>> writes(n_mat);
-        for (int i = 0; i < n_mat; i++) writes[i].assign(job.mats[i].cache ? (size_t)k_cache_rows * a.m[i].N : (size_t)T * a.m[i].N, 0);
+        for (int i = 0; i < n_mat; i++) writes[i].assign(job.mats[i].cache ? (size_t)cache_rows * a.m[i].N : (size_t)T * a.m[i].N, 0);
         g_args = a;
         NTH = 128 * W;
         switch (T) {
@@ -469,7 +580,9 @@ static int run_job(const Job & job, int idx) {
                 if (buf[i].cache32) out0[i].assign(buf[i].cache32->p(), buf[i].cache32->p() + buf[i].cache32->n);
             }
             const std::vector<float> part0(partial.p(), partial.p() + partial.n);
+            const std::vector<float> attn0(attn_out.p(), attn_out.p() + attn_out.n);
             run_block(b, 0);
+            for (size_t e = 0; e < attn0.size(); e++) attn_writes[e] += !same_bits(attn0[e], attn_out.p()[e]);
             for (size_t e = smem; e < smem + smem_guard; e++)
                 if (g_smem[e] != 0xff) { CHECKX(false, "shared memory byte %zu written past the launch's %zu", e, smem); break; }
             // a tile's columns: [tile * 512, + 512); GLU partners write the y they share
@@ -500,6 +613,12 @@ static int run_job(const Job & job, int idx) {
             }
             // partials: [n_slices][T][Np] of each matrix, where fill_args put them
             check_writes(part0, partial.p(), [&](size_t e) -> const char * {
+                if (attn && e >= (size_t)(a.attn.state - partial.p()) && e < (size_t)(a.attn.state - partial.p()) + (size_t)H * (hd + 2)) {
+                    // part A's state: by a q tile's block, for the tile's heads
+                    const int h = (int)((e - (size_t)(a.attn.state - partial.p())) / (hd + 2));
+                    if (mi != gj.attn.q) return "the attention state, by a k or v block";
+                    return h * hd >= c0 && h * hd < c1 ? nullptr : "the attention state of another tile's head";
+                }
                 for (int i = 0; i < n_mat; i++) {
                     const gemv_mat & M = a.m[i];
                     const size_t o = (size_t)(M.partial - partial.p()), n = (size_t)M.n_slices * T * M.Np;
@@ -558,6 +677,8 @@ static int run_job(const Job & job, int idx) {
                    bad, got.size(), ratio, wi, got[wi], ref[i].y[wi]);
             if (bad) n_bad++;
         }
+        if (attn) n_bad += check_attention(job, idx, order, pos[0], H, Hkv, attn_scale, buf[0].own_y->p(), buf[1].cache16->p(),
+                                           buf[2].cache16->p(), attn_out, attn_writes, first_attn);
         after_run(n_bad > 0);
     }
     return n_bad;
@@ -626,6 +747,26 @@ int main(int argc, char ** argv) {
     jobs.push_back(qkv("q/k/v mixed, partial rotary 32", qm, km, vm, 1, 2, 1, GGX_ROPE_NEOX, 32, false, true, GGX_TYPE_F16, true));
     jobs.push_back(qkv("q/k/v rows", q, k, v, 3, 2, 1, GGX_ROPE_NEOX, 64, true, false, GGX_TYPE_F16, false));
     jobs.push_back(qkv("q/k/v 8 rows", qm, km, vm, 8, 1, 3, GGX_ROPE_INTERLEAVE, 64, false, false, GGX_TYPE_F16, true));
+    // q/k/v with the attention in the tail: one group per q tile (hd 128, G 4), two per tile (hd 64),
+    // groups across two q tiles (G 6 and 8), one KV head per group of one (MHA); no keys before pos,
+    // two rounds of key loads (pos past 8 x 32), and pos past the bound (the attention kernel's turn)
+    const Mat * q1536 = mk(1024, 1536, l4, true, 19), * q2048 = mk(1024, 2048, l4, true, 20);
+    const Mat * q512 = mk(1024, 512, l4, true, 21), * k512 = mk(1024, 512, l4, true, 22), * v512 = mk(1024, 512, mixed, true, 23);
+    auto qkv_attn = [&](const char * what, const Mat * qq, const Mat * kk, const Mat * vv, int hd, int m, int pos0, int bound) {
+        Job j = qkv(what, qq, kk, vv, 1, m, 3, GGX_ROPE_NEOX, hd, true, false, GGX_TYPE_F16, false);
+        j.head_dim = hd;
+        j.attn_bound = bound;
+        j.pos0 = pos0;
+        return j;
+    };
+    jobs.push_back(qkv_attn("attn tail hd 128, G 4", q, k, v, 128, 2, 5, 256));
+    jobs.push_back(qkv_attn("attn tail, no keys before pos", q, k, v, 128, 2, 0, 256));
+    jobs.push_back(qkv_attn("attn tail, 300 keys (two rounds)", q, k, v, 128, 4, 299, 512));
+    jobs.push_back(qkv_attn("attn tail hd 64, G 4 (2 groups a tile)", q, k, v, 64, 2, 37, 256));
+    jobs.push_back(qkv_attn("attn tail hd 128, G 6 (across tiles)", q1536, k, v, 128, 3, 70, 256));
+    jobs.push_back(qkv_attn("attn tail hd 128, G 8 (across tiles)", q2048, k, v, 128, 2, 130, 256));
+    jobs.push_back(qkv_attn("attn tail hd 64, MHA (8 KV heads a tile)", q512, k512, v512, 64, 1, 20, 256));
+    jobs.push_back(qkv_attn("attn tail, pos past the bound", q, k, v, 128, 2, 20, 16));
     // gate/up with GLU
     auto glu = [&](const char * what, int T, int m, int act, int norm) {
         Job j{what, T, m, true, norm, 0, GGX_ROPE_NEOX, 0, false, false, act, GGX_TYPE_F16, 1.0f, {}};

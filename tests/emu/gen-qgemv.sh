@@ -26,6 +26,8 @@ echo 'using namespace ggx_exl2_unpack;'
 kernel "$src" '^constexpr int k_group '
 } | grep -v '^ *#pragma unroll\( [0-9]*\)\?$' > "$out"
 fix "$out" '__device__ __forceinline__' 'inline'
+fix "$out" '__device__ __noinline__' 'inline'   # the attention tail's parts
+fix "$out" '__host__ __device__ inline' 'inline'
 fix "$out" '__global__ void __launch_bounds__(k_group * W, 1)' 'void'
 fix "$out" 'const __grid_constant__ gemv_args a' 'const gemv_args a'
 fix "$out" 'extern __shared__ float4 smem4[];' 'float4 * smem4 = (float4 *)g_smem;'

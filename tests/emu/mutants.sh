@@ -57,6 +57,13 @@ qgemv_mutants=(
     glu_arrivals 's/a.m\[jm.pair\].arrivals = M.arrivals = a.m\[jm.pair\].n_slices + M.n_slices;/a.m[jm.pair].arrivals = M.arrivals = M.n_slices;/'
     paired_m_odd 's/const bool paired = pairs \&\& e->pieces2;/const bool paired = e->pieces2;/'
     over_read 's/if (i < nw) s.w\[i\] = load_weights/if (i < nw + 1) s.w[i] = load_weights/'
+    attn_last_early 's/if (atomicAdd(ctr, 1) == q_tiles + 1) {/if (atomicAdd(ctr, 1) == q_tiles) {/'
+    attn_q_tiles 's/const int q_tiles = ((g + 1) \* G \* hd - 1) \/ k_tile - g \* G \* hd \/ k_tile + 1;/const int q_tiles = 1;/'
+    attn_key_left_out 's/kr\[i\] = j < pos ? /kr[i] = j < pos - 1 ? /'
+    attn_pos_kv_head 's/const half \* kp = at.k + ((size_t)pos \* at.Hkv + g) \* hd;/const half * kp = at.k + ((size_t)pos * at.Hkv + 0) * hd;/'
+    attn_no_rescale 's/wa = __expf(m - mn), wb/wa = 1.0f, wb/'
+    attn_warps_sum 's/for (int w = 0; w < NT \/ GGX_CUDA_WARP; w++) sum += red/for (int w = 1; w < NT \/ GGX_CUDA_WARP; w++) sum += red/'
+    attn_state_head 's/float \* st = at.state + (size_t)(h0 + hl) \* (hd + 2);/float * st = at.state + (size_t)hl * (hd + 2);/'
 )
 qgemv_pairgroups_mutants=(
     across_same_scale 's/piece_scale<1>(s.sw >> 16, __high2half(s.mx), acc, v);/piece_scale<1>(s.sw, __low2half(s.mx), acc, v);/'
