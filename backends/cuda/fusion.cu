@@ -266,7 +266,7 @@ void plan_attn_tail(const graph_index & gi, ggx_cuda_plan & plan, int bound) {
     for (int p = 0; p < n; p++) {
         if (plan.action[p] < 0) continue;
         ggx_qgemv_job & job = plan.jobs[plan.action[p]];
-        if (job.T != 1 || job.n_mat != 3 || job.head_dim != 64 && job.head_dim != 128 || !job.pos) continue;
+        if (job.T != 1 || job.n_mat != 3 || (job.head_dim != 64 && job.head_dim != 128) || !job.pos) continue;
         int qi = -1, ki = -1, vi = -1;
         for (int i = 0; i < 3; i++) {
             const ggx_qgemv_job_mat & m = job.m[i];
