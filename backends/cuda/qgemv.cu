@@ -384,6 +384,14 @@ __device__ __forceinline__ void halves8(const uint4 & u, float (&f)[8]) {
     }
 }
 
+// The 16 bytes at p of cache rows j, j + step, ... (k_attn_rounds of them, all loads in flight);
+// zeros past row `end`.
+__device__ __forceinline__ void attn_rows(const half * p, size_t row, int j, int step, int end, uint4 (&r)[k_attn_rounds]) {
+#pragma unroll
+    for (int i = 0; i < k_attn_rounds; i++)
+        r[i] = j + i * step < end ? *(const uint4 *)(p + (size_t)(j + i * step) * row) : make_uint4(0, 0, 0, 0);
+}
+
 // Floats of shared memory the tail of a q tile uses (part A): the tile's q, the scores of its nh
 // heads, their (m, l), and the warps' sums over their keys of four heads' values.
 __host__ __device__ inline int attn_smem_floats(int NT, int hd, int bound) {
@@ -412,11 +420,7 @@ __device__ __noinline__ void attn_part_a(const gemv_attn & at, int h0, int nh, i
         const half * K = at.k + (size_t)kvh * hd + dc * 8;
         for (int j0 = 0; j0 < pos; j0 += R * n_kc) {
             uint4 kr[R];
-#pragma unroll
-            for (int i = 0; i < R; i++) {
-                const int j = j0 + kc + i * n_kc;
-                kr[i] = j < pos ? *(const uint4 *)(K + (size_t)j * at.Hkv * hd) : make_uint4(0, 0, 0, 0);
-            }
+            attn_rows(K, (size_t)at.Hkv * hd, j0 + kc, n_kc, pos, kr);
 #pragma unroll
             for (int i = 0; i < R; i++) {
                 if (j0 + i * n_kc >= pos) break;   // (the same for the whole block: the shuffles stay converged)
@@ -458,11 +462,7 @@ __device__ __noinline__ void attn_part_a(const gemv_attn & at, int h0, int nh, i
                 for (int e = 0; e < 8; e++) acc[h][e] = 0.0f;
             for (int j0 = 0; j0 < pos; j0 += R * n_kc) {
                 uint4 vr[R];
-#pragma unroll
-                for (int i = 0; i < R; i++) {
-                    const int j = j0 + kc + i * n_kc;
-                    vr[i] = j < pos ? *(const uint4 *)(V + (size_t)j * at.Hkv * hd) : make_uint4(0, 0, 0, 0);
-                }
+                attn_rows(V, (size_t)at.Hkv * hd, j0 + kc, n_kc, pos, vr);
 #pragma unroll
                 for (int i = 0; i < R; i++) {
                     const int j = j0 + kc + i * n_kc;

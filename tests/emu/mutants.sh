@@ -59,7 +59,7 @@ qgemv_mutants=(
     over_read 's/if (i < nw) s.w\[i\] = load_weights/if (i < nw + 1) s.w[i] = load_weights/'
     attn_last_early 's/if (atomicAdd(ctr, 1) == q_tiles + 1) {/if (atomicAdd(ctr, 1) == q_tiles) {/'
     attn_q_tiles 's/const int q_tiles = ((g + 1) \* G \* hd - 1) \/ k_tile - g \* G \* hd \/ k_tile + 1;/const int q_tiles = 1;/'
-    attn_key_left_out 's/kr\[i\] = j < pos ? /kr[i] = j < pos - 1 ? /'
+    attn_key_left_out 's/r\[i\] = j + i \* step < end ? /r[i] = j + i * step < end - 1 ? /'
     attn_pos_kv_head 's/const half \* kp = at.k + ((size_t)pos \* at.Hkv + g) \* hd;/const half * kp = at.k + ((size_t)pos * at.Hkv + 0) * hd;/'
     attn_no_rescale 's/wa = __expf(m - mn), wb/wa = 1.0f, wb/'
     attn_warps_sum 's/for (int w = 0; w < NT \/ GGX_CUDA_WARP; w++) sum += red/for (int w = 1; w < NT \/ GGX_CUDA_WARP; w++) sum += red/'
