@@ -46,9 +46,9 @@
 #ifndef GGX_QGEMV_PAIR_GROUPS
 #define GGX_QGEMV_PAIR_GROUPS 0
 #endif
-// Built with -DGGX_QGEMV_COMPACT_HALVES=1 (bench/variants.sh: compact; NOT YET RUN when written,
-// session 32), a one-row GEMV walks the two halves of a 64-row piece with one copy of the code
-// (qgemv.cu, piece_halves): a smaller loop body for the instruction cache.
+// Built with -DGGX_QGEMV_COMPACT_HALVES=1 (bench/variants.sh: compact), a one-row GEMV walks the
+// two halves of a 64-row piece with one copy of the code (qgemv.cu, piece_halves): a smaller loop
+// body for the instruction cache, but tg128@16 -2.4% on llama3-8b 4.0 bpw (run 161), so a switch.
 #ifndef GGX_QGEMV_COMPACT_HALVES
 #define GGX_QGEMV_COMPACT_HALVES 0
 #endif
@@ -112,7 +112,9 @@ struct ggx_qgemv_job_mat {
 // pos for its heads (part A: an online-softmax state per head), and whichever of a group's
 // producers (its q tiles, the k and v tiles holding its KV head) arrives last adds the key at pos
 // and writes the result (part B); the attention kernel then only orders o after the job. Past the
-// bound the attention kernel does it all, as without the tail.
+// bound the attention kernel does it all, as without the tail. Correct on the GPU, but the tail
+// took ~13 us per layer against attention's ~6.8 (run 161: tg128@16 -15.6% on llama3-8b), so
+// GGX_ATTN_TAIL is off by default.
 struct ggx_qgemv_attn {
     struct ggx_tensor * out = nullptr;   // the ATTN node: f32 [H][head_dim]
     int   q = -1, k = -1, v = -1;        // the job's matrices of q (RoPE, y), k and v (cache rows)
