@@ -74,6 +74,8 @@
 #                   test-cuda case, then tg128 of llama3-8b 4.0 @16 with N = 256 (the whole run), 0 (off,
 #                   the default) and 256 again; 2.5 and llama3.2-1b / qwen2.5-7b 4.0 @16 with 256 and 0;
 #                   llama3-8b 4.0 @512 (past the bound: the attention kernel) with 256 and 0; a trace
+#   tail-short      tg128@16 of llama3-8b 4.0 with GGX_ATTN_TAIL=256 and 0, then the trace with 256 (the
+#                   q/k/v kernel's A, B, C: the tail's part A, arrival, part B)
 #   qwengu          tg128@16 of qwen2.5-7b 4.0 and 2.5 with its gate/up in one wave of 74 blocks
 #                   (GGX_QGEMV_ROWS_FOR=gate_proj:896, m = 28: one K-slice per tile, 58 SMs idle),
 #                   in 148 blocks (gate_proj:448) and as planned (222 blocks, 2 waves: the plan's costs
@@ -336,6 +338,9 @@ for part in "$@"; do
             done
             for n in 256 0; do echo "-- llama3-8b 4.0 @512, GGX_ATTN_TAIL=$n"; GGX_ATTN_TAIL=$n tg --synthetic llama3-8b --bpw 4.0 --ctx 512; done
             GGX_ATTN_TAIL=256 GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -20 ;;
+        tail-short)
+            for n in 256 0; do echo "-- llama3-8b 4.0 @16, GGX_ATTN_TAIL=$n"; GGX_ATTN_TAIL=$n tg --synthetic llama3-8b --bpw 4.0 --ctx 16; done
+            GGX_ATTN_TAIL=256 GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12 ;;
         qwengu)
             for r in 1 2; do
                 for b in 4.0 2.5; do

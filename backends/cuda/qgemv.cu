@@ -531,7 +531,8 @@ __device__ __noinline__ void attn_part_b(const gemv_attn & at, int g, int pos) {
 // part B for the groups it arrives at last. qv: a lead thread's 4 columns of q after RoPE (has_q).
 // flag: a shared int.
 template <int NT>
-__device__ __noinline__ void attn_tail(const gemv_args & a, const gemv_mat & M, int tile, float4 qv, bool has_q, float * sm, int & flag) {
+__device__ __noinline__ void attn_tail(const gemv_args & a, const gemv_mat & M, int tile, float4 qv, bool has_q, float * sm, int & flag,
+                                       const int * trace_slot) {
     const gemv_attn & at = a.attn;
     const int pos = a.pos[0];
     if (pos < 0 || pos + 1 > at.bound) return;   // the attention kernel does it (attn_in_qkv_tail: the same test)
@@ -548,6 +549,7 @@ __device__ __noinline__ void attn_tail(const gemv_args & a, const gemv_mat & M, 
         }
         __syncthreads();
         attn_part_a<NT>(at, h0, nh, pos, sm);
+        ggx_trace_stamp(a.trace, trace_slot, GGX_TRACE_A);   // (the trace's A, B, C: part A, the arrival, part B)
         g_first = h0 / G;
         g_last = (h0 + nh - 1) / G;
     }
@@ -567,10 +569,12 @@ __device__ __noinline__ void attn_tail(const gemv_args & a, const gemv_mat & M, 
     }
     __syncthreads();
     const int mine = flag;
+    ggx_trace_stamp(a.trace, trace_slot, GGX_TRACE_B);
     if (!mine) return;
     __threadfence();
     for (int g = g_first; g <= g_last; g++)
         if (mine >> (g - g_first) & 1) attn_part_b<NT>(at, g, pos);
+    ggx_trace_stamp(a.trace, trace_slot, GGX_TRACE_C);
 }
 
 template <int T, int W = groups_for(T)>
@@ -845,7 +849,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     rope(v);
     if (lead && n < M.Np) store(n, v);
     if constexpr (T == 1)
-        if (M.attn_role) attn_tail<NT>(a, M, tile, make_float4(v[0][0], v[0][1], v[0][2], v[0][3]), lead && n < M.Np, smem, last);
+        if (M.attn_role) attn_tail<NT>(a, M, tile, make_float4(v[0][0], v[0][1], v[0][2], v[0][3]), lead && n < M.Np, smem, last, &trace_slot);
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);   // thread 0 passes here
 }
 
