@@ -4,6 +4,7 @@
 #pragma once
 
 #include "common.cuh"
+#include "decode-plan.h"   // ggx_attn_tail_takes
 #include "mma.cuh"
 #include "trace.cuh"
 
@@ -36,10 +37,17 @@ struct attn_args {
     int tail_bound;       // > 0: the q/k/v GEMV's tail computes the result while pos + 1 <= tail_bound (decode-plan.h)
 };
 
-// The q/k/v GEMV's tail computed this step's result (qgemv.cu's attn_tail tests the same): the
-// kernel then only waits for that grid, so that o, which waits for this one, reads the result.
-static __device__ __forceinline__ bool attn_in_qkv_tail(const attn_args & a) {
-    return a.tail_bound > 0 && a.T == 1 && a.pos[0] >= 0 && a.pos[0] + 1 <= a.tail_bound;
+// True when the q/k/v GEMV's tail computed this step's result (qgemv.cu's attn_tail decides with
+// the same ggx_attn_tail_takes), after the kernel's only work then: o may launch now and load its
+// first weights (its wait still waits for this grid, which ends after the wait here; with the
+// launch after the wait, o's blocks came 4.3 us late, run 161), and the wait for the q/k/v grid,
+// so that o reads the result. Every thread calls it at the kernel's start and returns on true.
+static __device__ __forceinline__ bool attn_done_in_qkv_tail(const attn_args & a, const int * trace_slot) {
+    if (a.T != 1 || !ggx_attn_tail_takes(a.pos[0], a.tail_bound)) return false;
+    ggx_pdl_launch_next();
+    ggx_pdl_wait();
+    ggx_trace_stamp(a.trace, trace_slot, GGX_TRACE_EXIT);
+    return true;
 }
 
 constexpr int k_merge_loads = 8;   // split partials in flight per thread in the merge

@@ -54,14 +54,7 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
     __shared__ float wsum[dm_rows], wmax[dm_rows];
     __shared__ int trace_slot;
     ggx_trace_begin(a.trace, &trace_slot);
-    if (attn_in_qkv_tail(a)) {   // done by the q/k/v GEMV's tail: only order o after it
-        // o may launch now and load its first weights (its wait still waits for this grid, which
-        // ends after the wait below); after the wait, o's blocks came 4.3 us late (run 161)
-        ggx_pdl_launch_next();
-        ggx_pdl_wait();
-        ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
-        return;
-    }
+    if (attn_done_in_qkv_tail(a, &trace_slot)) return;
 
     const int G = a.H / a.Hkv, R = a.T * G;
     const int S = a.stages;   // this warp's tiles i .. i + S - 1 in flight while it works on tile i

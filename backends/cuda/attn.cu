@@ -107,14 +107,7 @@ __global__ void __launch_bounds__(k_threads) k_attn_split(const __grid_constant_
 
     __shared__ int trace_slot;
     ggx_trace_begin(a.trace, &trace_slot);
-    if (attn_in_qkv_tail(a)) {   // done by the q/k/v GEMV's tail: only order o after it
-        // o may launch now and load its first weights (its wait still waits for this grid, which
-        // ends after the wait below); after the wait, o's blocks came 4.3 us late (run 161)
-        ggx_pdl_launch_next();
-        ggx_pdl_wait();
-        ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
-        return;
-    }
+    if (attn_done_in_qkv_tail(a, &trace_slot)) return;
     // pos is uploaded before the graph runs: the key range is known before the wait
     const int p_t = a.pos[t];
     const int p_vis = a.non_causal ? a.pos[a.T - 1] : p_t;   // last visible key

@@ -199,6 +199,10 @@ void          ggx_cuda_layout_run_costs(const std::vector<std::pair<int, int>> &
 void          ggx_cuda_plan_graph(bool fuse, struct ggx_graph * g, ggx_cuda_plan & plan, int attn_tail = 0);
 // The most keys the tail of a q/k/v job takes: its shared memory holds a score per key and head.
 #define GGX_ATTN_TAIL_MAX_KEYS 1024
+// Whether a q/k/v job's tail of this bound (ggx_qgemv_attn; 0: none) computes the attention of the
+// one row at pos; otherwise the attention kernel does. The GEMV's tail and the attention kernels
+// decide with this one test, on the device (constexpr: callable there).
+constexpr bool ggx_attn_tail_takes(int pos, int bound) { return bound > 0 && pos >= 0 && pos + 1 <= bound; }
 // Whether a MUL_MAT node can run as a decode GEMV job (EXL2 weights prepared for CUDA, f32 input
 // of at most GGX_CUDA_QGEMV_MAX_T rows).
 bool          ggx_cuda_qgemv_supports(const struct ggx_tensor * mul_mat);

@@ -535,7 +535,7 @@ __device__ __noinline__ void attn_tail(const gemv_args & a, const gemv_mat & M, 
                                        const int * trace_slot) {
     const gemv_attn & at = a.attn;
     const int pos = a.pos[0];
-    if (pos < 0 || pos + 1 > at.bound) return;   // the attention kernel does it (attn_in_qkv_tail: the same test)
+    if (!ggx_attn_tail_takes(pos, at.bound)) return;   // the attention kernel does it
     const int hd = at.hd, G = at.H / at.Hkv;
     const int c0 = tile * k_tile, h0 = c0 / hd, nh = min(k_tile, M.N - c0) / hd;   // the tile's heads (of q, or of k and v)
     int g_first = h0, g_last = h0 + nh - 1;      // k, v: a KV head is a group
@@ -872,7 +872,6 @@ struct args_layout {
     int    blocks = 0, counters = 0;
     size_t partial_bytes = 0;   // with the attention tail's state past the partials
     bool   rope = false;   // a matrix rotates: the launch's shared memory holds the RoPE tile
-    int    attn_bound = 0; // the attention tail's (ggx_qgemv_attn), or 0
 };
 
 // Scratch bytes of the attention tail's state (gemv_attn::state), 256-byte aligned; 0 without it.
@@ -961,7 +960,6 @@ args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part,
         a.m[ja.q].attn_role = 1;
         a.m[ja.k].attn_role = 2;
         a.m[ja.v].attn_role = 3;
-        L.attn_bound = ja.bound;
     }
     return L;
 }
@@ -1170,17 +1168,17 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
         ggx_set_error("cuda: decode matmul of %s needs %d tile counters (have %d)", job.m[0].w->name, L.counters, ctx.n_counters);
         return GGX_STATUS_FAILED;
     }
-    if (L.attn_bound > 0 && (job.T != 1 || job.head_dim % 64 || job.head_dim > 128)) {
+    if (job.attn.bound > 0 && (job.T != 1 || job.head_dim % 64 || job.head_dim > 128)) {
         ggx_set_error("cuda: decode matmul of %s: attention in the tail needs one row and heads of 64 or 128 (%d rows, heads of %d)",
                       job.m[0].w->name, job.T, job.head_dim);
         return GGX_STATUS_FAILED;
     }
-    const size_t smem = smem_bytes(job.T, m, L.rope, L.attn_bound, job.head_dim);
+    const size_t smem = smem_bytes(job.T, m, L.rope, job.attn.bound, job.head_dim);
     if (smem > (size_t)k_max_smem) {
         ggx_set_error("cuda: decode matmul of %s needs %zu bytes of shared memory (at most %d)", job.m[0].w->name, smem, k_max_smem);
         return GGX_STATUS_FAILED;
     }
-    if (L.attn_bound > 0) ctx.attn_tail_jobs++;
+    if (job.attn.bound > 0) ctx.attn_tail_jobs++;
     const int blocks = L.blocks;
     switch (job.T) {
         case 1: return launch<1>(ctx, a, blocks, smem);

@@ -32,5 +32,6 @@ if [ "${kind%%-*}" = qgemv ]; then
         "$here/emu-qgemv.cpp" "$root/exl2/quant/dequant.cpp" "$root/exl2/quant/exl2-pack.cpp" "$root/ggx/ggx.cpp" -o "$out/emu-$kind"
 else
     "$here/gen-$kind.sh" "$src" "$cu/attn-common.cuh" "$out/kern-$kind.inc"
-    ${CXX:-g++} "${flags[@]}" -DKERN_INC="\"kern-$kind.inc\"" "$here/emu-$kind.cpp" -o "$out/emu-$kind"
+    # (-I the repository: decode-plan.h's ggx_attn_tail_takes, which the kernels' common text calls)
+    ${CXX:-g++} "${flags[@]}" -I"$root" -DKERN_INC="\"kern-$kind.inc\"" "$here/emu-$kind.cpp" -o "$out/emu-$kind"
 fi

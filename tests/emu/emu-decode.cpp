@@ -10,6 +10,8 @@
 //   emu-decode [CP_MODE 0|1|2(both)] [RAND_SCHED 0|1] [ONLY_CASE] ["hd,H,Hkv,C,T,cap,win,nc,min_chunk"]
 #include "emu-core.h"
 
+#include "backends/cuda/decode-plan.h"   // ggx_attn_tail_takes (attn-common.cuh's text calls it)
+
 #include <string>
 
 static float g_wsum[16], g_wmax[16];   // the kernel's __shared__ scalars

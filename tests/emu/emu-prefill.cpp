@@ -8,6 +8,8 @@
 //   emu-prefill [MT 1|2|0(both)] [CP_MODE 0|1|2(both)] [X16 0|1|2(both)] [ONLY_CASE] ["hd,H,Hkv,C,T,cap,win,nc"]
 #include "emu-core.h"
 
+#include "backends/cuda/decode-plan.h"   // ggx_attn_tail_takes (attn-common.cuh's text calls it)
+
 static int g_range_store[2];   // the kernel's __shared__ int range[2]
 static int * g_range = g_range_store;
 

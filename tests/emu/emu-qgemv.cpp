@@ -514,7 +514,7 @@ static int run_job(const Job & job, int idx) {
             for (int k = 0; k < K; k++) norm_tables[i][k] = norm_w[a.m[i].perm ? a.m[i].perm[k] : k];
             a.m[i].norm_wp = norm_tables[i].data();
         }
-    const size_t smem = emu::smem_bytes(T, job.m, lay.rope, lay.attn_bound, hd);
+    const size_t smem = emu::smem_bytes(T, job.m, lay.rope, gj.attn.bound, hd);
     if (smem > (size_t)emu::k_max_smem) { fprintf(stderr, "emu-qgemv: job %s needs %zu bytes of shared memory\n", job.what, smem); exit(2); }
     constexpr size_t smem_guard = 4096;
 
