@@ -78,9 +78,7 @@
 #                   q/k/v kernel's A, B, C: the tail's part A, arrival, part B)
 #   icache          bench/probes/icache-cold.cu built and run (32 and 512 threads per block): cycles of
 #                   once-per-launch sections after the same kernel, a tiny one, or ~256 KB of other code
-#   warm            tg128@16 of llama3-8b 4.0 with GGX_ATTN_WARM=1 (k_attn_decode's last section run dry
-#                   before its PDL wait, to bring its code into the instruction cache) and 0, twice; 1B
-#                   4.0 both ways; then the trace with 1 (attention's B, C, hand-off against run 163)
+#                   (run 164: ~400 cycles once at the kernel's start, then nothing)
 #   qwengu          tg128@16 of qwen2.5-7b 4.0 and 2.5 with its gate/up in one wave of 74 blocks
 #                   (GGX_QGEMV_ROWS_FOR=gate_proj:896, m = 28: one K-slice per tile, 58 SMs idle),
 #                   in 148 blocks (gate_proj:448) and as planned (222 blocks, 2 waves: the plan's costs
@@ -318,12 +316,6 @@ for part in "$@"; do
             done ;;
         icache)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/icache-cold.cu -o /tmp/icache-cold && /tmp/icache-cold 32 20 && /tmp/icache-cold 512 20 ;;
-        warm)
-            for r in 1 2; do
-                for w in 1 0; do echo "-- llama3-8b 4.0 @16, round $r: GGX_ATTN_WARM=$w"; GGX_ATTN_WARM=$w tg --synthetic llama3-8b --bpw 4.0 --ctx 16; done
-            done
-            for w in 1 0; do echo "-- llama3.2-1b 4.0 @16: GGX_ATTN_WARM=$w"; GGX_ATTN_WARM=$w tg --synthetic llama3.2-1b --bpw 4.0 --ctx 16; done
-            GGX_ATTN_WARM=1 GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12 ;;
         clusters)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/cluster-fit.cu -o /tmp/cluster-fit && /tmp/cluster-fit ;;
         pairgroups)

@@ -122,9 +122,6 @@ long                 ggx_backend_cuda_pair_group_pieces(struct ggx_backend * be)
 // One-row q/k/v GEMV jobs that compute their attention in their tail (GGX_ATTN_TAIL=N at backend
 // start; backends/cuda/decode-plan.h), counted when a graph is recorded.
 long                 ggx_backend_cuda_attn_tail_jobs(struct ggx_backend * be);
-// Tensor-core decode attention launches that run their last section dry before the PDL wait
-// (GGX_ATTN_WARM=1 at backend start; backends/cuda/attn-decode.cu), counted when a graph is recorded.
-long                 ggx_backend_cuda_attn_warm_launches(struct ggx_backend * be);
 #endif
 
 // Convenience wrappers.

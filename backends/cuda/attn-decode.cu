@@ -24,14 +24,6 @@
 namespace ggx_cuda_attn {
 
 #if defined(GGX_ATTN_WMMA)
-// v, hidden from the compiler: a call site that passes it cannot be specialised on it (the two
-// calls of write_rows must run one copy of its code)
-static __device__ __forceinline__ int ggx_opaque(int v) {
-    int r;
-    asm volatile("mov.b32 %0, %1;" : "=r"(r) : "r"(v));
-    return r;
-}
-
 namespace {
 
 constexpr int dm_warps = 4, dm_threads = 32 * dm_warps;
@@ -49,59 +41,6 @@ template <int HD> struct dm_cfg {
     static_assert(merge_bytes <= kv_bytes(2), "the warps' states fit in the K/V stages");
     static constexpr size_t bytes(int stages) { return q_bytes + kv_bytes(stages); }
 };
-
-// The block's rows from the warps' states, which the kernel has put into shared memory (Os
-// [warps][rows][HD], then m and l [warps][rows]): per row the common maximum M and each warp's weight
-// e^(m_w - M) (into m's place), the total sum, then the result (one active split) or this split's
-// partial (m, l, O). Every thread calls it.
-//
-// dry: every store and the barrier skipped, nothing else. The kernel calls it so before its PDL
-// wait, which the block spends waiting anyway: the code comes into the SM's instruction cache,
-// which the kernels run in between (the GEMVs) have taken over since the last layer's attention,
-// so that the real call after the loop does not fetch it from L2 (GGX_ATTN_WARM; session 34). It
-// is one noinline function called with an opaque dry at both sites so that the two calls run the
-// same instructions, not two copies of them.
-template <int HD>
-__device__ __noinline__ void write_rows(const attn_args & a, float * Os, int R, int kvh, int split, int n_active, float * wmax,
-                                        float * wsum, const int * trace_slot, int dry) {
-    const int tid = threadIdx.x, G = a.H / a.Hkv;
-    float * Ms = Os + dm_warps * dm_rows * HD;
-    const float * Ls = Ms + dm_warps * dm_rows;
-    if (tid < R) {
-        float M = -INFINITY, L = 0.0f, e_w[dm_warps];
-        for (int w = 0; w < dm_warps; w++) M = fmaxf(M, Ms[w * dm_rows + tid]);
-        for (int w = 0; w < dm_warps; w++) {
-            const float m = Ms[w * dm_rows + tid];
-            e_w[w] = m == -INFINITY ? 0.0f : expf(m - M);
-            L += e_w[w] * Ls[w * dm_rows + tid];
-        }
-        if (!dry) {
-            for (int w = 0; w < dm_warps; w++) Ms[w * dm_rows + tid] = e_w[w];
-            wmax[tid] = M;
-            wsum[tid] = L;
-        }
-    }
-    if (!dry) {   // (dry: the block's barriers stay as they are without the dry pass)
-        __syncthreads();
-        ggx_trace_stamp(a.trace, trace_slot, GGX_TRACE_C);
-    }
-    const int stride = part_stride(HD);
-    for (int e = tid; e < R * HD; e += dm_threads) {
-        const int row = e / HD, d = e % HD, t = row / G, h = kvh * G + row % G;
-        float v = 0.0f;
-#pragma unroll
-        for (int w = 0; w < dm_warps; w++) v = fmaf(Ms[w * dm_rows + row], Os[((size_t)w * dm_rows + row) * HD + d], v);
-        if (dry) continue;
-        if (n_active == 1) {
-            const float L = wsum[row];
-            a.out[((size_t)t * a.H + h) * HD + d] = L > 0.0f ? v / L : 0.0f;
-        } else {
-            float * pp = a.part + (((size_t)t * a.H + h) * a.n_splits + split) * stride;
-            pp[4 + d] = v;
-            if (d == 0) { pp[0] = wmax[row]; pp[1] = wsum[row]; }
-        }
-    }
-}
 
 template <int HD>
 __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constant__ attn_args a) {
@@ -183,9 +122,6 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
     };
     for (int i = 0; i < S && i < n_mine; i++) issue(i, k_lo, fresh, true);
     ggx_cp_async_commit();
-    // the code after the loop into the instruction cache (write_rows; it reads the stages' bytes,
-    // which the copies above may be writing, and uses none of them)
-    if (a.warm_code) write_rows<HD>(a, (float *)KV, R, kvh, split, n_active, wmax, wsum, &trace_slot, ggx_opaque(1));
 
     // q and the rows at pos come from the previous kernel (the qkv GEMV); the next one (the o
     // GEMV) may start its static loads on the SMs this small grid leaves free
@@ -299,7 +235,36 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
     }
     __syncthreads();
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_B);
-    write_rows<HD>(a, Os, R, kvh, split, n_active, wmax, wsum, &trace_slot, ggx_opaque(0));
+    // per row: the common max and each warp's weight e^(m_w - M) (into Ms), the total sum
+    if (tid < R) {
+        float M = -INFINITY, L = 0.0f;
+        for (int w = 0; w < dm_warps; w++) M = fmaxf(M, Ms[w * dm_rows + tid]);
+        for (int w = 0; w < dm_warps; w++) {
+            const float m = Ms[w * dm_rows + tid];
+            const float e = m == -INFINITY ? 0.0f : expf(m - M);
+            Ms[w * dm_rows + tid] = e;
+            L += e * Ls[w * dm_rows + tid];
+        }
+        wmax[tid] = M;
+        wsum[tid] = L;
+    }
+    __syncthreads();
+    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_C);
+    const int stride = part_stride(HD);
+    for (int e = tid; e < R * HD; e += dm_threads) {
+        const int row = e / HD, d = e % HD, t = row / G, h = kvh * G + row % G;
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < dm_warps; w++) v = fmaf(Ms[w * dm_rows + row], Os[((size_t)w * dm_rows + row) * HD + d], v);
+        if (n_active == 1) {
+            const float L = wsum[row];
+            a.out[((size_t)t * a.H + h) * HD + d] = L > 0.0f ? v / L : 0.0f;
+        } else {
+            float * pp = a.part + (((size_t)t * a.H + h) * a.n_splits + split) * stride;
+            pp[4 + d] = v;
+            if (d == 0) { pp[0] = wmax[row]; pp[1] = wsum[row]; }
+        }
+    }
     if (n_active == 1) {
         ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_HANDOFF);
         ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);

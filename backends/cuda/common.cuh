@@ -126,11 +126,6 @@ struct ggx_cuda_ctx {
     // decode-plan.h, ggx_qgemv_attn), and the jobs recorded doing it (ggx_backend_cuda_attn_tail_jobs).
     int            attn_tail = 0;
     long           attn_tail_jobs = 0;
-    // The tensor-core decode attention runs its last section dry before its PDL wait (GGX_ATTN_WARM=1,
-    // attn-decode.cu's write_rows: its code into the instruction cache), and the launches recorded
-    // so (ggx_backend_cuda_attn_warm_launches).
-    bool           attn_warm = false;
-    long           attn_warm_launches = 0;
     char           name[16] = {0};
 };
 

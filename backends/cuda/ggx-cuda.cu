@@ -533,7 +533,6 @@ extern "C" long ggx_backend_cuda_strip_stages(ggx_backend * be) { return be ? ct
 extern "C" long ggx_backend_cuda_rope_table_jobs(ggx_backend * be) { return be ? ctx_of(be)->rope_table_jobs : 0; }
 extern "C" long ggx_backend_cuda_norm_table_mats(ggx_backend * be) { return be ? ctx_of(be)->norm_table_mats : 0; }
 extern "C" long ggx_backend_cuda_attn_tail_jobs(ggx_backend * be) { return be ? ctx_of(be)->attn_tail_jobs : 0; }
-extern "C" long ggx_backend_cuda_attn_warm_launches(ggx_backend * be) { return be ? ctx_of(be)->attn_warm_launches : 0; }
 extern "C" long ggx_backend_cuda_pair_group_pieces(ggx_backend * be) {
     return !GGX_QGEMV_PAIR_GROUPS ? -1 : be ? ctx_of(be)->pair_group_pieces : 0;
 }
@@ -593,7 +592,6 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->tile_warps = ggx_tile_step_warps(ggx_env_int_in("GGX_CUDA_STEP_TILE_WARPS", 12, 16, 16));
     ctx->tile_split = ggx_env_int_in("GGX_CUDA_STEP_TILE_QKV", 0, 1, 1) != 0;
     ctx->attn_tail = ggx_env_int_in("GGX_ATTN_TAIL", 0, GGX_ATTN_TAIL_MAX_KEYS, 0);
-    ctx->attn_warm = ggx_env_int_in("GGX_ATTN_WARM", 0, 1, 0) != 0;
 #if defined(GGX_USE_HIP)
     // its units are 32 lanes wide, one per slice: not written for 64-wide wavefronts, never run on AMD
     if (ctx->strip_step) fprintf(stderr, "ggx-cuda: GGX_CUDA_STEP is not available in the HIP build; ignored\n");

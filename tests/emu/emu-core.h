@@ -159,7 +159,6 @@ inline int atomicMax(int * p, int v) { const int o = *p; *p = max(o, v); return 
 template <class V> inline V ggx_load_cg(const V * p) { return *p; }
 inline void ggx_pdl_wait() { g_f[g_cur].pdl_waited = true; }
 inline void ggx_pdl_launch_next() {}
-inline int ggx_opaque(int v) { return v; }   // attn-decode.cu's: only the compiler must not see v
 struct ggx_trace_dev {};
 #define ggx_trace_begin(tr, slot) ((void)(slot))
 #define ggx_trace_stamp(tr, slot, what) ((void)(slot))

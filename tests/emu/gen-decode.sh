@@ -16,7 +16,6 @@ fix "$out" '__host__ __device__ inline' 'inline'
 fix "$out" 'static __device__ inline' 'static inline'
 fix "$out" '__shared__ int last;' 'int & last = g_last;'
 fix_kernel "$out" dm_threads
-fix "$out" '__device__ __noinline__' 'inline'
 fix "$out" 'const __grid_constant__ attn_args a' 'const attn_args a'
 fix "$out" '__shared__ float wsum[dm_rows], wmax[dm_rows];' 'float * wsum = g_wsum, * wmax = g_wmax;'
 fix "$out" '__shared__ int trace_slot;' 'int trace_slot = 0;'

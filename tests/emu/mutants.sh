@@ -29,8 +29,6 @@ decode_mutants=(
     window_off1 's/lo_r\[i\] = a.window > 0 ? pv - a.window + 1 : 0;/lo_r[i] = a.window > 0 ? pv - a.window : 0;/'
     window_own 's/max(0, pv - a.window + 1) : 0);/max(0, pt - a.window + 1) : 0);/; s/lo_r\[i\] = a.window > 0 ? pv - a.window + 1 : 0;/lo_r[i] = a.window > 0 ? a.pos[r \/ G] - a.window + 1 : 0;/'
     ldsm_k_swap 's/ldsm_x4(b, smem_addr(Kd + (lane % 8 + (lane \/ 16) \* 8) \* C::ld + kk \* 16 + ((lane \/ 8) % 2) \* 8));/ldsm_x4(b, smem_addr(Kd + (lane % 8 + ((lane \/ 8) % 2) * 8) * C::ld + kk * 16 + (lane \/ 16) * 8));/'
-    dry_weights 's/        if (!dry) {$/        {/'
-    dry_rows 's/        if (dry) continue;/        \/\/ (the dry pass stores the rows)/'
 )
 prefill_mutants=(
     full0 's/full &= hi_r\[mt\]\[i\] >= k0 + BK - 1 \&\& lo_r\[mt\]\[i\] <= k0;/full \&= hi_r[0][i] >= k0 + BK - 1 \&\& lo_r[0][i] <= k0;/'
