@@ -36,8 +36,14 @@ template <int HD> struct dm_cfg {
     static constexpr size_t q_bytes = sizeof(half) * dm_rows * ld;
     // per warp: `stages` stages of K, V
     static constexpr size_t kv_bytes(int stages) { return sizeof(half) * (size_t)dm_warps * 2 * stages * tile; }
-    // after the loop the stages hold the warps' states: O [warps][rows][HD], m and l [warps][rows]
-    static constexpr size_t merge_bytes = sizeof(float) * (size_t)dm_warps * dm_rows * (HD + 2);
+    // after the loop the stages hold the warps' states: O [warps][rows][o_ld], m and l [warps][rows].
+    // A warp's float2 store of O writes 8 rows (lanes g = 0..7) x 4 column pairs: with rows HD
+    // floats apart (a multiple of 32) all 8 rows fall on the same 8 banks, 8 wavefronts per store
+    // and ~0.5 us per layer for the 32 stores of each warp (run 163's B, 0.68 us); HD + 8 floats
+    // (8 or 24 banks apart for HD 64-128) spreads them over all 32 banks: 2 wavefronts, the least
+    // 256 bytes take.
+    static constexpr int o_ld = HD + 8;
+    static constexpr size_t merge_bytes = sizeof(float) * (size_t)dm_warps * dm_rows * (o_ld + 2);
     static_assert(merge_bytes <= kv_bytes(2), "the warps' states fit in the K/V stages");
     static constexpr size_t bytes(int stages) { return q_bytes + kv_bytes(stages); }
 };
@@ -211,7 +217,7 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
     }
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP_END);
 
-    // the warps' states into the (now free) stages: O [warp][row][HD], then m and l [warp][row]
+    // the warps' states into the (now free) stages: O [warp][row][o_ld], then m and l [warp][row]
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         l_r[r] += __shfl_xor_sync(0xffffffffu, l_r[r], 1);
@@ -220,12 +226,12 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
     __syncthreads();   // every warp is done with its stages
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_A);
     float * Os = (float *)KV;
-    float * Ms = Os + dm_warps * dm_rows * HD;
+    float * Ms = Os + dm_warps * dm_rows * C::o_ld;
     float * Ls = Ms + dm_warps * dm_rows;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int row = g + 8 * r;
-        float * orow = Os + ((size_t)warp * dm_rows + row) * HD + 2 * tq;
+        float * orow = Os + ((size_t)warp * dm_rows + row) * C::o_ld + 2 * tq;
 #pragma unroll
         for (int nt = 0; nt < NT_O; nt++) *(float2 *)(orow + nt * 8) = make_float2(o[nt][2 * r], o[nt][2 * r + 1]);
         if (tq == 0) {
@@ -255,7 +261,7 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
         const int row = e / HD, d = e % HD, t = row / G, h = kvh * G + row % G;
         float v = 0.0f;
 #pragma unroll
-        for (int w = 0; w < dm_warps; w++) v = fmaf(Ms[w * dm_rows + row], Os[((size_t)w * dm_rows + row) * HD + d], v);
+        for (int w = 0; w < dm_warps; w++) v = fmaf(Ms[w * dm_rows + row], Os[((size_t)w * dm_rows + row) * C::o_ld + d], v);
         if (n_active == 1) {
             const float L = wsum[row];
             a.out[((size_t)t * a.H + h) * HD + d] = L > 0.0f ? v / L : 0.0f;
