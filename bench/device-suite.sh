@@ -76,6 +76,11 @@
 #                   llama3-8b 4.0 @512 (past the bound: the attention kernel) with 256 and 0; a trace
 #   tail-short      tg128@16 of llama3-8b 4.0 with GGX_ATTN_TAIL=256 and 0, then the trace with 256 (the
 #                   q/k/v kernel's A, B, C: the tail's part A, arrival, part B)
+#   sections        what the few-hundred-instruction sections (attention's merge and output, the GEMVs'
+#                   tile tails; 0.6-3.5 us each) wait for: the default trace, the trace with
+#                   GGX_CUDA_NO_PDL=1 (no next kernel loading its first weights beside them: if the
+#                   sections shrink, they wait on memory traffic), and the trace with GGX_ATTN_TAIL=256
+#                   (the tail's A, B, C now print: b4f268d)
 #   icache          bench/probes/icache-cold.cu built and run (32 and 512 threads per block): cycles of
 #                   once-per-launch sections after the same kernel, a tiny one, or ~256 KB of other code
 #                   (run 164: ~400 cycles once at the kernel's start, then nothing)
@@ -313,6 +318,11 @@ for part in "$@"; do
             for v in "" GGX_CUDA_CARVEOUT=-1 GGX_CUDA_CARVEOUT=72 GGX_CUDA_CARVEOUT_ALL=1 ""; do
                 echo "-- llama3-8b 4.0 @16,512,4096: ${v:-the default}"
                 (if [ -n "$v" ]; then export "$v"; fi; tg --synthetic llama3-8b --bpw 4.0 --ctx 16,512,4096)
+            done ;;
+        sections)
+            for v in "" GGX_CUDA_NO_PDL=1 GGX_ATTN_TAIL=256; do
+                echo "-- trace, llama3-8b 4.0 @16: ${v:-the default}"
+                (if [ -n "$v" ]; then export "$v"; fi; GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12)
             done ;;
         icache)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/icache-cold.cu -o /tmp/icache-cold && /tmp/icache-cold 32 20 && /tmp/icache-cold 512 20 ;;
