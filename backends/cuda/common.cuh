@@ -126,6 +126,9 @@ struct ggx_cuda_ctx {
     // decode-plan.h, ggx_qgemv_attn), and the jobs recorded doing it (ggx_backend_cuda_attn_tail_jobs).
     int            attn_tail = 0;
     long           attn_tail_jobs = 0;
+    // The tensor-core decode attention lets the next kernel launch after its key loop instead of
+    // right after its PDL wait (GGX_ATTN_LAUNCH_LATE=1; for measurements).
+    bool           attn_launch_late = false;
     char           name[16] = {0};
 };
 
