@@ -82,7 +82,7 @@
 #                   sections shrink, they wait on memory traffic), and the trace with GGX_ATTN_TAIL=256
 #                   (the tail's A, B, C now print: b4f268d); then GGX_ATTN_LAUNCH_LATE=1 (o launches after
 #                   attention's key loop, not after its wait): its trace and tg128@16 of llama3-8b 4.0
-#                   and llama3.2-1b with 1 and 0
+#                   and llama3.2-1b with it and without, two rounds
 #   icache          bench/probes/icache-cold.cu built and run (32 and 512 threads per block): cycles of
 #                   once-per-launch sections after the same kernel, a tiny one, or ~256 KB of other code
 #                   (run 164: ~400 cycles once at the kernel's start, then nothing)
@@ -326,10 +326,7 @@ for part in "$@"; do
                 echo "-- trace, llama3-8b 4.0 @16: ${v:-the default}"
                 (if [ -n "$v" ]; then export "$v"; fi; GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12)
             done
-            for mb in "llama3-8b 4.0" "llama3.2-1b 4.0"; do
-                read -r m b <<< "$mb"
-                for l in 1 0 1 0; do echo "-- $m $b @16: GGX_ATTN_LAUNCH_LATE=$l"; GGX_ATTN_LAUNCH_LATE=$l tg --synthetic $m --bpw $b --ctx 16; done
-            done ;;
+            for r in 1 2; do ab GGX_ATTN_LAUNCH_LATE=1 "llama3-8b 4.0" "llama3.2-1b 4.0"; done ;;
         icache)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/icache-cold.cu -o /tmp/icache-cold && /tmp/icache-cold 32 20 && /tmp/icache-cold 512 20 ;;
         clusters)
