@@ -80,9 +80,13 @@
 #                   tile tails; 0.6-3.5 us each) wait for: the default trace, the trace with
 #                   GGX_CUDA_NO_PDL=1 (no next kernel loading its first weights beside them: if the
 #                   sections shrink, they wait on memory traffic), and the trace with GGX_ATTN_TAIL=256
-#                   (the tail's A, B, C now print: b4f268d); then GGX_ATTN_LAUNCH_LATE=1 (o launches after
-#                   attention's key loop, not after its wait): its trace and tg128@16 of llama3-8b 4.0
-#                   and llama3.2-1b with it and without, two rounds
+#                   (the tail's A, B, C now print: b4f268d). Run 167 (H100): without PDL attention's
+#                   loop and merge take half as long (o's first weights no longer stream beside them)
+#   handoff         the split-K hand-off with one fence.acq_rel per side by thread 0 and the counter
+#                   reset after the acquire (GGX_QGEMV_LIGHT_FENCE), and the ADD epilogue's residual
+#                   prefetched into L1 beside the partials (GGX_QGEMV_RESID_EARLY), both on by default:
+#                   k_qgemv's MEMBAR kinds, the default trace, then tg128@16 of llama3-8b and
+#                   llama3.2-1b 4.0 with each off and the default, two rounds
 #   icache          bench/probes/icache-cold.cu built and run (32 and 512 threads per block): cycles of
 #                   once-per-launch sections after the same kernel, a tiny one, or ~256 KB of other code
 #                   (run 164: ~400 cycles once at the kernel's start, then nothing)
@@ -322,11 +326,19 @@ for part in "$@"; do
                 (if [ -n "$v" ]; then export "$v"; fi; tg --synthetic llama3-8b --bpw 4.0 --ctx 16,512,4096)
             done ;;
         sections)
-            for v in "" GGX_CUDA_NO_PDL=1 GGX_ATTN_TAIL=256 GGX_ATTN_LAUNCH_LATE=1; do
+            for v in "" GGX_CUDA_NO_PDL=1 GGX_ATTN_TAIL=256; do
                 echo "-- trace, llama3-8b 4.0 @16: ${v:-the default}"
                 (if [ -n "$v" ]; then export "$v"; fi; GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12)
-            done
-            for r in 1 2; do ab GGX_ATTN_LAUNCH_LATE=1 "llama3-8b 4.0" "llama3.2-1b 4.0"; done ;;
+            done ;;
+        handoff)
+            echo "-- fences in k_qgemv's SASS (MEMBAR kinds)"
+            cuobjdump -sass $B 2>/dev/null | awk '/Function :/ { on = /k_qgemv/ } on' | grep -o 'MEMBAR[.A-Z]*' | sort | uniq -c
+            echo "-- trace, llama3-8b 4.0 @16"
+            GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12
+            for r in 1 2; do
+                ab GGX_QGEMV_LIGHT_FENCE=0 "llama3-8b 4.0" "llama3.2-1b 4.0"
+                ab GGX_QGEMV_RESID_EARLY=0 "llama3-8b 4.0" "llama3.2-1b 4.0"
+            done ;;
         icache)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/icache-cold.cu -o /tmp/icache-cold && /tmp/icache-cold 32 20 && /tmp/icache-cold 512 20 ;;
         clusters)

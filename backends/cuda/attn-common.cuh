@@ -35,9 +35,6 @@ struct attn_args {
     int stages;           // k_attn_decode: K/V tiles in flight per warp (2 or 3, GGX_ATTN_STAGES)
     int smem_stages;      // k_attn_decode: shared memory for at least this many (GGX_ATTN_SMEM_STAGES, measurements)
     int tail_bound;       // > 0: the q/k/v GEMV's tail computes the result while pos + 1 <= tail_bound (decode-plan.h)
-    int launch_late;      // k_attn_decode: let the next kernel launch after the key loop, not right after the
-                          // PDL wait (GGX_ATTN_LAUNCH_LATE=1, measurements: does the next kernel's first
-                          // weight traffic slow the loop and the merge?)
 };
 
 // True when the q/k/v GEMV's tail computed this step's result (qgemv.cu's attn_tail decides with

@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
     // q and the rows at pos come from the previous kernel (the qkv GEMV); the next one (the o
     // GEMV) may start its static loads on the SMs this small grid leaves free
     ggx_pdl_wait();
-    if (!a.launch_late) ggx_pdl_launch_next();
+    ggx_pdl_launch_next();
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_WAITED);
     for (int i = 0; i < S && i < n_mine; i++) issue(i, fresh, 1 << 30, false);
     ggx_cp_async_commit();
@@ -216,7 +216,6 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
         ggx_cp_async_commit();
     }
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP_END);
-    if (a.launch_late) ggx_pdl_launch_next();
 
     // the warps' states into the (now free) stages: O [warp][row][o_ld], then m and l [warp][row]
 #pragma unroll

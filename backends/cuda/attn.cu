@@ -483,7 +483,6 @@ ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst, half * x16, in
     if (decode_mma() && decode_mma_ok(a.hd, a.H / a.Hkv, a.T, (int)kc->type)) {
         a.stages = decode_stages(a);
         a.smem_stages = decode_smem_stages();
-        a.launch_late = ctx.attn_launch_late;
         return decode_mma_launch(ctx, a);
     }
     a.tile_keys = tile_keys(ctx, a.hd, (int)ggx_type_size(kc->type));

@@ -126,11 +126,18 @@ struct ggx_cuda_ctx {
     // decode-plan.h, ggx_qgemv_attn), and the jobs recorded doing it (ggx_backend_cuda_attn_tail_jobs).
     int            attn_tail = 0;
     long           attn_tail_jobs = 0;
-    // The tensor-core decode attention lets the next kernel launch after its key loop instead of
-    // right after its PDL wait (GGX_ATTN_LAUNCH_LATE=1; for measurements).
-    bool           attn_launch_late = false;
     char           name[16] = {0};
 };
+
+// A fence for release / acquire patterns between blocks (fence.acq_rel.gpu). __threadfence() is
+// fence.sc.gpu, stronger than a counter hand-off needs. HIP: __threadfence().
+static __device__ __forceinline__ void ggx_fence_acq_rel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700 && !defined(GGX_USE_HIP)
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#else
+    __threadfence();
+#endif
+}
 
 // ---- programmatic dependent launch (sm_90) ----------------------------------------------------
 // A kernel launched with ggx_cuda_launch may start while the previous one finishes: it does what

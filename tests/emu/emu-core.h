@@ -159,6 +159,7 @@ inline int atomicMax(int * p, int v) { const int o = *p; *p = max(o, v); return 
 template <class V> inline V ggx_load_cg(const V * p) { return *p; }
 inline void ggx_pdl_wait() { g_f[g_cur].pdl_waited = true; }
 inline void ggx_pdl_launch_next() {}
+inline void ggx_fence_acq_rel() {}
 struct ggx_trace_dev {};
 #define ggx_trace_begin(tr, slot) ((void)(slot))
 #define ggx_trace_stamp(tr, slot, what) ((void)(slot))

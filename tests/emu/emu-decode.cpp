@@ -147,7 +147,6 @@ int main(int argc, char ** argv) {
                 a.qsplit = 1;
                 a.smem_stages = 0;
                 a.stages = stages;
-                a.launch_late = (idx + order) & 1;   // where the next kernel may launch: no effect here, both run
                 g_fresh_min = *std::min_element(pos.begin(), pos.end());
                 switch (c.hd) {
                     case 64: run_grid<64>(a, order); break;
