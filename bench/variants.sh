@@ -6,13 +6,15 @@
 #   nox16       -DGGX_PAIR_X16_2BIT=0      2-bit pairs each shifted into place (before session 24)
 #   pairgroups  -DGGX_QGEMV_PAIR_GROUPS=1  paired pieces also across two groups (session 30; -2.8% to +2%, runs 155, 157)
 #   compact     -DGGX_QGEMV_COMPACT_HALVES=1  a 64-row piece's two halves by one copy of the code (session 32)
-variant_names="nowin nox16 pairgroups compact"
+#   fencesc     -DGGX_FENCE_SC=1           the blocks' hand-offs fence with __threadfence (fence.sc, before session 35)
+variant_names="nowin nox16 pairgroups compact fencesc"
 variant_flags() {
     case "$1" in
         nowin) echo "-DGGX_PAIR_WINDOWS=0" ;;
         nox16) echo "-DGGX_PAIR_X16_2BIT=0" ;;
         pairgroups) echo "-DGGX_QGEMV_PAIR_GROUPS=1" ;;
         compact) echo "-DGGX_QGEMV_COMPACT_HALVES=1" ;;
+        fencesc) echo "-DGGX_FENCE_SC=1" ;;
         *) return 1 ;;
     esac
 }

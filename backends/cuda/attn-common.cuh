@@ -106,17 +106,18 @@ static __device__ inline void merge_splits(const attn_args & a, int t, int h0, i
 }
 
 // Counts this block in (counter) and tells whether it was the last of `expected` to finish; the
-// last one resets the counter for the next launch. The partials written before are visible to it.
+// last one resets the counter for the next launch. The partials written before are visible to it:
+// the hand-off of the decode GEMV (qgemv.cu), thread 0 fencing on both sides of its count.
 static __device__ inline bool arrive_last(int * counter, int expected) {
     __shared__ int last;
-    __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
+        ggx_fence_acq_rel();
         last = atomicAdd(counter, 1) == expected - 1;
-        if (last) *counter = 0;
+        if (last) ggx_fence_acq_rel();
     }
     __syncthreads();
-    if (last) __threadfence();
+    if (last && threadIdx.x == 0) *counter = 0;   // after the acquire fence: it waits for no store
     return last;
 }
 

@@ -130,9 +130,13 @@ struct ggx_cuda_ctx {
 };
 
 // A fence for release / acquire patterns between blocks (fence.acq_rel.gpu). __threadfence() is
-// fence.sc.gpu, stronger than a counter hand-off needs. HIP: __threadfence().
+// fence.sc.gpu, stronger than a counter hand-off needs and slower (run 169). HIP, and the build
+// variant fencesc (-DGGX_FENCE_SC=1, bench/variants.sh, for measurements): __threadfence().
+#ifndef GGX_FENCE_SC
+#define GGX_FENCE_SC 0
+#endif
 static __device__ __forceinline__ void ggx_fence_acq_rel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700 && !defined(GGX_USE_HIP)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700 && !defined(GGX_USE_HIP) && !GGX_FENCE_SC
     asm volatile("fence.acq_rel.gpu;" ::: "memory");
 #else
     __threadfence();

@@ -47,9 +47,6 @@ constexpr int k_slice_cost = 4;               // a one-row job's cost per K-slic
 constexpr int k_stage = k_max_rows / k_group; // rows of x each thread stages (see the kernel's step 2)
 constexpr int k_max_smem = 96 * 1024;         // dynamic shared memory at most: T = 8 with RoPE (see ggx_cuda_qgemv_run)
 constexpr int k_prefetch_rows = 2;            // L2 warm-up rows per thread (see prefetch_rows; measured)
-// gemv_args::flags (handoff_flags: environment knobs for measurements, both on by default)
-constexpr int k_light_fence = 1;   // the split-K hand-off with one fence.acq_rel by thread 0 on each side
-constexpr int k_resid_early = 2;   // an ADD epilogue's residual asked into L1 before the partials are read
 
 // Warp groups per block for T rows: shared memory holds T * W fine slices of x.
 constexpr int groups_for(int T) { return T <= 2 ? 4 : T <= 4 ? 2 : 1; }
@@ -106,7 +103,6 @@ struct gemv_args {
     int head_dim, act;
     int prefetch;
     float evict_first;   // fraction of the weight loads marked L2 evict-first (GGX_QGEMV_EVICT_FIRST)
-    int flags;           // k_light_fence, k_resid_early
     int * counters;
     gemv_attn attn;
     ggx_trace_dev trace;   // GGX_CUDA_TRACE only
@@ -754,15 +750,6 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     }
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP_END);
     const bool lead = grp == 0;   // group 0 finishes the tile; the others only join barriers
-    // An ADD epilogue's residual (written before this kernel's PDL wait returned) is asked into L1
-    // by the block that finishes the tile before it reads the partials, so that the two round
-    // trips overlap instead of following each other. A prefetch holds no register: loads in
-    // flight beside the partials' made k_qgemv<1,4> spill.
-    auto prefetch_resid = [&] {
-        if ((a.flags & k_resid_early) && M.epi == GGX_QGEMV_ADD && M.y && lead && n < M.Np)
-#pragma unroll
-            for (int t = 0; t < T; t++) prefetch<1>(M.resid + (size_t)t * M.N + n);
-    };
     // RoPE: a tile holds whole heads (k_tile % head_dim == 0), so pairs are inside the block.
     // Every thread calls it (block barriers); the leads' v change.
     auto rope = [&](float (&v)[T][4]) {
@@ -833,7 +820,6 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     }
     // 4. partials; the last block of the tile finishes it
     if (M.arrivals == 1) {
-        prefetch_resid();
         add_bias<T>(M, n, v);
         ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_HANDOFF);
     } else {
@@ -841,26 +827,17 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
 #pragma unroll
             for (int t = 0; t < T; t++)
                 *(float4 *)(M.partial + ((size_t)slice * T + t) * M.Np + n) = make_float4(v[t][0], v[t][1], v[t][2], v[t][3]);
+        // Release: the barrier orders the leads' stores before thread 0's fence (fences are
+        // cumulative), the fence before its count. Acquire: the last block's thread 0 fences after
+        // the count, and the barrier orders the other threads' loads after that fence. (A
+        // cooperative grid sync's pattern, with fence.acq_rel for __threadfence's fence.sc: run
+        // 169, +1.8% tg128@16 on llama3-8b, +2.9% on llama3.2-1b.)
         int * ctr = a.counters + M.counter0 + tile;
-        const bool light = a.flags & k_light_fence;
-        if (light) {
-            // Release: the barrier orders the leads' stores before thread 0's fence (fences are
-            // cumulative), the fence before its count. Acquire: the last block's thread 0 fences
-            // after the count, and the barrier orders the other threads' loads after that fence.
-            // (A cooperative grid sync's pattern, with fence.acq_rel for fence.sc.)
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                ggx_fence_acq_rel();
-                last = atomicAdd(ctr, 1) == M.arrivals - 1;
-                if (last) ggx_fence_acq_rel();
-            }
-        } else {
-            __threadfence();
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                last = atomicAdd(ctr, 1) == M.arrivals - 1;
-                if (last) *ctr = 0;   // ready for the next launch
-            }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            ggx_fence_acq_rel();
+            last = atomicAdd(ctr, 1) == M.arrivals - 1;
+            if (last) ggx_fence_acq_rel();
         }
         __syncthreads();
         ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_HANDOFF);
@@ -868,9 +845,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
             ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
             return;
         }
-        if (!light) __threadfence();
-        else if (threadIdx.x == 0) *ctr = 0;   // ready for the next launch; after the acquire fence, which so waits for no store
-        prefetch_resid();
+        if (threadIdx.x == 0) *ctr = 0;   // ready for the next launch; after the acquire fence, which so waits for no store
         if (lead) {
             tile_result<T>(a, M, M.n_slices, n, v);
         }
@@ -1034,14 +1009,6 @@ float evict_first_fraction() {
     return v;
 }
 
-// gemv_args::flags: GGX_QGEMV_LIGHT_FENCE=0 and GGX_QGEMV_RESID_EARLY=0 (for measurements) turn
-// off the hand-off's lighter fences and the early residual loads.
-int handoff_flags() {
-    static const int v = (ggx_env_int("GGX_QGEMV_LIGHT_FENCE", 1) ? k_light_fence : 0) |
-                         (ggx_env_int("GGX_QGEMV_RESID_EARLY", 1) ? k_resid_early : 0);
-    return v;
-}
-
 }  // namespace
 
 bool ggx_cuda_qgemv_supports(const ggx_tensor * mm) {
@@ -1197,7 +1164,6 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     a.counters = ctx.counters;
     a.prefetch = ctx.prefetch ? prefetch_rows() : 0;
     a.evict_first = evict_first_fraction();
-    a.flags = handoff_flags();
     if (ctx.trace) a.trace = ggx_cuda_trace_launch(ctx, std::string(job.m[0].w->name) + (job.n_mat > 1 ? " +" + std::to_string(job.n_mat - 1) : ""));
     if (L.partial_bytes > ctx.scratch_size) {
         ggx_set_error("cuda: scratch too small for the decode matmul of %s", job.m[0].w->name);

@@ -18,7 +18,7 @@ namespace ggx_step {
 __device__ __forceinline__ void grid_arrive(int * counter) {
     __syncthreads();
     if (threadIdx.x == 0) {
-        __threadfence();
+        ggx_fence_acq_rel();
         atomicAdd(counter, 1);
     }
 }
@@ -26,7 +26,7 @@ __device__ __forceinline__ void grid_wait(int * counter, int target) {
     if (threadIdx.x == 0) {
         while (*(volatile int *)counter < target) {
         }
-        __threadfence();
+        ggx_fence_acq_rel();
     }
     __syncthreads();
 }

@@ -556,9 +556,6 @@ static int run_job(const Job & job, int idx) {
         // output element -> blocks that changed it
         std::vector<std::vector<int>> writes(n_mat);
         for (int i = 0; i < n_mat; i++) writes[i].assign(job.mats[i].cache ? (size_t)cache_rows * a.m[i].N : (size_t)T * a.m[i].N, 0);
-        // the hand-off's two forms (gemv_args::flags): the reverse order runs the old one, with
-        // __threadfence everywhere and no residual prefetch; the bits must not change
-        a.flags = order == 1 ? 0 : emu::k_light_fence | emu::k_resid_early;
         g_args = a;
         NTH = 128 * W;
         switch (T) {

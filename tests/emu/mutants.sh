@@ -42,8 +42,7 @@ prefill_mutants=(
     window_own 's/lo = a.window > 0 ? max(0, pv - a.window + 1) : 0;/lo = a.window > 0 ? max(0, a.pos[q0 + tid] - a.window + 1) : 0;/; s/lo_r\[mt\]\[i\] = (t < a.T \&\& a.window > 0) ? pv - a.window + 1 : 0;/lo_r[mt][i] = (t < a.T \&\& a.window > 0) ? a.pos[t] - a.window + 1 : 0;/'
 )
 qgemv_mutants=(
-    counter_kept 's/if (last) \*ctr = 0;   \/\/ ready for the next launch/\/\/ (counter not reset)/'
-    light_counter_kept 's/else if (threadIdx.x == 0) \*ctr = 0;/else if (false) *ctr = 0;/'
+    counter_kept 's/if (threadIdx.x == 0) \*ctr = 0;   \/\/ ready for the next launch/\/\/ (counter not reset)/'
     no_unscale 's/for (int c = 0; c < 4; c++) v\[t\]\[c\] \*= xunscale\[t\];/for (int c = 0; c < 4; c++) v[t][c] *= 1.0f;/'
     second_half_w0 's/piece_dot<B, 1, B>(s.w, 32, xp + 32, ld, acc);/piece_dot<B, 1, 0>(s.w, 32, xp + 32, ld, acc);/'
     slices_short 's/sum_partials<T, 1>(one, ns, n, s);/sum_partials<T, 1>(one, ns - 1, n, s);/'
