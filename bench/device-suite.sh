@@ -82,11 +82,12 @@
 #                   sections shrink, they wait on memory traffic), and the trace with GGX_ATTN_TAIL=256
 #                   (the tail's A, B, C now print: b4f268d). Run 167 (H100): without PDL attention's
 #                   loop and merge take half as long (o's first weights no longer stream beside them)
-#   handoff         the split-K hand-off with one fence.acq_rel per side by thread 0 and the counter
-#                   reset after the acquire (GGX_QGEMV_LIGHT_FENCE), and the ADD epilogue's residual
-#                   prefetched into L1 beside the partials (GGX_QGEMV_RESID_EARLY), both on by default:
-#                   k_qgemv's MEMBAR kinds, the default trace, then tg128@16 of llama3-8b and
-#                   llama3.2-1b 4.0 with each off and the default, two rounds
+#   fencesc         the build variant fencesc (every hand-off between blocks with __threadfence, as
+#                   before session 35) against the default (fence.acq_rel by thread 0): tg128 of
+#                   llama3-8b 4.0 @16 and @4096 and llama3.2-1b 4.0 @16, two rounds
+#   handoff         the fences in the decode kernels' SASS (MEMBAR kinds per kernel: fence.acq_rel is
+#                   MEMBAR.ALL.GPU, __threadfence MEMBAR.SC.GPU) and the default trace (run 169 also
+#                   measured the knobs GGX_QGEMV_LIGHT_FENCE and GGX_QGEMV_RESID_EARLY, since removed)
 #   icache          bench/probes/icache-cold.cu built and run (32 and 512 threads per block): cycles of
 #                   once-per-launch sections after the same kernel, a tiny one, or ~256 KB of other code
 #                   (run 164: ~400 cycles once at the kernel's start, then nothing)
@@ -330,15 +331,22 @@ for part in "$@"; do
                 echo "-- trace, llama3-8b 4.0 @16: ${v:-the default}"
                 (if [ -n "$v" ]; then export "$v"; fi; GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12)
             done ;;
-        handoff)
-            echo "-- fences in k_qgemv's SASS (MEMBAR kinds)"
-            cuobjdump -sass $B 2>/dev/null | awk '/Function :/ { on = /k_qgemv/ } on' | grep -o 'MEMBAR[.A-Z]*' | sort | uniq -c
-            echo "-- trace, llama3-8b 4.0 @16"
-            GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12
+        fencesc)
+            variant_bench fencesc || continue
             for r in 1 2; do
-                ab GGX_QGEMV_LIGHT_FENCE=0 "llama3-8b 4.0" "llama3.2-1b 4.0"
-                ab GGX_QGEMV_RESID_EARLY=0 "llama3-8b 4.0" "llama3.2-1b 4.0"
+                for spec in "llama3-8b 4.0 16" "llama3-8b 4.0 4096" "llama3.2-1b 4.0 16"; do
+                    read -r m b c <<< "$spec"
+                    echo "-- $m $b @$c, round $r: fencesc ($(variant_flags fencesc)), then the default"
+                    B=build-dev-fencesc/bench tg --synthetic $m --bpw $b --ctx $c
+                    tg --synthetic $m --bpw $b --ctx $c
+                done
             done ;;
+        handoff)
+            echo "-- fences in the SASS: MEMBAR kinds per kernel"
+            cuobjdump -sass $B 2>/dev/null | awk '/Function :/ { f = $3 } /MEMBAR/ { match($0, /MEMBAR[.A-Z]*/); n[f " " substr($0, RSTART, RLENGTH)]++ }
+                END { for (k in n) print n[k], k }' | sort -k2
+            echo "-- trace, llama3-8b 4.0 @16"
+            GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12 ;;
         icache)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/icache-cold.cu -o /tmp/icache-cold && /tmp/icache-cold 32 20 && /tmp/icache-cold 512 20 ;;
         clusters)
