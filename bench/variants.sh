@@ -6,7 +6,8 @@
 #   nox16       -DGGX_PAIR_X16_2BIT=0      2-bit pairs each shifted into place (before session 24)
 #   pairgroups  -DGGX_QGEMV_PAIR_GROUPS=1  paired pieces also across two groups (session 30; -2.8% to +2%, runs 155, 157)
 #   compact     -DGGX_QGEMV_COMPACT_HALVES=1  a 64-row piece's two halves by one copy of the code (session 32)
-#   fencesc     -DGGX_FENCE_SC=1           the blocks' hand-offs fence with __threadfence (fence.sc, before session 35)
+#   fencesc     -DGGX_FENCE_SC=1           the blocks' hand-offs fence with __threadfence (fence.sc) in their one
+#                                          fencing thread (run 170: within 0.2% of fence.acq_rel)
 variant_names="nowin nox16 pairgroups compact fencesc"
 variant_flags() {
     case "$1" in

@@ -129,9 +129,11 @@ struct ggx_cuda_ctx {
     char           name[16] = {0};
 };
 
-// A fence for release / acquire patterns between blocks (fence.acq_rel.gpu). __threadfence() is
-// fence.sc.gpu, stronger than a counter hand-off needs and slower (run 169). HIP, and the build
-// variant fencesc (-DGGX_FENCE_SC=1, bench/variants.sh, for measurements): __threadfence().
+// A fence for release / acquire patterns between blocks (fence.acq_rel.gpu): what a counter
+// hand-off needs; __threadfence() is fence.sc.gpu. Both cost the same where one thread fences
+// (run 170: the build variant fencesc, -DGGX_FENCE_SC=1 in bench/variants.sh, which makes this
+// __threadfence(), measured within 0.2%); what paid in run 169 was fencing in one thread instead
+// of all and resetting the counter after the acquire. HIP: __threadfence().
 #ifndef GGX_FENCE_SC
 #define GGX_FENCE_SC 0
 #endif

@@ -829,9 +829,10 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
                 *(float4 *)(M.partial + ((size_t)slice * T + t) * M.Np + n) = make_float4(v[t][0], v[t][1], v[t][2], v[t][3]);
         // Release: the barrier orders the leads' stores before thread 0's fence (fences are
         // cumulative), the fence before its count. Acquire: the last block's thread 0 fences after
-        // the count, and the barrier orders the other threads' loads after that fence. (A
-        // cooperative grid sync's pattern, with fence.acq_rel for __threadfence's fence.sc: run
-        // 169, +1.8% tg128@16 on llama3-8b, +2.9% on llama3.2-1b.)
+        // the count, and the barrier orders the other threads' loads after that fence: a
+        // cooperative grid sync's pattern. Against every thread running __threadfence on both
+        // sides with the reset in flight, run 169: +1.8% tg128@16 on llama3-8b, +2.9% on
+        // llama3.2-1b; the kind of fence made no difference (run 170).
         int * ctr = a.counters + M.counter0 + tile;
         __syncthreads();
         if (threadIdx.x == 0) {
