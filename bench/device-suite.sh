@@ -74,6 +74,9 @@
 #                   test-cuda case, then tg128 of llama3-8b 4.0 @16 with N = 256 (the whole run), 0 (off,
 #                   the default) and 256 again; 2.5 and llama3.2-1b / qwen2.5-7b 4.0 @16 with 256 and 0;
 #                   llama3-8b 4.0 @512 (past the bound: the attention kernel) with 256 and 0; a trace
+#   trace           GGX_CUDA_TRACE=4 of llama3-8b 4.0 and llama3.2-1b 4.0 at ctx 16; the GEMVs' A, B, C
+#                   (since session 35): A the last blocks past their acquire (from the loop's start), B
+#                   the partials summed, C the results stored, each after a block barrier
 #   tail-short      tg128@16 of llama3-8b 4.0 with GGX_ATTN_TAIL=256 and 0, then the trace with 256 (the
 #                   q/k/v kernel's A, B, C: the tail's part A, arrival, part B)
 #   sections        what the few-hundred-instruction sections (attention's merge and output, the GEMVs'

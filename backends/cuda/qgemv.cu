@@ -801,6 +801,12 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         }
     };
 
+    // The tail's trace points (GGX_CUDA_TRACE only, not with the attention tail, which takes A, B,
+    // C itself): after a block barrier, so that the stamp follows every warp's loads. The trace
+    // prints A from the loop's start (loop + hand-off: the last blocks past their acquire), B the
+    // partials summed, C the results stored (the residual's loads returned).
+    const bool trace_tail = ggx_trace_on(a.trace) && !M.attn_role;
+
     // the groups' sums, in group order, end up in group 0
     if constexpr (W > 1) {
         __syncthreads();   // the x rows are dead: reuse them
@@ -847,13 +853,16 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
             return;
         }
         if (threadIdx.x == 0) *ctr = 0;   // ready for the next launch; after the acquire fence, which so waits for no store
+        if (trace_tail) { __syncthreads(); ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_A); }
         if (lead) {
             tile_result<T>(a, M, M.n_slices, n, v);
         }
+        if (trace_tail) { __syncthreads(); ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_B); }
     }
 
     rope(v);
     if (lead && n < M.Np) store(n, v);
+    if (trace_tail) { __syncthreads(); ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_C); }
     if constexpr (T == 1)
         if (M.attn_role) attn_tail<NT>(a, M, tile, make_float4(v[0][0], v[0][1], v[0][2], v[0][3]), lead && n < M.Np, smem, last, &trace_slot);
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);   // thread 0 passes here

@@ -60,6 +60,9 @@ static __device__ __forceinline__ void ggx_trace_begin(const ggx_trace_dev & tr,
     r.t[GGX_TRACE_ENTRY] = ggx_trace_now();
 }
 
+// Whether this launch is traced (uniform over the grid: a kernel may add barriers only then).
+static __device__ __forceinline__ bool ggx_trace_on(const ggx_trace_dev & tr) { return tr.rec != nullptr; }
+
 static __device__ __forceinline__ void ggx_trace_stamp(const ggx_trace_dev & tr, const int * slot, int point) {
     if (!tr.rec || threadIdx.x != 0) return;
     const int i = *slot;
