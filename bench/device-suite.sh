@@ -15,7 +15,9 @@
 #   figures         tg128@16 for llama3-8b at 2.5-8.0 bpw, llama3.2-1b, 4.0 @4096, pp512/pp2048
 #   figures-short   the same for llama3-8b 4.0 @16 and @4096, llama3.2-1b and pp512/pp2048 only
 #   attn-sweep      GGX_ATTN_MIN_SPLIT_KEYS = 64, 128, 256, 512 at --ctx 16,512,4096
-#   trace           GGX_CUDA_TRACE=4 summaries at 4.0 bpw and for llama3.2-1b
+#   trace           GGX_CUDA_TRACE=4 summaries at 4.0 bpw and for llama3.2-1b; the GEMVs' A, B, C (since
+#                   session 35): A the last blocks past their acquire (from the loop's start), B the
+#                   partials summed, C the results stored, each after a block barrier
 #   pairs           tg128@16 at 2.5, 3.0, 4.0 bpw and llama3.2-1b with GGX_QGEMV_PAIR_BITS=4 (only
 #                   4-bit pieces paired, as before session 21) and with the default (2, 3 and 4)
 #   sample          tg128@16 drawing with main's default sampler (bench --sample): sampled run-ahead
@@ -74,9 +76,6 @@
 #                   test-cuda case, then tg128 of llama3-8b 4.0 @16 with N = 256 (the whole run), 0 (off,
 #                   the default) and 256 again; 2.5 and llama3.2-1b / qwen2.5-7b 4.0 @16 with 256 and 0;
 #                   llama3-8b 4.0 @512 (past the bound: the attention kernel) with 256 and 0; a trace
-#   trace           GGX_CUDA_TRACE=4 of llama3-8b 4.0 and llama3.2-1b 4.0 at ctx 16; the GEMVs' A, B, C
-#                   (since session 35): A the last blocks past their acquire (from the loop's start), B
-#                   the partials summed, C the results stored, each after a block barrier
 #   tail-short      tg128@16 of llama3-8b 4.0 with GGX_ATTN_TAIL=256 and 0, then the trace with 256 (the
 #                   q/k/v kernel's A, B, C: the tail's part A, arrival, part B)
 #   sections        what the few-hundred-instruction sections (attention's merge and output, the GEMVs'
