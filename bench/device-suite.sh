@@ -84,10 +84,6 @@
 #                   sections shrink, they wait on memory traffic), and the trace with GGX_ATTN_TAIL=256
 #                   (the tail's A, B, C now print: b4f268d). Run 167 (H100): without PDL attention's
 #                   loop and merge take half as long (o's first weights no longer stream beside them)
-#   prewait         GGX_QGEMV_PREWAIT=1 (each GEMV thread loads one piece before its PDL wait, the
-#                   second after it, so that less of the next kernel's traffic queues in front of the
-#                   previous kernel's partial reads): its trace, then tg128@16 of llama3-8b and
-#                   llama3.2-1b 4.0 with it and without, two rounds
 #   fencesc         the build variant fencesc (every hand-off between blocks with __threadfence, as
 #                   before session 35) against the default (fence.acq_rel by thread 0): tg128 of
 #                   llama3-8b 4.0 @16 and @4096 and llama3.2-1b 4.0 @16, two rounds
@@ -337,10 +333,6 @@ for part in "$@"; do
                 echo "-- trace, llama3-8b 4.0 @16: ${v:-the default}"
                 (if [ -n "$v" ]; then export "$v"; fi; GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12)
             done ;;
-        prewait)
-            echo "-- trace, llama3-8b 4.0 @16: GGX_QGEMV_PREWAIT=1"
-            GGX_QGEMV_PREWAIT=1 GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p
-            for r in 1 2; do ab GGX_QGEMV_PREWAIT=1 "llama3-8b 4.0" "llama3.2-1b 4.0"; done ;;
         fencesc)
             variant_bench fencesc || continue
             for r in 1 2; do

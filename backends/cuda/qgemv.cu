@@ -102,7 +102,6 @@ struct gemv_args {
     ggx_params_rope rope;
     int head_dim, act;
     int prefetch;
-    int prewait;         // pieces loaded before the PDL wait: 2, or 1 (GGX_QGEMV_PREWAIT=1, measurements)
     float evict_first;   // fraction of the weight loads marked L2 evict-first (GGX_QGEMV_EVICT_FIRST)
     int * counters;
     gemv_attn attn;
@@ -611,7 +610,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     piece_regs A, B;
     if (work) {
         piece_load(M, p_begin, n, A, a.evict_first);
-        if (p_begin + 1 < p_end && a.prewait > 1) piece_load(M, p_begin + 1, n, B, a.evict_first);
+        if (p_begin + 1 < p_end) piece_load(M, p_begin + 1, n, B, a.evict_first);
         if (a.prefetch > 0 && p_begin + 2 < p_end) {
             const int4 pf = M.pieces[p_begin + 2], pl = M.pieces[p_end - 1];
             const int q1 = min(pl.y + pl.w * (pl.z & 15) / 32, pf.y + a.prefetch);
@@ -657,10 +656,6 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     ggx_pdl_wait();
     ggx_pdl_launch_next();
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_WAITED);
-    // With one piece before the wait, the second loads during the prologue: the first loads of all
-    // blocks land while the previous kernel's last blocks read their partials from L2 (run 171:
-    // ~2 us for that one round trip), so fewer of them might shorten those tails
-    if (work && a.prewait < 2 && p_begin + 1 < p_end) piece_load(M, p_begin + 1, n, B, a.evict_first);
 
     // 2. x rows of this block (through q_perm), optionally RMS-normalised; the rows' loads go out
     //    before the sum of squares' so that the two round trips overlap
@@ -1024,12 +1019,6 @@ float evict_first_fraction() {
     return v;
 }
 
-// Pieces each thread loads before the PDL wait (GGX_QGEMV_PREWAIT, 1 or 2; for measurements).
-int prewait_pieces() {
-    static const int v = ggx_env_int_in("GGX_QGEMV_PREWAIT", 1, 2, 2);
-    return v;
-}
-
 }  // namespace
 
 bool ggx_cuda_qgemv_supports(const ggx_tensor * mm) {
@@ -1185,7 +1174,6 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     a.counters = ctx.counters;
     a.prefetch = ctx.prefetch ? prefetch_rows() : 0;
     a.evict_first = evict_first_fraction();
-    a.prewait = prewait_pieces();
     if (ctx.trace) a.trace = ggx_cuda_trace_launch(ctx, std::string(job.m[0].w->name) + (job.n_mat > 1 ? " +" + std::to_string(job.n_mat - 1) : ""));
     if (L.partial_bytes > ctx.scratch_size) {
         ggx_set_error("cuda: scratch too small for the decode matmul of %s", job.m[0].w->name);

@@ -556,7 +556,6 @@ static int run_job(const Job & job, int idx) {
         // output element -> blocks that changed it
         std::vector<std::vector<int>> writes(n_mat);
         for (int i = 0; i < n_mat; i++) writes[i].assign(job.mats[i].cache ? (size_t)cache_rows * a.m[i].N : (size_t)T * a.m[i].N, 0);
-        a.prewait = order == 1 ? 1 : 2;   // the second piece after the PDL wait in the reverse order
         g_args = a;
         NTH = 128 * W;
         switch (T) {
