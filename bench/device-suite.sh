@@ -90,6 +90,8 @@
 #   handoff         the fences in the decode kernels' SASS (MEMBAR kinds per kernel: fence.acq_rel is
 #                   MEMBAR.ALL.GPU, __threadfence MEMBAR.SC.GPU) and the default trace (run 169 also
 #                   measured the knobs GGX_QGEMV_LIGHT_FENCE and GGX_QGEMV_RESID_EARLY, since removed)
+#   partialrt       bench/probes/partial-rt.cu built and run: what one batch of split-K partial reads
+#                   costs in a tile's last block (fresh, old lines, under streaming load; one L2 hit)
 #   icache          bench/probes/icache-cold.cu built and run (32 and 512 threads per block): cycles of
 #                   once-per-launch sections after the same kernel, a tiny one, or ~256 KB of other code
 #                   (run 164: ~400 cycles once at the kernel's start, then nothing)
@@ -349,6 +351,8 @@ for part in "$@"; do
                 END { for (k in n) print n[k], k }' | sort -k2
             echo "-- trace, llama3-8b 4.0 @16"
             GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12 ;;
+        partialrt)
+            nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/partial-rt.cu -o /tmp/partial-rt && /tmp/partial-rt ;;
         icache)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/icache-cold.cu -o /tmp/icache-cold && /tmp/icache-cold 32 20 && /tmp/icache-cold 512 20 ;;
         clusters)
