@@ -4,12 +4,16 @@
 // next kernel's first loads did not shorten it (run 172). This probe asks the question off the
 // model: the same hand-off (a grid of 8 tiles x 16 K-slices, one 512-thread block per SM; each
 // block stores its partials, then barrier, thread 0 fence.acq_rel + count, the last fences again)
-// with the last block's batch of ld.cg timed, in four cases:
-//   fresh     the partials the tile's other blocks have just written (the GEMV's case)
-//   old       the same addresses, written by an earlier launch (plain L2 hits)
-//   fresh+bw  as fresh, while the blocks that are not last stream 4 MB each (the GEMV's slowest
-//             tiles still in their loops, the next kernel's first loads)
-//   chain     one thread, 64 dependent ld.cg of old lines: the unloaded L2 latency
+// with the last block's batch of ld.cg timed, in these cases:
+//   fresh        the partials the tile's other blocks have just written (the GEMV's case)
+//   old          the same addresses, written by an earlier launch (plain L2 hits)
+//   fresh+bw     as fresh, while the blocks that are not last stream 4 MB each (the GEMV's slowest
+//                tiles still in their loops, the next kernel's first loads)
+//   fresh+bw/4   the same with tiles of 4 slices (32 tiles): does the batch's size matter, or only
+//                its round trip?
+//   chain+bw     under the same load, thread 0 of each last block walks 8 dependent ld.cg of old
+//                lines instead of the batch: one loaded round trip (figures per load)
+//   chain        one thread, 64 dependent ld.cg of old lines: the unloaded L2 latency
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/partial-rt.cu -o partial-rt && ./partial-rt
 //
@@ -23,7 +27,7 @@
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); exit(1); } } while (0)
 
-constexpr int k_tiles = 8, k_slices = 16, k_threads = 512, k_lead = 128;
+constexpr int k_blocks = 128, k_threads = 512, k_lead = 128, k_chain_bw = 8;
 constexpr size_t k_stream_bytes = 4u << 20;   // per streaming block (fresh+bw)
 
 __device__ __forceinline__ uint64_t gtime() {
@@ -33,11 +37,14 @@ __device__ __forceinline__ uint64_t gtime() {
 }
 __device__ __forceinline__ void fence_acq_rel() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 
-// partial[tile][slice][k_lead] float4; out[tile] = {ns, cycles}
+// partial[tile][slice][k_lead] float4 (S slices per tile); out[tile] = {ns, cycles}. chain: the
+// last blocks time k_chain_bw dependent loads through idx instead of the batch.
+template <int S>
 __global__ void __launch_bounds__(k_threads, 1) k_handoff(float4 * partial, int * counters, long long * out, int write,
-                                                          const uint4 * stream, float4 * sink) {
+                                                          const uint4 * stream, float4 * sink, const int * chain) {
     __shared__ int last;
     extern __shared__ float4 pad[];   // one block per SM
+    constexpr int k_slices = S;
     const int tile = blockIdx.x / k_slices, slice = blockIdx.x % k_slices, t = threadIdx.x;
     float4 * mine = partial + ((size_t)tile * k_slices + slice) * k_lead;
     if (write && t < k_lead) mine[t] = make_float4(slice, t, tile, 1.0f);
@@ -62,6 +69,20 @@ __global__ void __launch_bounds__(k_threads, 1) k_handoff(float4 * partial, int 
         return;
     }
     if (t == 0) counters[tile] = 0;
+    if (chain) {
+        if (t == 0) {
+            int j = tile * 64;
+            const uint64_t t0 = gtime();
+            const long long c0 = clock64();
+            for (int i = 0; i < k_chain_bw; i++) j = __ldcg(chain + j);
+            const long long c1 = clock64();
+            const uint64_t t1 = gtime();
+            sink[tile] = make_float4(j, 0, 0, 0);
+            out[2 * tile] = (long long)(t1 - t0) / k_chain_bw;
+            out[2 * tile + 1] = (c1 - c0) / k_chain_bw;
+        }
+        return;
+    }
     const uint64_t t0 = gtime();
     const long long c0 = clock64();
     float4 s = make_float4(0, 0, 0, 0);
@@ -101,33 +122,47 @@ static long long median(std::vector<long long> v) {
 int main() {
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
-    const int blocks = k_tiles * k_slices;
+    const int blocks = k_blocks, max_tiles = k_blocks / 4;
     if (prop.multiProcessorCount < blocks) { printf("needs %d SMs (has %d)\n", blocks, prop.multiProcessorCount); return 1; }
     printf("%s, %d SMs\n", prop.name, prop.multiProcessorCount);
     const size_t smem = (size_t)prop.sharedMemPerBlockOptin / 2 + 1024;   // more than half: one block per SM
-    CK(cudaFuncSetAttribute(k_handoff, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CK(cudaFuncSetAttribute(k_handoff<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CK(cudaFuncSetAttribute(k_handoff<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     float4 * partial; int * counters; long long * out; uint4 * stream; float4 * sink;
     CK(cudaMalloc(&partial, sizeof(float4) * blocks * k_lead));
-    CK(cudaMalloc(&counters, sizeof(int) * k_tiles));
-    CK(cudaMalloc(&out, sizeof(long long) * 2 * k_tiles));
+    int * chain;   // dependent indices: each tile's own 8-step walk over 64 slots, 16 bytes apart
+    CK(cudaMalloc(&counters, sizeof(int) * max_tiles));
+    CK(cudaMalloc(&out, sizeof(long long) * 2 * max_tiles));
+    CK(cudaMalloc(&chain, sizeof(int) * 64 * max_tiles));
     CK(cudaMalloc(&stream, k_stream_bytes * blocks));
-    CK(cudaMalloc(&sink, sizeof(float4) * k_tiles * k_lead));
-    CK(cudaMemset(counters, 0, sizeof(int) * k_tiles));
+    CK(cudaMalloc(&sink, sizeof(float4) * max_tiles * k_lead));
+    CK(cudaMemset(counters, 0, sizeof(int) * max_tiles));
+    {
+        std::vector<int> h(64 * max_tiles);
+        for (int tl = 0; tl < max_tiles; tl++)
+            for (int i = 0; i < 64; i++) h[tl * 64 + i] = tl * 64 + (i + 4 * 5) % 64 / 4 * 4;   // strides of 4 ints
+        CK(cudaMemcpy(chain, h.data(), sizeof(int) * h.size(), cudaMemcpyHostToDevice));
+    }
     CK(cudaMemset(stream, 1, k_stream_bytes * blocks));
-    struct mode { const char * name; int write; bool bw; };
-    const mode modes[] = {{"fresh", 1, false}, {"old", 0, false}, {"fresh+bw", 1, true}};
+    struct mode { const char * name; int slices, write; bool bw, chain; };
+    const mode modes[] = {{"fresh", 16, 1, false, false}, {"old", 16, 0, false, false}, {"fresh+bw", 16, 1, true, false},
+                          {"fresh+bw/4", 4, 1, true, false}, {"chain+bw", 16, 1, true, true}};
     for (const mode & m : modes) {
+        const int tiles = blocks / m.slices;
         std::vector<long long> ns, cyc;
         for (int rep = 0; rep < 52; rep++) {
-            k_handoff<<<blocks, k_threads, smem>>>(partial, counters, out, m.write, m.bw ? stream : nullptr, sink);
+            if (m.slices == 16)
+                k_handoff<16><<<blocks, k_threads, smem>>>(partial, counters, out, m.write, m.bw ? stream : nullptr, sink, m.chain ? chain : nullptr);
+            else
+                k_handoff<4><<<blocks, k_threads, smem>>>(partial, counters, out, m.write, m.bw ? stream : nullptr, sink, m.chain ? chain : nullptr);
             CK(cudaGetLastError());
-            long long h[2 * k_tiles];
-            CK(cudaMemcpy(h, out, sizeof(h), cudaMemcpyDeviceToHost));
+            std::vector<long long> h(2 * tiles);
+            CK(cudaMemcpy(h.data(), out, sizeof(long long) * h.size(), cudaMemcpyDeviceToHost));
             if (rep < 2) continue;   // warm-up
-            for (int i = 0; i < k_tiles; i++) { ns.push_back(h[2 * i]); cyc.push_back(h[2 * i + 1]); }
+            for (int i = 0; i < tiles; i++) { ns.push_back(h[2 * i]); cyc.push_back(h[2 * i + 1]); }
         }
-        printf("%-9s partial batch in the last block: %5lld ns, %6lld cycles (medians; max %lld ns)\n", m.name, median(ns), median(cyc),
-               *std::max_element(ns.begin(), ns.end()));
+        printf("%-10s %s in the last block: %5lld ns, %6lld cycles (medians; max %lld ns)\n", m.name,
+               m.chain ? "one dependent ld.cg" : "partial batch", median(ns), median(cyc), *std::max_element(ns.begin(), ns.end()));
     }
     // the chain: a permutation over the partial buffer's 16-byte slots, one int each
     const int n = blocks * k_lead;
@@ -146,6 +181,6 @@ int main() {
         ns.push_back(h[0]);
         cyc.push_back(h[1]);
     }
-    printf("chain     one dependent ld.cg (L2 hit, idle GPU): %lld ns, %lld cycles (medians)\n", median(ns), median(cyc));
+    printf("chain      one dependent ld.cg (L2 hit, idle GPU): %lld ns, %lld cycles (medians)\n", median(ns), median(cyc));
     return 0;
 }
