@@ -92,6 +92,9 @@
 #                   measured the knobs GGX_QGEMV_LIGHT_FENCE and GGX_QGEMV_RESID_EARLY, since removed)
 #   partialrt       bench/probes/partial-rt.cu built and run: what one batch of split-K partial reads
 #                   costs in a tile's last block (fresh, old lines, under streaming load; one L2 hit)
+#   handoffchain    bench/probes/handoff-chain.cu at 128 and 256 KB per block (o's and down's sizes): us per
+#                   kernel of a PDL chain with no hand-off, the engine's split-K hand-off, and float4
+#                   atomics into the output
 #   icache          bench/probes/icache-cold.cu built and run (32 and 512 threads per block): cycles of
 #                   once-per-launch sections after the same kernel, a tiny one, or ~256 KB of other code
 #                   (run 164: ~400 cycles once at the kernel's start, then nothing)
@@ -353,6 +356,8 @@ for part in "$@"; do
             GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12 ;;
         partialrt)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/partial-rt.cu -o /tmp/partial-rt && /tmp/partial-rt ;;
+        handoffchain)
+            nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/handoff-chain.cu -o /tmp/handoff-chain && /tmp/handoff-chain 128 && /tmp/handoff-chain 256 ;;
         icache)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/icache-cold.cu -o /tmp/icache-cold && /tmp/icache-cold 32 20 && /tmp/icache-cold 512 20 ;;
         clusters)

@@ -1,0 +1,161 @@
+// What a split-K hand-off costs per kernel in a PDL chain, against adding the partials into the
+// output with vector reductions (session 35). Run 173 (partial-rt.cu) found an L2 round trip ~10x
+// slower while the memory streams, so the decode GEMV's tail (the last block of each tile reads
+// the other blocks' partials, one round trip, then stores) costs ~2 us per kernel in the model.
+// Session 9's red-handoff (atomics into the output, no last block) lost in the whole engine; this
+// probe prices the three forms alone, in the engine's shape:
+//   bare   no hand-off: each tile's slice-0 block stores its sums (wrong sums, the floor)
+//   split  the engine's form: partials stored, barrier, thread 0 fence.acq_rel + count, the last
+//          block fences, reads the 16 partials of its tile (ld.cg), stores the tile's result
+//   red    every block adds its partials into the output with float4 atomics (RED, no return);
+//          the output was zeroed by the kernel before (buffers rotate over three launches)
+// Each kernel: 128 blocks of 512 threads (one per SM), 8 tiles x 16 K-slices; every thread loads
+// its first two 16-byte words before griddepcontrol.wait, then reads 8 floats of the previous
+// kernel's output (the x gather: one round trip), then streams the rest of its block's weights
+// (W KB per block from a 256 MB pool, so nothing comes from L2), then hands off. 64 such kernels
+// in a CUDA graph with PDL; the figure is graph time / 64.
+//
+//   nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/handoff-chain.cu -o handoff-chain && ./handoff-chain [W_KB]
+//
+// W_KB defaults to 128 (16 MB per kernel: ~5 us of stream on an H100, o's size; down is ~2x).
+#include <cstdio>
+#include <cstdint>
+#include <cstdlib>
+#include <vector>
+
+#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); exit(1); } } while (0)
+
+constexpr int k_blocks = 128, k_threads = 512, k_lead = 128, k_slices = 16, k_tiles = k_blocks / k_slices;
+constexpr int k_n = k_tiles * k_lead * 4;   // output floats per kernel (4096)
+constexpr int k_chain = 64;
+constexpr size_t k_pool = 256u << 20;
+
+enum { k_bare, k_split, k_red };
+
+__device__ __forceinline__ uint4 ld_nc(const uint4 * p) {
+    uint4 v;
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ void fence_acq_rel() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+
+template <int MODE>
+__global__ void __launch_bounds__(k_threads, 1) k_gemv(const uint4 * w, int words /*per block*/, const float * x, float * out,
+                                                       float * zero, float4 * partial, int * counters) {
+    extern __shared__ float4 pad[];   // one block per SM
+    __shared__ int last;
+    const int t = threadIdx.x, tile = blockIdx.x / k_slices, slice = blockIdx.x % k_slices;
+    const uint4 * wb = w + (size_t)blockIdx.x * words;
+    const uint4 r0 = ld_nc(wb + t), r1 = ld_nc(wb + k_threads + t);   // before the wait, as the engine does
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;");
+    if (MODE == k_red && zero && t < k_n / k_blocks) zero[blockIdx.x * (k_n / k_blocks) + t] = 0.0f;
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) acc += x[(t * 8 + j + blockIdx.x * 29) % k_n];   // the x gather
+    __syncthreads();
+    uint32_t a = r0.x ^ r1.w;
+    for (int i = 2 * k_threads + t; i < words; i += k_threads) {
+        const uint4 v = ld_nc(wb + i);
+        a ^= v.x + v.w;
+    }
+    const float s = acc + (float)(a & 1) * 1e-30f;   // keeps the loads
+    const float4 p = make_float4(s, s + 1.0f, s + 2.0f, s + 3.0f);
+    const bool lead = t < k_lead;
+    float4 * o4 = (float4 *)out + tile * k_lead + t;
+    if (MODE == k_bare) {
+        if (lead && slice == 0) *o4 = p;
+    } else if (MODE == k_red) {
+        if (lead) atomicAdd(o4, p);
+    } else {
+        if (lead) partial[(size_t)blockIdx.x * k_lead + t] = p;
+        __syncthreads();
+        if (t == 0) {
+            fence_acq_rel();
+            last = atomicAdd(counters + tile, 1) == k_slices - 1;
+            if (last) fence_acq_rel();
+        }
+        __syncthreads();
+        if (!last) return;
+        if (t == 0) counters[tile] = 0;
+        if (lead) {
+            float4 v[k_slices], q = make_float4(0, 0, 0, 0);
+#pragma unroll
+            for (int i = 0; i < k_slices; i++) v[i] = __ldcg(partial + ((size_t)tile * k_slices + i) * k_lead + t);
+#pragma unroll
+            for (int i = 0; i < k_slices; i++) { q.x += v[i].x; q.y += v[i].y; q.z += v[i].z; q.w += v[i].w; }
+            *o4 = q;
+        }
+    }
+}
+
+int main(int argc, char ** argv) {
+    const int w_kb = argc > 1 ? atoi(argv[1]) : 128;
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    if (prop.major < 9) { printf("needs sm_90 (float4 atomics, PDL)\n"); return 1; }
+    if (prop.multiProcessorCount < k_blocks) { printf("needs %d SMs\n", k_blocks); return 1; }
+    const int words = w_kb * 1024 / 16;
+    const size_t per_kernel = (size_t)words * 16 * k_blocks;
+    const int regions = (int)(k_pool / per_kernel);
+    if (regions < 2 || words < 4 * k_threads) { printf("W_KB %d out of range\n", w_kb); return 1; }
+    printf("%s, %d SMs; %d KB per block, %.1f MB per kernel, %d kernels per graph\n", prop.name, prop.multiProcessorCount, w_kb,
+           per_kernel / 1e6, k_chain);
+    uint4 * pool; float * bufs; float4 * partial; int * counters;
+    CK(cudaMalloc(&pool, k_pool));
+    CK(cudaMemset(pool, 1, k_pool));
+    CK(cudaMalloc(&bufs, sizeof(float) * k_n * 3));
+    CK(cudaMemset(bufs, 0, sizeof(float) * k_n * 3));
+    CK(cudaMalloc(&partial, sizeof(float4) * k_blocks * k_lead));
+    CK(cudaMalloc(&counters, sizeof(int) * k_tiles));
+    CK(cudaMemset(counters, 0, sizeof(int) * k_tiles));
+    const size_t smem = (size_t)prop.sharedMemPerBlockOptin / 2 + 1024;
+    void (*kernels[3])(const uint4 *, int, const float *, float *, float *, float4 *, int *) = {k_gemv<k_bare>, k_gemv<k_split>, k_gemv<k_red>};
+    const char * names[3] = {"bare", "split", "red"};
+    for (auto k : kernels) CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    cudaStream_t s;
+    CK(cudaStreamCreate(&s));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int round = 0; round < 2; round++)
+        for (int m = 0; m < 3; m++) {
+            cudaGraph_t g;
+            cudaGraphExec_t ge;
+            CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+            for (int i = 0; i < k_chain; i++) {
+                cudaLaunchConfig_t cfg = {};
+                cfg.gridDim = dim3(k_blocks);
+                cfg.blockDim = dim3(k_threads);
+                cfg.dynamicSmemBytes = smem;
+                cfg.stream = s;
+                cudaLaunchAttribute at[1];
+                at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+                at[0].val.programmaticStreamSerializationAllowed = 1;
+                cfg.attrs = at;
+                cfg.numAttrs = 1;
+                // kernel i reads buffer (i + 2) % 3, writes (or adds into) i % 3, zeroes (i + 1) % 3 for
+                // kernel i + 1 (its input, kernel i - 2's output... read by kernel i - 1, done)
+                const uint4 * w = pool + (size_t)(i % regions) * words * k_blocks;
+                CK(cudaLaunchKernelEx(&cfg, kernels[m], w, words, (const float *)(bufs + (size_t)((i + 2) % 3) * k_n),
+                                      bufs + (size_t)(i % 3) * k_n, bufs + (size_t)((i + 1) % 3) * k_n, partial, counters));
+            }
+            CK(cudaStreamEndCapture(s, &g));
+            CK(cudaGraphInstantiate(&ge, g, 0));
+            float best = 1e30f;
+            for (int r = 0; r < 6; r++) {
+                CK(cudaEventRecord(e0, s));
+                CK(cudaGraphLaunch(ge, s));
+                CK(cudaEventRecord(e1, s));
+                CK(cudaEventSynchronize(e1));
+                float ms;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                if (r > 0 && ms < best) best = ms;
+            }
+            const double us = best * 1000.0 / k_chain;
+            printf("round %d %-5s %7.2f us per kernel (%.2f TB/s of weights)\n", round + 1, names[m], us, per_kernel / (us * 1e-6) / 1e12);
+            CK(cudaGraphExecDestroy(ge));
+            CK(cudaGraphDestroy(g));
+        }
+    return 0;
+}
