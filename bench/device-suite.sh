@@ -92,6 +92,9 @@
 #                   measured the knobs GGX_QGEMV_LIGHT_FENCE and GGX_QGEMV_RESID_EARLY, since removed)
 #   partialrt       bench/probes/partial-rt.cu built and run: what one batch of split-K partial reads
 #                   costs in a tile's last block (fresh, old lines, under streaming load; one L2 hit)
+#   residfold       GGX_QGEMV_RESID_FOLD=1 (o's and down's residual through K-slice 0's partial, not
+#                   read by the tile's last block): its trace, tg128@16 of llama3-8b and llama3.2-1b
+#                   4.0 with it and without, two rounds, and its test-cuda case
 #   handoffchain    bench/probes/handoff-chain.cu at 128 and 256 KB per block (o's and down's sizes): us per
 #                   kernel of a PDL chain with no hand-off, the engine's split-K hand-off, and float4
 #                   atomics into the output
@@ -356,6 +359,11 @@ for part in "$@"; do
             GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12 ;;
         partialrt)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/partial-rt.cu -o /tmp/partial-rt && /tmp/partial-rt ;;
+        residfold)
+            echo "-- trace, llama3-8b 4.0 @16: GGX_QGEMV_RESID_FOLD=1"
+            GGX_QGEMV_RESID_FOLD=1 GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p
+            for r in 1 2; do ab GGX_QGEMV_RESID_FOLD=1 "llama3-8b 4.0" "llama3.2-1b 4.0"; done
+            run_tests -tc='*folded*' ;;
         handoffchain)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/handoff-chain.cu -o /tmp/handoff-chain && /tmp/handoff-chain 128 && /tmp/handoff-chain 256 ;;
         icache)

@@ -102,6 +102,7 @@ struct gemv_args {
     ggx_params_rope rope;
     int head_dim, act;
     int prefetch;
+    int resid_fold;      // one-row ADD epilogues take the residual into K-slice 0's partial (GGX_QGEMV_RESID_FOLD=1)
     float evict_first;   // fraction of the weight loads marked L2 evict-first (GGX_QGEMV_EVICT_FIRST)
     int * counters;
     gemv_attn attn;
@@ -665,6 +666,15 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     for (int j = 0; j < k_stage; j++)
 #pragma unroll
         for (int t = 0; t < T; t++) xv[j][t] = src[j] >= 0 ? a.x[(size_t)t * K + src[j]] : 0.0f;
+    // With resid_fold (one row, an ADD epilogue), K-slice 0 adds the residual into its partial: its
+    // leads stage their columns' residual in shared memory here, beside the x gather (one round
+    // trip for both), so that the tile's last block reads no residual after the partials (run
+    // 171: results stored in 1.25 us for o, which reads it there, against 0.56 for gate/up)
+    float * rs = tb + 3 * T * k_tile;   // past the RoPE tile and its factors (smem_bytes: resid)
+    const bool fold = T == 1 && a.resid_fold && M.epi == GGX_QGEMV_ADD && M.y;
+    if (fold && slice == 0 && grp == 0 && n < M.Np)
+#pragma unroll
+        for (int c = 0; c < 4; c++) rs[lt * 4 + c] = n + c < M.N ? M.resid[n + c] : 0.0f;
     float rinv[T];
 #pragma unroll
     for (int t = 0; t < T; t++) rinv[t] = 1.0f;
@@ -795,7 +805,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
                 for (int c = 0; c < 4; c++) {
                     if (n + c >= M.N) continue;
                     const size_t o = (size_t)t * M.N + n + c;
-                    M.y[o] = M.epi == GGX_QGEMV_ADD ? M.resid[o] + v[t][c] : v[t][c];
+                    M.y[o] = M.epi == GGX_QGEMV_ADD && !fold ? M.resid[o] + v[t][c] : v[t][c];
                 }
             }
         }
@@ -824,6 +834,9 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
                     v[t][0] += o.x; v[t][1] += o.y; v[t][2] += o.z; v[t][3] += o.w;
                 }
     }
+    if (fold && slice == 0 && lead && n < M.Np)   // (the thread's own stores of step 2: no barrier)
+#pragma unroll
+        for (int c = 0; c < 4; c++) v[0][c] += rs[lt * 4 + c];
     // 4. partials; the last block of the tile finishes it
     if (M.arrivals == 1) {
         add_bias<T>(M, n, v);
@@ -887,6 +900,7 @@ struct args_layout {
     int    blocks = 0, counters = 0;
     size_t partial_bytes = 0;   // with the attention tail's state past the partials
     bool   rope = false;   // a matrix rotates: the launch's shared memory holds the RoPE tile
+    bool   add = false;    // a matrix adds a residual (with resid_fold and one row: its tile in shared memory)
 };
 
 // Scratch bytes of the attention tail's state (gemv_attn::state), 256-byte aligned; 0 without it.
@@ -947,6 +961,7 @@ args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part,
         M.pair = jm.pair;
         M.is_gate = jm.is_gate;
         L.rope |= jm.rope;
+        L.add |= jm.epi == GGX_QGEMV_ADD;
         if (jm.epi == GGX_QGEMV_GLU && jm.pair < i) {   // the second of a pair shares the first's counters
             M.counter0 = a.m[jm.pair].counter0;
             a.m[jm.pair].arrivals = M.arrivals = a.m[jm.pair].n_slices + M.n_slices;
@@ -980,12 +995,13 @@ args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part,
 }
 
 // Dynamic shared memory of a launch of T rows with m fine slices per warp group: x in fp16 (2
-// rows per float), then the groups' sums, and with RoPE its tile and (cos, sin).
+// rows per float), then the groups' sums, and with RoPE its tile and (cos, sin); with a folded
+// residual (resid: one row) its tile past those three.
 // With the attention tail (attn_bound keys of heads of hd columns), at least part A's floats.
-size_t smem_bytes(int T, int m, bool rope, int attn_bound = 0, int hd = 0) {
+size_t smem_bytes(int T, int m, bool rope, bool resid, int attn_bound = 0, int hd = 0) {
     const int W = groups_for(T);
     const size_t rows = std::max((size_t)W * m * k_fine / 2, W > 1 ? (size_t)(W - 1) * k_tile : 0);
-    const size_t bytes = (size_t)T * (rows + (rope ? 3 * k_tile : 0)) * sizeof(float);
+    const size_t bytes = (size_t)T * (rows + (resid ? 4 * k_tile : rope ? 3 * k_tile : 0)) * sizeof(float);
     return attn_bound > 0 ? std::max(bytes, (size_t)attn_smem_floats(k_group * W, hd, attn_bound) * sizeof(float)) : bytes;
 }
 
@@ -1188,7 +1204,8 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
                       job.m[0].w->name, job.T, job.head_dim);
         return GGX_STATUS_FAILED;
     }
-    const size_t smem = smem_bytes(job.T, m, L.rope, job.attn.bound, job.head_dim);
+    a.resid_fold = ctx.resid_fold;
+    const size_t smem = smem_bytes(job.T, m, L.rope, a.resid_fold && L.add && job.T == 1, job.attn.bound, job.head_dim);
     if (smem > (size_t)k_max_smem) {
         ggx_set_error("cuda: decode matmul of %s needs %zu bytes of shared memory (at most %d)", job.m[0].w->name, smem, k_max_smem);
         return GGX_STATUS_FAILED;

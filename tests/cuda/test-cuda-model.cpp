@@ -272,6 +272,17 @@ TEST_CASE("cuda: paired pieces across groups give the logits of the path without
     }
 }
 
+// GGX_QGEMV_RESID_FOLD=1 (read when the backend starts): the o and down GEMVs' residual enters
+// through K-slice 0's partial instead of being added by each tile's last block. Only the order of
+// one fp32 addition changes (r + (p0 + .. + p15) becomes (r + p0) + p1 + ..), so the logits move by
+// rounding alone: 1e-3 against the default path passes that and fails a residual added twice or
+// never (O(1) in every column). llama3.2-1b with two layers; against the CPU as elsewhere.
+TEST_CASE("cuda: the residual folded into K-slice 0's partial gives the logits of the default path") {
+    REQUIRE_CUDA();
+    const three_models m = load_synthetic("llama3.2-1b", 4.0, 2, "GGX_QGEMV_RESID_FOLD", "1");
+    compare_models(*m.cpu, *m.gpu_env, "llama3.2-1b (GGX_QGEMV_RESID_FOLD)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu.get(), 1e-3);
+}
+
 // GGX_ATTN_FA_ROWS=32 (read per launch) in a model: the prefill attention with two row tiles per
 // warp writing the o matmul's fp16 x, against the CPU with the fused path's bound.
 TEST_CASE("cuda: prefill attention with 32 query rows per warp in a model matches the CPU backend") {
