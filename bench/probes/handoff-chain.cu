@@ -23,7 +23,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); exit(1); } } while (0)
+#include "probe-handoff.cuh"
 
 constexpr int k_blocks = 128, k_threads = 512, k_lead = 128, k_slices = 16, k_tiles = k_blocks / k_slices;
 constexpr int k_n = k_tiles * k_lead * 4;   // output floats per kernel (4096)
@@ -37,7 +37,6 @@ __device__ __forceinline__ uint4 ld_nc(const uint4 * p) {
     asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }
-__device__ __forceinline__ void fence_acq_rel() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 
 template <int MODE>
 __global__ void __launch_bounds__(k_threads, 1) k_gemv(const uint4 * w, int words /*per block*/, const float * x, float * out,
@@ -69,14 +68,7 @@ __global__ void __launch_bounds__(k_threads, 1) k_gemv(const uint4 * w, int word
         if (lead) atomicAdd(o4, p);
     } else {
         if (lead) partial[(size_t)blockIdx.x * k_lead + t] = p;
-        __syncthreads();
-        if (t == 0) {
-            fence_acq_rel();
-            last = atomicAdd(counters + tile, 1) == k_slices - 1;
-            if (last) fence_acq_rel();
-        }
-        __syncthreads();
-        if (!last) return;
+        if (!arrive_last(counters + tile, k_slices, last)) return;
         if (t == 0) counters[tile] = 0;
         if (lead) {
             float4 v[k_slices], q = make_float4(0, 0, 0, 0);

@@ -25,7 +25,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); exit(1); } } while (0)
+#include "probe-handoff.cuh"
 
 constexpr int k_blocks = 128, k_threads = 512, k_lead = 128, k_chain_bw = 8;
 constexpr size_t k_stream_bytes = 4u << 20;   // per streaming block (fresh+bw)
@@ -35,7 +35,6 @@ __device__ __forceinline__ uint64_t gtime() {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
-__device__ __forceinline__ void fence_acq_rel() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 
 // partial[tile][slice][k_lead] float4 (S slices per tile); out[tile] = {ns, cycles}. chain: the
 // last blocks time k_chain_bw dependent loads through idx instead of the batch.
@@ -48,14 +47,7 @@ __global__ void __launch_bounds__(k_threads, 1) k_handoff(float4 * partial, int 
     const int tile = blockIdx.x / k_slices, slice = blockIdx.x % k_slices, t = threadIdx.x;
     float4 * mine = partial + ((size_t)tile * k_slices + slice) * k_lead;
     if (write && t < k_lead) mine[t] = make_float4(slice, t, tile, 1.0f);
-    __syncthreads();
-    if (t == 0) {
-        fence_acq_rel();
-        last = atomicAdd(counters + tile, 1) == k_slices - 1;
-        if (last) fence_acq_rel();
-    }
-    __syncthreads();
-    if (!last) {
+    if (!arrive_last(counters + tile, k_slices, last)) {
         if (stream) {   // keep the memory system busy while the last blocks read
             const uint4 * p = stream + (size_t)blockIdx.x * (k_stream_bytes / 16);
             uint32_t acc = 0;
