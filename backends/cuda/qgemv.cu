@@ -667,14 +667,17 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
 #pragma unroll
         for (int t = 0; t < T; t++) xv[j][t] = src[j] >= 0 ? a.x[(size_t)t * K + src[j]] : 0.0f;
     // With resid_fold (one row, an ADD epilogue), K-slice 0 adds the residual into its partial: its
-    // leads stage their columns' residual in shared memory here, beside the x gather (one round
-    // trip for both), so that the tile's last block reads no residual after the partials (run
-    // 171: results stored in 1.25 us for o, which reads it there, against 0.56 for gate/up)
+    // leads load their columns' residual here, beside the x gather (one round trip for both), and
+    // keep it in shared memory through the loop, so that the tile's last block reads no residual
+    // after the partials (run 171: results stored in 1.25 us for o, which reads it there, against
+    // 0.56 for gate/up). Stored only once the x rows are staged: a store here would hold the warp
+    // before the sum of squares' loads go out.
     float * rs = tb + 3 * T * k_tile;   // past the RoPE tile and its factors (smem_bytes: resid)
     const bool fold = T == 1 && a.resid_fold && M.epi == GGX_QGEMV_ADD && M.y;
-    if (fold && slice == 0 && grp == 0 && n < M.Np)
+    const bool fold_here = fold && slice == 0 && grp == 0 && n < M.Np;
+    float rr[4];
 #pragma unroll
-        for (int c = 0; c < 4; c++) rs[lt * 4 + c] = n + c < M.N ? M.resid[n + c] : 0.0f;
+    for (int c = 0; c < 4; c++) rr[c] = fold_here && n + c < M.N ? M.resid[n + c] : 0.0f;
     float rinv[T];
 #pragma unroll
     for (int t = 0; t < T; t++) rinv[t] = 1.0f;
@@ -736,6 +739,9 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         if (src[j] >= 0)
 #pragma unroll
             for (int t = 0; t < T; t++) xh[t * ldx + threadIdx.x + j * NT] = __float2half_rn(xv[j][t] * xscale[t]);
+    if (fold_here)
+#pragma unroll
+        for (int c = 0; c < 4; c++) rs[lt * 4 + c] = rr[c];
     __syncthreads();
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP);
 
