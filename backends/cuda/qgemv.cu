@@ -840,7 +840,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
                     v[t][0] += o.x; v[t][1] += o.y; v[t][2] += o.z; v[t][3] += o.w;
                 }
     }
-    if (fold && slice == 0 && lead && n < M.Np)   // (the thread's own stores of step 2: no barrier)
+    if (fold_here)   // (the thread's own stores of step 2: no barrier)
 #pragma unroll
         for (int c = 0; c < 4; c++) v[0][c] += rs[lt * 4 + c];
     // 4. partials; the last block of the tile finishes it

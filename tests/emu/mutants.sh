@@ -43,7 +43,7 @@ prefill_mutants=(
 )
 qgemv_mutants=(
     counter_kept 's/if (threadIdx.x == 0) \*ctr = 0;   \/\/ ready for the next launch/\/\/ (counter not reset)/'
-    resid_fold_all 's/if (fold \&\& slice == 0 \&\& lead \&\& n < M.Np)/if (fold \&\& lead \&\& n < M.Np)/'
+    resid_fold_all 's/const bool fold_here = fold \&\& slice == 0 \&\& grp == 0 \&\& n < M.Np;/const bool fold_here = fold \&\& grp == 0 \&\& n < M.Np;/'
     no_unscale 's/for (int c = 0; c < 4; c++) v\[t\]\[c\] \*= xunscale\[t\];/for (int c = 0; c < 4; c++) v[t][c] *= 1.0f;/'
     second_half_w0 's/piece_dot<B, 1, B>(s.w, 32, xp + 32, ld, acc);/piece_dot<B, 1, 0>(s.w, 32, xp + 32, ld, acc);/'
     slices_short 's/sum_partials<T, 1>(one, ns, n, s);/sum_partials<T, 1>(one, ns - 1, n, s);/'
