@@ -128,6 +128,9 @@ struct ggx_cuda_ctx {
     // One-row ADD epilogues of the decode GEMV take the residual into K-slice 0's partial instead of
     // reading it in the tile's last block (GGX_QGEMV_RESID_FOLD=1; for measurements).
     bool           resid_fold = false;
+    // One-row o and down GEMVs (ADD in place) add each K-slice's sums into the residual with vector
+    // reductions instead of the split-K hand-off (GGX_QGEMV_RED=1; for measurements).
+    bool           red = false;
     long           attn_tail_jobs = 0;
     char           name[16] = {0};
 };
@@ -146,6 +149,20 @@ static __device__ __forceinline__ void ggx_fence_acq_rel() {
 #else
     __threadfence();
 #endif
+}
+
+// p[0 .. 3] += v for the first `valid` of the four (p 16-byte aligned): one vector reduction on
+// sm_90 (RED.E.ADD.F32x4, no value returned), else one scalar atomic per element. The order of the
+// adds is not fixed, so sums made this way differ from run to run in their last bits.
+static __device__ __forceinline__ void ggx_red_add4(float * p, float4 v, int valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(GGX_USE_HIP)
+    if (valid >= 4) {
+        atomicAdd((float4 *)p, v);
+        return;
+    }
+#endif
+    const float f[4] = {v.x, v.y, v.z, v.w};
+    for (int c = 0; c < 4 && c < valid; c++) atomicAdd(p + c, f[c]);
 }
 
 // ---- programmatic dependent launch (sm_90) ----------------------------------------------------

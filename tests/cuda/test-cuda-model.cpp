@@ -283,6 +283,17 @@ TEST_CASE("cuda: the residual folded into K-slice 0's partial gives the logits o
     compare_models(*m.cpu, *m.gpu_env, "llama3.2-1b (GGX_QGEMV_RESID_FOLD)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu.get(), 1e-3);
 }
 
+// GGX_QGEMV_RED=1 (read when the backend starts): the o and down GEMVs, whose residual adds are in
+// place, add each K-slice's sums into the residual with atomics instead of handing them to each
+// tile's last block. The sums are the same up to the order of fp32 additions (which is not fixed),
+// so 1e-3 against the default path holds by rounding and fails a slice left out or added twice
+// (its share of the column is O(1 / slices)) or a bias added by every slice.
+TEST_CASE("cuda: K-slice sums reduced into the residual give the logits of the default path") {
+    REQUIRE_CUDA();
+    const three_models m = load_synthetic("llama3.2-1b", 4.0, 2, "GGX_QGEMV_RED", "1");
+    compare_models(*m.cpu, *m.gpu_env, "llama3.2-1b (GGX_QGEMV_RED)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu.get(), 1e-3);
+}
+
 // GGX_ATTN_FA_ROWS=32 (read per launch) in a model: the prefill attention with two row tiles per
 // warp writing the o matmul's fp16 x, against the CPU with the fused path's bound.
 TEST_CASE("cuda: prefill attention with 32 query rows per warp in a model matches the CPU backend") {

@@ -160,6 +160,10 @@ template <class V> inline V ggx_load_cg(const V * p) { return *p; }
 inline void ggx_pdl_wait() { g_f[g_cur].pdl_waited = true; }
 inline void ggx_pdl_launch_next() {}
 inline void ggx_fence_acq_rel() {}
+inline void ggx_red_add4(float * p, float4 v, int valid) {
+    const float f[4] = {v.x, v.y, v.z, v.w};
+    for (int c = 0; c < 4 && c < valid; c++) p[c] += f[c];
+}
 struct ggx_trace_dev {};
 #define ggx_trace_begin(tr, slot) ((void)(slot))
 #define ggx_trace_stamp(tr, slot, what) ((void)(slot))
