@@ -92,12 +92,10 @@
 #                   measured the knobs GGX_QGEMV_LIGHT_FENCE and GGX_QGEMV_RESID_EARLY, since removed)
 #   partialrt       bench/probes/partial-rt.cu built and run: what one batch of split-K partial reads
 #                   costs in a tile's last block (fresh, old lines, under streaming load; one L2 hit)
-#   residfold       GGX_QGEMV_RESID_FOLD=1 (o's and down's residual through K-slice 0's partial, not
-#                   read by the tile's last block): its trace, tg128@16 of llama3-8b and llama3.2-1b
-#                   4.0 with it and without, two rounds, and its test-cuda case
-#   red             GGX_QGEMV_RED=1 (o and down add each K-slice's sums into the residual with atomics:
-#                   no split-K hand-off): its trace, tg128@16 of llama3-8b and llama3.2-1b 4.0 with it
-#                   and without, two rounds, llama3-8b 4.0 @4096 both ways, and its test-cuda case
+#   red             GGX_QGEMV_RED=0 (o and down through the split-K hand-off, not adding each K-slice's
+#                   sums into the residual with atomics: the default since session 36): its trace,
+#                   tg128@16 of llama3-8b and llama3.2-1b 4.0 with it and without, two rounds, llama3-8b
+#                   4.0 @4096 both ways, and the test-cuda case comparing the two
 #   handoffchain    bench/probes/handoff-chain.cu at 128 and 256 KB per block (o's and down's sizes): us per
 #                   kernel of a PDL chain with no hand-off, the engine's split-K hand-off, and float4
 #                   atomics into the output
@@ -362,17 +360,12 @@ for part in "$@"; do
             GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12 ;;
         partialrt)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/partial-rt.cu -o /tmp/partial-rt && /tmp/partial-rt ;;
-        residfold)
-            echo "-- trace, llama3-8b 4.0 @16: GGX_QGEMV_RESID_FOLD=1"
-            GGX_QGEMV_RESID_FOLD=1 GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p
-            for r in 1 2; do ab GGX_QGEMV_RESID_FOLD=1 "llama3-8b 4.0" "llama3.2-1b 4.0"; done
-            run_tests -tc='*folded*' ;;
         red)
-            echo "-- trace, llama3-8b 4.0 @16: GGX_QGEMV_RED=1"
-            GGX_QGEMV_RED=1 GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p
-            for r in 1 2; do ab GGX_QGEMV_RED=1 "llama3-8b 4.0" "llama3.2-1b 4.0"; done
-            echo "-- llama3-8b 4.0 @4096: GGX_QGEMV_RED=1, then the default"
-            (export GGX_QGEMV_RED=1; tg --synthetic llama3-8b --bpw 4.0 --ctx 4096)
+            echo "-- trace, llama3-8b 4.0 @16: GGX_QGEMV_RED=0"
+            GGX_QGEMV_RED=0 GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p
+            for r in 1 2; do ab GGX_QGEMV_RED=0 "llama3-8b 4.0" "llama3.2-1b 4.0"; done
+            echo "-- llama3-8b 4.0 @4096: GGX_QGEMV_RED=0, then the default"
+            (export GGX_QGEMV_RED=0; tg --synthetic llama3-8b --bpw 4.0 --ctx 4096)
             tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
             run_tests -tc='*reduced into the residual*' ;;
         handoffchain)

@@ -125,12 +125,10 @@ struct ggx_cuda_ctx {
     // Attention in the q/k/v GEMV's tail while pos + 1 <= attn_tail keys (GGX_ATTN_TAIL=N; 0: off;
     // decode-plan.h, ggx_qgemv_attn), and the jobs recorded doing it (ggx_backend_cuda_attn_tail_jobs).
     int            attn_tail = 0;
-    // One-row ADD epilogues of the decode GEMV take the residual into K-slice 0's partial instead of
-    // reading it in the tile's last block (GGX_QGEMV_RESID_FOLD=1; for measurements).
-    bool           resid_fold = false;
     // One-row o and down GEMVs (ADD in place) add each K-slice's sums into the residual with vector
-    // reductions instead of the split-K hand-off (GGX_QGEMV_RED=1; for measurements).
-    bool           red = false;
+    // reductions instead of the split-K hand-off (qgemv.cu; GGX_QGEMV_RED=0 turns it off for logits
+    // that are the same bits from run to run).
+    bool           red = true;
     long           attn_tail_jobs = 0;
     char           name[16] = {0};
 };

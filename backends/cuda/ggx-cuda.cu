@@ -592,8 +592,7 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->tile_warps = ggx_tile_step_warps(ggx_env_int_in("GGX_CUDA_STEP_TILE_WARPS", 12, 16, 16));
     ctx->tile_split = ggx_env_int_in("GGX_CUDA_STEP_TILE_QKV", 0, 1, 1) != 0;
     ctx->attn_tail = ggx_env_int_in("GGX_ATTN_TAIL", 0, GGX_ATTN_TAIL_MAX_KEYS, 0);
-    ctx->resid_fold = ggx_env_int_in("GGX_QGEMV_RESID_FOLD", 0, 1, 0) != 0;
-    ctx->red = ggx_env_int_in("GGX_QGEMV_RED", 0, 1, 0) != 0;
+    ctx->red = ggx_env_int_in("GGX_QGEMV_RED", 0, 1, 1) != 0;
 #if defined(GGX_USE_HIP)
     // its units are 32 lanes wide, one per slice: not written for 64-wide wavefronts, never run on AMD
     if (ctx->strip_step) fprintf(stderr, "ggx-cuda: GGX_CUDA_STEP is not available in the HIP build; ignored\n");

@@ -19,7 +19,9 @@
 //      flight, summing (q - z) x in fp16 pairs and applying each group's scale once per piece
 //      in fp32;
 //   4. writes its partial sums, and the last block of the tile to arrive (an atomic counter that
-//      it resets for the next launch) adds the blocks' partials in order and runs the epilogue.
+//      it resets for the next launch) adds the blocks' partials in order and runs the epilogue;
+//      or, for one row with a residual added in place (o, down), adds its sums into y with vector
+//      atomics (no last block: see `reduce`).
 #include "qgemv.cuh"
 
 #include "activation.cuh"
@@ -103,8 +105,7 @@ struct gemv_args {
     ggx_params_rope rope;
     int head_dim, act;
     int prefetch;
-    int resid_fold;      // one-row ADD epilogues take the residual into K-slice 0's partial (GGX_QGEMV_RESID_FOLD=1)
-    int red;             // one-row ADD epilogues in place add every K-slice's sums into y (GGX_QGEMV_RED=1)
+    int red;             // one-row ADD epilogues in place add every K-slice's sums into y (GGX_QGEMV_RED, default 1)
     float evict_first;   // fraction of the weight loads marked L2 evict-first (GGX_QGEMV_EVICT_FIRST)
     int * counters;
     gemv_attn attn;
@@ -668,13 +669,6 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     for (int j = 0; j < k_stage; j++)
 #pragma unroll
         for (int t = 0; t < T; t++) xv[j][t] = src[j] >= 0 ? a.x[(size_t)t * K + src[j]] : 0.0f;
-    // With resid_fold (one row, an ADD epilogue), K-slice 0 adds the residual into its partial: its
-    // leads load their columns' residual here, beside the x gather (one round trip for both), and
-    // keep it in shared memory through the loop, so that the tile's last block reads no residual
-    // after the partials (run 171: results stored in 1.25 us for o, which reads it there, against
-    // 0.56 for gate/up). Stored only once the x rows are staged: a store here would hold the warp
-    // before the sum of squares' loads go out.
-    float * rs = tb + 3 * T * k_tile;   // past the RoPE tile and its factors (smem_bytes: resid)
     // With a.red (one row, an ADD epilogue in place: y holds the residual), every K-slice adds its
     // sums into y with vector reductions and exits: no partials, no counter, no last block, so the
     // tile's tail and its two L2 round trips (the count, the partials) leave the layer's chain;
@@ -682,11 +676,6 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     // (run 174, H100) put a chain of such kernels at the speed of kernels with no hand-off at all,
     // 1.4-1.6 us per kernel faster than the split-K hand-off. The sums' order is not fixed.
     const bool reduce = T == 1 && a.red && M.epi == GGX_QGEMV_ADD && M.in_place && !M.rope && !M.attn_role;
-    const bool fold = T == 1 && a.resid_fold && M.epi == GGX_QGEMV_ADD && M.y && !reduce;
-    const bool fold_here = fold && slice == 0 && grp == 0 && n < M.Np;
-    float rr[4];
-#pragma unroll
-    for (int c = 0; c < 4; c++) rr[c] = fold_here && n + c < M.N ? M.resid[n + c] : 0.0f;
     float rinv[T];
 #pragma unroll
     for (int t = 0; t < T; t++) rinv[t] = 1.0f;
@@ -748,9 +737,6 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         if (src[j] >= 0)
 #pragma unroll
             for (int t = 0; t < T; t++) xh[t * ldx + threadIdx.x + j * NT] = __float2half_rn(xv[j][t] * xscale[t]);
-    if (fold_here)
-#pragma unroll
-        for (int c = 0; c < 4; c++) rs[lt * 4 + c] = rr[c];
     __syncthreads();
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP);
 
@@ -820,7 +806,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
                 for (int c = 0; c < 4; c++) {
                     if (n + c >= M.N) continue;
                     const size_t o = (size_t)t * M.N + n + c;
-                    M.y[o] = M.epi == GGX_QGEMV_ADD && !fold ? M.resid[o] + v[t][c] : v[t][c];
+                    M.y[o] = M.epi == GGX_QGEMV_ADD ? M.resid[o] + v[t][c] : v[t][c];
                 }
             }
         }
@@ -849,9 +835,6 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
                     v[t][0] += o.x; v[t][1] += o.y; v[t][2] += o.z; v[t][3] += o.w;
                 }
     }
-    if (fold_here)   // (the thread's own stores of step 2: no barrier)
-#pragma unroll
-        for (int c = 0; c < 4; c++) v[0][c] += rs[lt * 4 + c];
     // 4. partials; the last block of the tile finishes it (or, reducing, every block adds its own)
     if (reduce) {
         if (slice == 0) add_bias<T>(M, n, v);
@@ -922,7 +905,6 @@ struct args_layout {
     int    blocks = 0, counters = 0;
     size_t partial_bytes = 0;   // with the attention tail's state past the partials
     bool   rope = false;   // a matrix rotates: the launch's shared memory holds the RoPE tile
-    bool   add = false;    // a matrix adds a residual (with resid_fold and one row: its tile in shared memory)
 };
 
 // Scratch bytes of the attention tail's state (gemv_attn::state), 256-byte aligned; 0 without it.
@@ -984,7 +966,6 @@ args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part,
         M.pair = jm.pair;
         M.is_gate = jm.is_gate;
         L.rope |= jm.rope;
-        L.add |= jm.epi == GGX_QGEMV_ADD;
         if (jm.epi == GGX_QGEMV_GLU && jm.pair < i) {   // the second of a pair shares the first's counters
             M.counter0 = a.m[jm.pair].counter0;
             a.m[jm.pair].arrivals = M.arrivals = a.m[jm.pair].n_slices + M.n_slices;
@@ -1018,13 +999,12 @@ args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part,
 }
 
 // Dynamic shared memory of a launch of T rows with m fine slices per warp group: x in fp16 (2
-// rows per float), then the groups' sums, and with RoPE its tile and (cos, sin); with a folded
-// residual (resid: one row) its tile past those three.
+// rows per float), then the groups' sums, and with RoPE its tile and (cos, sin).
 // With the attention tail (attn_bound keys of heads of hd columns), at least part A's floats.
-size_t smem_bytes(int T, int m, bool rope, bool resid, int attn_bound = 0, int hd = 0) {
+size_t smem_bytes(int T, int m, bool rope, int attn_bound = 0, int hd = 0) {
     const int W = groups_for(T);
     const size_t rows = std::max((size_t)W * m * k_fine / 2, W > 1 ? (size_t)(W - 1) * k_tile : 0);
-    const size_t bytes = (size_t)T * (rows + (resid ? 4 * k_tile : rope ? 3 * k_tile : 0)) * sizeof(float);
+    const size_t bytes = (size_t)T * (rows + (rope ? 3 * k_tile : 0)) * sizeof(float);
     return attn_bound > 0 ? std::max(bytes, (size_t)attn_smem_floats(k_group * W, hd, attn_bound) * sizeof(float)) : bytes;
 }
 
@@ -1227,9 +1207,8 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
                       job.m[0].w->name, job.T, job.head_dim);
         return GGX_STATUS_FAILED;
     }
-    a.resid_fold = ctx.resid_fold;
     a.red = ctx.red;
-    const size_t smem = smem_bytes(job.T, m, L.rope, a.resid_fold && L.add && job.T == 1, job.attn.bound, job.head_dim);
+    const size_t smem = smem_bytes(job.T, m, L.rope, job.attn.bound, job.head_dim);
     if (smem > (size_t)k_max_smem) {
         ggx_set_error("cuda: decode matmul of %s needs %zu bytes of shared memory (at most %d)", job.m[0].w->name, smem, k_max_smem);
         return GGX_STATUS_FAILED;

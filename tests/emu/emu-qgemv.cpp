@@ -516,12 +516,11 @@ static int run_job(const Job & job, int idx) {
             for (int k = 0; k < K; k++) norm_tables[i][k] = norm_w[a.m[i].perm ? a.m[i].perm[k] : k];
             a.m[i].norm_wp = norm_tables[i].data();
         }
-    a.resid_fold = idx % 2;   // (GGX_QGEMV_RESID_FOLD: the residual through K-slice 0's partial in every other job)
     a.red = 1;                // (GGX_QGEMV_RED: one-row ADD jobs in place add their K-slices' sums into y)
     // whether matrix i's sums are added into y by every K-slice (no fixed order: no bit-identity
     // across block orders, and each element changed by up to one block per K-slice)
     auto reduced = [&](int i) { return T == 1 && a.red && a.m[i].in_place; };
-    const size_t smem = emu::smem_bytes(T, job.m, lay.rope, a.resid_fold && lay.add && T == 1, gj.attn.bound, hd);
+    const size_t smem = emu::smem_bytes(T, job.m, lay.rope, gj.attn.bound, hd);
     if (smem > (size_t)emu::k_max_smem) { fprintf(stderr, "emu-qgemv: job %s needs %zu bytes of shared memory\n", job.what, smem); exit(2); }
     constexpr size_t smem_guard = 4096;
 
@@ -736,8 +735,6 @@ int main(int argc, char ** argv) {
         Job j{"bias + residual add", 1, 2, true, 0, 0, GGX_ROPE_NEOX, 0, false, false, GGX_ACT_SILU, GGX_TYPE_F16, 1.0f, one(m84)};
         j.mats[0].bias = true;
         j.mats[0].epi = GGX_QGEMV_ADD;
-        jobs.push_back(j);
-        j.what = "bias + residual add, again";   // the next index: one of the two folds the residual
         jobs.push_back(j);
         j.T = 4;
         j.what = "bias + residual add, rows";
