@@ -180,9 +180,12 @@ TEST_CASE("cuda: kjv-6m logits match the CPU backend") {
 }
 
 // Run-ahead is on by default on CUDA: the step for the chosen id is queued (id copied on the
-// device, position uploaded, the captured graph replayed) before the id is read back.
+// device, position uploaded, the captured graph replayed) before the id is read back. The logits
+// are compared bit for bit, so the models run without the o and down GEMVs' atomic sums
+// (GGX_QGEMV_RED=0), whose order, and so last bits, change from run to run.
 TEST_CASE("cuda: greedy run-ahead gives the same tokens and logits as without (kjv-6m, llama3.2-1b slice)") {
     REQUIRE_CUDA();
+    const ScopedEnv exact("GGX_QGEMV_RED", "0");
     ModelParams gpu_p;
     gpu_p.device = "cuda:0";
     auto kjv = Model::load("models/kjv-6m", gpu_p, false);
@@ -425,9 +428,10 @@ TEST_CASE("cuda: top-k sampling from candidates ranked on the device draws what 
 // Sampled run-ahead with the draw made on the device (on unless GGX_CUDA_SAMPLE_AHEAD=0, read when
 // a model's backend starts): the same ids and logits as without, and the queued step taken
 // whenever the device's draw agrees with the host's (expf may differ by ulps: all but ~1e-6 of
-// draws; two of 23 steps may miss).
+// draws; two of 23 steps may miss). Bit for bit, so without the atomic sums (see above).
 TEST_CASE("cuda: sampled run-ahead with the draw on the device gives the same ids and logits as without") {
     REQUIRE_CUDA();
+    const ScopedEnv exact("GGX_QGEMV_RED", "0");
     ModelParams gpu_p;
     gpu_p.device = "cuda:0";
     auto kjv = Model::load("models/kjv-6m", gpu_p, false);
