@@ -96,10 +96,6 @@
 #                   sums into the residual with atomics: the default since session 36): its trace,
 #                   tg128@16 of llama3-8b and llama3.2-1b 4.0 with it and without, two rounds, llama3-8b
 #                   4.0 @4096 both ways, and the test-cuda case comparing the two
-#   glusums         GGX_QGEMV_GLU_SUMS=1 (gate/up adds its K-slices' sums into the GLU sums, down takes
-#                   act(gate) * up from them: no gate/up tail): its trace, tg128@16 of llama3-8b and
-#                   llama3.2-1b 4.0 with it and without, two rounds, llama3-8b 4.0 @4096 both ways, and
-#                   its test-cuda case
 #   handoffchain    bench/probes/handoff-chain.cu at 128 and 256 KB per block (o's and down's sizes): us per
 #                   kernel of a PDL chain with no hand-off, the engine's split-K hand-off, and float4
 #                   atomics into the output
@@ -372,14 +368,6 @@ for part in "$@"; do
             (export GGX_QGEMV_RED=0; tg --synthetic llama3-8b --bpw 4.0 --ctx 4096)
             tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
             run_tests -tc='*reduced into the residual*' ;;
-        glusums)
-            echo "-- trace, llama3-8b 4.0 @16: GGX_QGEMV_GLU_SUMS=1"
-            GGX_QGEMV_GLU_SUMS=1 GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p
-            for r in 1 2; do ab GGX_QGEMV_GLU_SUMS=1 "llama3-8b 4.0" "llama3.2-1b 4.0"; done
-            echo "-- llama3-8b 4.0 @4096: GGX_QGEMV_GLU_SUMS=1, then the default"
-            (export GGX_QGEMV_GLU_SUMS=1; tg --synthetic llama3-8b --bpw 4.0 --ctx 4096)
-            tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
-            run_tests -tc='*GLU sums*' ;;
         handoffchain)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/handoff-chain.cu -o /tmp/handoff-chain && /tmp/handoff-chain 128 && /tmp/handoff-chain 256 ;;
         icache)

@@ -156,38 +156,6 @@ TEST_CASE("decode plan: a Llama layer becomes four fused GEMV jobs and attention
     CHECK((head.n_mat == 1 && head.norm && head.m[0].epi == GGX_QGEMV_STORE && head.m[0].out == G.logits));
 }
 
-// With GLU sums (ggx_qgemv_job::glu_out, x_glu), each layer's one-row gate/up job hands its sums to
-// down, the only reader of its GLU node, which takes the activation; nothing else changes. Not with
-// a cap too small for gate's and up's columns, and not for more rows.
-TEST_CASE("decode plan: gate/up hands its sums to down through the GLU sums when asked") {
-    DecodeGraph G;
-    G.build(1, 2);
-    ggx_cuda_plan plain, p, small;
-    ggx_cuda_plan_graph(true, G.g, plain);
-    ggx_cuda_plan_graph(true, G.g, p, 0, 1 << 17);
-    ggx_cuda_plan_graph(true, G.g, small, 0, 2 * 512 - 4);   // (FFN 512)
-    REQUIRE(p.jobs.size() == plain.jobs.size());
-    CHECK(p.action == plain.action);
-    int outs = 0, ins = 0;
-    for (size_t j = 0; j < p.jobs.size(); j++) {
-        outs += p.jobs[j].glu_out;
-        ins += p.jobs[j].x_glu;
-        CHECK_FALSE((plain.jobs[j].glu_out || plain.jobs[j].x_glu || small.jobs[j].glu_out || small.jobs[j].x_glu));
-    }
-    CHECK(outs == 2);
-    CHECK(ins == 2);
-    for (int il = 0; il < 2; il++) {
-        const ggx_qgemv_job & ffn = p.jobs[4 * il + 2], & down = p.jobs[4 * il + 3];
-        CHECK((ffn.glu_out && !ffn.x_glu && ffn.m[0].epi == GGX_QGEMV_GLU));
-        CHECK((down.x_glu && !down.glu_out && down.x == ffn.m[0].out && down.act == ffn.act && !down.norm));
-    }
-    DecodeGraph G2;
-    G2.build(2, 1);
-    ggx_cuda_plan two;
-    ggx_cuda_plan_graph(true, G2.g, two, 0, 1 << 17);
-    for (const ggx_qgemv_job & j : two.jobs) CHECK_FALSE((j.glu_out || j.x_glu));
-}
-
 // An int4 set member by member (HIP's int4 members are proxies, not plain fields)
 static int4 i4(int x, int y, int z, int w) {
     int4 r;

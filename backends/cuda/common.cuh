@@ -129,13 +129,6 @@ struct ggx_cuda_ctx {
     // reductions instead of the split-K hand-off (qgemv.cu; GGX_QGEMV_RED=0 turns it off for logits
     // that are the same bits from run to run).
     bool           red = true;
-    // The GLU hand-off through the GLU sums (decode-plan.h: ggx_qgemv_job::glu_out, x_glu;
-    // GGX_QGEMV_GLU_SUMS=1): gate then up sums of glu_sums_cap / 2 columns at most, zero between
-    // jobs, and the count of the reading job's blocks that have gathered their x (zero between launches).
-    bool           glu_sums_on = false;
-    float *        glu_sums = nullptr;
-    int            glu_sums_cap = 0;
-    int *          glu_count = nullptr;
     long           attn_tail_jobs = 0;
     char           name[16] = {0};
 };

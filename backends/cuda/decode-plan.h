@@ -137,14 +137,6 @@ struct ggx_qgemv_job {
     int act = 0;                                 // enum ggx_act for GLU
     ggx_qgemv_job_mat m[GGX_QGEMV_MAX_MATS];
     ggx_qgemv_attn attn;                         // one-row q/k/v jobs only
-    // The GLU hand-off through the backend's GLU sums (planned with glu_sums_cap > 0): a one-row
-    // gate/up job adds every K-slice's sums of gate and up into them with atomics, and leaves the
-    // GLU node unwritten (glu_out); the one-row job that is that node's only reader (down) takes
-    // its x rows as act(gate) * up from them (x_glu; act is this job's too), and its last block to
-    // have gathered its rows clears them for the next gate/up job. So gate/up has no split-K
-    // tail (qgemv.cu).
-    bool glu_out = false;
-    bool x_glu = false;
 };
 
 struct ggx_cuda_plan {
@@ -204,10 +196,7 @@ void          ggx_cuda_layout_run_costs(const std::vector<std::pair<int, int>> &
 // Plans a bound graph (data pointers set). With fuse false every decode matmul is its own job. With
 // attn_tail > 0, one-row q/k/v jobs whose attention the tail can take (ggx_qgemv_attn) take it
 // while pos + 1 <= attn_tail (clipped to the cache rows and to GGX_ATTN_TAIL_MAX_KEYS).
-// With glu_sums_cap > 0, one-row gate/up jobs whose GLU result only a one-row job without a norm
-// reads hand it over through the GLU sums (ggx_qgemv_job::glu_out, x_glu) when their 2 N sums fit
-// in glu_sums_cap floats.
-void          ggx_cuda_plan_graph(bool fuse, struct ggx_graph * g, ggx_cuda_plan & plan, int attn_tail = 0, int glu_sums_cap = 0);
+void          ggx_cuda_plan_graph(bool fuse, struct ggx_graph * g, ggx_cuda_plan & plan, int attn_tail = 0);
 // The most keys the tail of a q/k/v job takes: its shared memory holds a score per key and head.
 #define GGX_ATTN_TAIL_MAX_KEYS 1024
 // Whether a q/k/v job's tail of this bound (ggx_qgemv_attn; 0: none) computes the attention of the

@@ -315,33 +315,9 @@ void plan_attn_tail(const graph_index & gi, ggx_cuda_plan & plan, int bound) {
     }
 }
 
-// The GLU hand-off through the GLU sums (ggx_qgemv_job::glu_out, x_glu): a one-row gate/up job and
-// the one-row job reading its GLU node, when nothing else reads that node (through views or as a
-// graph output), the reader has no norm to fold (it would need x before its act) and both sums
-// fit in cap floats (N a multiple of 4: up's sums start 16-byte aligned).
-void plan_glu_sums(const graph_index & gi, ggx_cuda_plan & plan, int cap) {
-    for (ggx_qgemv_job & a : plan.jobs) {
-        if (a.T != 1) continue;
-        int k = 0;
-        while (k < a.n_mat && a.m[k].epi != GGX_QGEMV_GLU) k++;
-        if (k == a.n_mat) continue;
-        const ggx_tensor * glu = a.m[k].out;
-        const ggx_qmatrix * q = (const ggx_qmatrix *)a.m[k].w->extra;
-        if (!glu || 2 * (int64_t)q->N > cap || q->N % 4) continue;   // (float4 reductions into up's half)
-        std::vector<int> views;
-        const int r = sole_reader(gi, glu, views);
-        if (r < 0 || !views.empty() || plan.action[r] < 0) continue;
-        ggx_qgemv_job & b = plan.jobs[plan.action[r]];
-        if (b.T != 1 || b.norm || b.x != glu || b.x_glu || b.glu_out) continue;
-        a.glu_out = true;
-        b.x_glu = true;
-        b.act = a.act;
-    }
-}
-
 }  // namespace
 
-void ggx_cuda_plan_graph(bool fuse, ggx_graph * g, ggx_cuda_plan & plan, int attn_tail, int glu_sums_cap) {
+void ggx_cuda_plan_graph(bool fuse, ggx_graph * g, ggx_cuda_plan & plan, int attn_tail) {
     const int n = ggx_graph_n_nodes(g);
     plan.action.assign(n, ggx_cuda_plan::RUN);
     plan.jobs.clear();
@@ -438,7 +414,6 @@ void ggx_cuda_plan_graph(bool fuse, ggx_graph * g, ggx_cuda_plan & plan, int att
     plan_prefill_x16(gi, plan);
     plan_add_norm(gi, plan);
     if (attn_tail > 0) plan_attn_tail(gi, plan, attn_tail);
-    if (glu_sums_cap > 0) plan_glu_sums(gi, plan, glu_sums_cap);
 }
 
 bool ggx_cuda_keeps_x16(const ggx_tensor * n) {

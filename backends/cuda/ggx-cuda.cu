@@ -308,7 +308,7 @@ ggx_status prepare(ggx_backend * be, ggx_graph * g, ggx_cuda_plan & plan) {
         need = std::max(need, node_scratch(ctx, n));
     }
     // the steps (GGX_CUDA_STEP) run their own q/k/v stages, without the attention tail
-    ggx_cuda_plan_graph(ctx.fuse, g, plan, ctx.strip_step ? 0 : ctx.attn_tail, ctx.strip_step || !ctx.glu_sums_on ? 0 : ctx.glu_sums_cap);
+    ggx_cuda_plan_graph(ctx.fuse, g, plan, ctx.strip_step ? 0 : ctx.attn_tail);
     GGX_RETURN_IF_ERR(ggx_cuda_rope_table_prepare(ctx, plan));   // (before the capture: it allocates)
     GGX_RETURN_IF_ERR(ggx_cuda_norm_tables_prepare(ctx, plan));  // (likewise)
     for (const ggx_qgemv_job & job : plan.jobs) {
@@ -511,7 +511,6 @@ void be_free(ggx_backend * be) {
         (void)cudaFree(ctx->cublas_ws);
         (void)cudaFree(ctx->scratch);
         (void)cudaFree(ctx->counters);
-        (void)cudaFree(ctx->glu_sums);
         (void)cudaFree(ctx->rope_table);
         ggx_cuda_top_n_release(*ctx);
         if (ctx->mailbox_ready) (void)cudaEventDestroy(ctx->mailbox_ready);
@@ -594,7 +593,6 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->tile_split = ggx_env_int_in("GGX_CUDA_STEP_TILE_QKV", 0, 1, 1) != 0;
     ctx->attn_tail = ggx_env_int_in("GGX_ATTN_TAIL", 0, GGX_ATTN_TAIL_MAX_KEYS, 0);
     ctx->red = ggx_env_int_in("GGX_QGEMV_RED", 0, 1, 1) != 0;
-    ctx->glu_sums_on = ggx_env_int_in("GGX_QGEMV_GLU_SUMS", 0, 1, 0) != 0;
 #if defined(GGX_USE_HIP)
     // its units are 32 lanes wide, one per slice: not written for 64-wide wavefronts, never run on AMD
     if (ctx->strip_step) fprintf(stderr, "ggx-cuda: GGX_CUDA_STEP is not available in the HIP build; ignored\n");
@@ -617,15 +615,9 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     };
     if ((err = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)) != cudaSuccess) return fail_init("stream creation", (int)err);
     ctx->n_counters = 1 << 16;
-    if ((err = cudaMalloc(&ctx->counters, (ctx->n_counters + 2) * sizeof(int))) != cudaSuccess) return fail_init("counter allocation", (int)err);
-    if ((err = cudaMemset(ctx->counters, 0, (ctx->n_counters + 2) * sizeof(int))) != cudaSuccess) return fail_init("counter reset", (int)err);
+    if ((err = cudaMalloc(&ctx->counters, (ctx->n_counters + 1) * sizeof(int))) != cudaSuccess) return fail_init("counter allocation", (int)err);
+    if ((err = cudaMemset(ctx->counters, 0, (ctx->n_counters + 1) * sizeof(int))) != cudaSuccess) return fail_init("counter reset", (int)err);
     ctx->step_counter = ctx->counters + ctx->n_counters;
-    ctx->glu_count = ctx->counters + ctx->n_counters + 1;
-    if (ctx->glu_sums_on) {
-        ctx->glu_sums_cap = 2 * 65536;   // gate and up of up to 65536 columns (llama3-70b: 28672)
-        if ((err = cudaMalloc(&ctx->glu_sums, ctx->glu_sums_cap * sizeof(float))) != cudaSuccess) return fail_init("GLU sums allocation", (int)err);
-        if ((err = cudaMemset(ctx->glu_sums, 0, ctx->glu_sums_cap * sizeof(float))) != cudaSuccess) return fail_init("GLU sums reset", (int)err);
-    }
     if ((err = cudaMallocHost((void **)&ctx->mailbox, GGX_BACKEND_MAILBOX_BYTES)) != cudaSuccess) return fail_init("pinned mailbox allocation", (int)err);
     if ((err = cudaEventCreateWithFlags(&ctx->mailbox_ready, cudaEventDisableTiming)) != cudaSuccess) return fail_init("event creation", (int)err);
     if ((err = cudaMallocHost((void **)&ctx->small, (size_t)ggx_cuda_ctx::k_small_slots * ggx_cuda_ctx::k_small_bytes)) != cudaSuccess)

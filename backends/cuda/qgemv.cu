@@ -106,12 +106,6 @@ struct gemv_args {
     int head_dim, act;
     int prefetch;
     int red;             // one-row ADD epilogues in place add every K-slice's sums into y (GGX_QGEMV_RED, default 1)
-    // The GLU hand-off through the GLU sums (decode-plan.h: ggx_qgemv_job::glu_out, x_glu): gate's
-    // sums [N] then up's [N], added into by a glu_out job, read as x = act(gate) * up (K = N) by an
-    // x_glu job, whose blocks count their gathers in glu_count and whose last one clears them.
-    float * glu_sums;
-    int *   glu_count;
-    int     glu_out, x_glu;
     float evict_first;   // fraction of the weight loads marked L2 evict-first (GGX_QGEMV_EVICT_FIRST)
     int * counters;
     gemv_attn attn;
@@ -675,13 +669,6 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     for (int j = 0; j < k_stage; j++)
 #pragma unroll
         for (int t = 0; t < T; t++) xv[j][t] = src[j] >= 0 ? a.x[(size_t)t * K + src[j]] : 0.0f;
-    if (T == 1 && a.x_glu)   // (one row: x is act(gate) * up of the GLU sums; a.x is not written)
-#pragma unroll
-        for (int j = 0; j < k_stage; j++)
-            if (src[j] >= 0) {
-                const float g = a.glu_sums[src[j]], u = a.glu_sums[K + src[j]];
-                xv[j][0] = (a.act == GGX_ACT_SILU ? silu_f(g) : gelu_f(g)) * u;
-            }
     // With a.red (one row, an ADD epilogue in place: y holds the residual), every K-slice adds its
     // sums into y with vector reductions and exits: no partials, no counter, no last block, so the
     // tile's tail and its two L2 round trips (the count, the partials) leave the layer's chain;
@@ -689,8 +676,6 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     // (run 174, H100) put a chain of such kernels at the speed of kernels with no hand-off at all,
     // 1.4-1.6 us per kernel faster than the split-K hand-off. The sums' order is not fixed.
     const bool reduce = T == 1 && a.red && M.epi == GGX_QGEMV_ADD && M.in_place && !M.rope && !M.attn_role;
-    // Likewise a GLU job handing over through the GLU sums adds its gate and up sums into them.
-    const bool reduce_glu = T == 1 && a.glu_out && M.epi == GGX_QGEMV_GLU;
     float rinv[T];
 #pragma unroll
     for (int t = 0; t < T; t++) rinv[t] = 1.0f;
@@ -754,14 +739,6 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
             for (int t = 0; t < T; t++) xh[t * ldx + threadIdx.x + j * NT] = __float2half_rn(xv[j][t] * xscale[t]);
     __syncthreads();
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP);
-    // Reading the GLU sums, the block counts its gather done (the barrier above orders every
-    // thread's loads before thread 0's fence, the fence before the count); the count's value is
-    // first needed after the loop, so nothing waits for it here.
-    bool glu_last = false;
-    if (T == 1 && a.x_glu && threadIdx.x == 0) {
-        ggx_fence_acq_rel();
-        glu_last = atomicAdd(a.glu_count, 1) == (int)gridDim.x - 1;
-    }
 
     // 3. this group's fine slice
     float v[T][4];
@@ -858,25 +835,10 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
                     v[t][0] += o.x; v[t][1] += o.y; v[t][2] += o.z; v[t][3] += o.w;
                 }
     }
-    // The last block to have gathered from the GLU sums clears them for the next GLU job (which
-    // adds into them once this launch is complete) and resets the count.
-    if (T == 1 && a.x_glu) {
-        if (threadIdx.x == 0) {
-            if (glu_last) {
-                ggx_fence_acq_rel();   // acquire: the other blocks' gathers come before the stores below
-                *a.glu_count = 0;
-            }
-            last = glu_last;
-        }
-        __syncthreads();
-        if (last)
-            for (int i = threadIdx.x * 4; i < 2 * K; i += NT * 4) *(float4 *)(a.glu_sums + i) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
     // 4. partials; the last block of the tile finishes it (or, reducing, every block adds its own)
-    if (reduce || reduce_glu) {
+    if (reduce) {
         if (slice == 0) add_bias<T>(M, n, v);
-        float * dst = reduce ? M.y : a.glu_sums + (M.is_gate ? 0 : M.N);
-        if (lead && n < M.Np) ggx_red_add4(dst + n, make_float4(v[0][0], v[0][1], v[0][2], v[0][3]), M.N - n);
+        if (lead && n < M.Np) ggx_red_add4(M.y + n, make_float4(v[0][0], v[0][1], v[0][2], v[0][3]), M.N - n);
         ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_HANDOFF);
         ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
         return;
@@ -968,8 +930,6 @@ args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part,
     a.rope = job.rope;
     a.head_dim = job.head_dim;
     a.act = job.act;
-    a.glu_out = job.glu_out;
-    a.x_glu = job.x_glu;
     for (int i = 0; i < job.n_mat; i++) {
         const ggx_qgemv_job_mat & jm = job.m[i];
         const ggx_qmatrix * q = (const ggx_qmatrix *)jm.w->extra;
@@ -1248,12 +1208,6 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
         return GGX_STATUS_FAILED;
     }
     a.red = ctx.red;
-    a.glu_sums = ctx.glu_sums;
-    a.glu_count = ctx.glu_count;
-    if ((job.glu_out || job.x_glu) && (!ctx.glu_sums || job.T != 1)) {
-        ggx_set_error("cuda: decode matmul of %s: GLU hand-off through sums the backend does not hold", job.m[0].w->name);
-        return GGX_STATUS_FAILED;
-    }
     const size_t smem = smem_bytes(job.T, m, L.rope, job.attn.bound, job.head_dim);
     if (smem > (size_t)k_max_smem) {
         ggx_set_error("cuda: decode matmul of %s needs %zu bytes of shared memory (at most %d)", job.m[0].w->name, smem, k_max_smem);

@@ -291,19 +291,6 @@ TEST_CASE("cuda: K-slice sums reduced into the residual give the logits of the s
     compare_models(*m.cpu, *m.gpu, "llama3.2-1b (o and down reduced into the residual)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu_env.get(), 3e-3);
 }
 
-// GGX_QGEMV_GLU_SUMS=1 (read when the backend starts): each layer's gate/up job adds its K-slices'
-// sums into the backend's GLU sums and down takes act(gate) * up from them as it gathers x, instead
-// of gate/up's last blocks summing the partials and writing the product. The same sums in another
-// order (atomics, as the o and down sums in both paths: see the case above, 8.9e-4 there), so the
-// same 3e-3 against the default path; a slice of gate or up left out or added twice, a missing
-// bias or activation, or sums not cleared between layers (the second layer's gate/up would add
-// onto the first's) move the logits by 1e-2 and more.
-TEST_CASE("cuda: gate/up handing its sums to down through the GLU sums gives the logits of the default path") {
-    REQUIRE_CUDA();
-    const three_models m = load_synthetic("llama3.2-1b", 4.0, 2, "GGX_QGEMV_GLU_SUMS", "1");
-    compare_models(*m.cpu, *m.gpu_env, "llama3.2-1b (GGX_QGEMV_GLU_SUMS)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu.get(), 3e-3);
-}
-
 // GGX_ATTN_FA_ROWS=32 (read per launch) in a model: the prefill attention with two row tiles per
 // warp writing the o matmul's fp16 x, against the CPU with the fused path's bound.
 TEST_CASE("cuda: prefill attention with 32 query rows per warp in a model matches the CPU backend") {
