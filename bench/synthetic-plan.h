@@ -37,12 +37,13 @@ inline std::vector<SyntheticPlanJob> synthetic_plan(const SyntheticSpec & sp, do
         const char * label;
         std::vector<std::pair<const char *, std::pair<int, int>>> mats;   // name, {K, N}
         bool head;
+        bool add = false;   // adds the residual in place, as the graph's o and down do
     };
     const Spec jobs[] = {
         {"q/k/v", {{"blk.0.self_attn.q_proj", {D, Dq}}, {"blk.0.self_attn.k_proj", {D, Dkv}}, {"blk.0.self_attn.v_proj", {D, Dkv}}}, false},
-        {"o", {{"blk.0.self_attn.o_proj", {Dq, D}}}, false},
+        {"o", {{"blk.0.self_attn.o_proj", {Dq, D}}}, false, true},
         {"gate/up", {{"blk.0.mlp.gate_proj", {D, F}}, {"blk.0.mlp.up_proj", {D, F}}}, false},
-        {"down", {{"blk.0.mlp.down_proj", {F, D}}}, false},
+        {"down", {{"blk.0.mlp.down_proj", {F, D}}}, false, true},
         {"head", {{"lm_head", {D, sp.n_vocab}}}, true},
     };
     std::vector<SyntheticPlanJob> out;
@@ -60,7 +61,15 @@ inline std::vector<SyntheticPlanJob> synthetic_plan(const SyntheticSpec & sp, do
             ggx_tensor * t = ggx_new_tensor_2d(arena.ctx, GGX_TYPE_EXL2, K, N);
             ggx_set_name(t, mm.first);   // GGX_QGEMV_ROWS_FOR matches these
             t->extra = &p.q;
-            job.m[job.n_mat++].w = t;
+            ggx_qgemv_job_mat & jm = job.m[job.n_mat++];
+            jm.w = t;
+            if (js.add) {   // y is the residual's memory (no data needed: the plan compares addresses)
+                ggx_tensor * y = ggx_new_tensor_2d(arena.ctx, GGX_TYPE_F32, N, 1);
+                y->data = &arena;
+                jm.epi = GGX_QGEMV_ADD;
+                jm.out = y;
+                jm.resid = y;
+            }
         }
         const int m = ggx_cuda_qgemv_group_slices(job, n_sm);
         out.push_back({js.label, m, ggx_cuda_qgemv_blocks(job, m), layouts});

@@ -210,7 +210,17 @@ bool          ggx_cuda_qgemv_supports(const struct ggx_tensor * mul_mat);
 ggx_qgemv_job ggx_cuda_qgemv_single(struct ggx_tensor * mul_mat);
 // Fine slices per warp group (m) for a decode GEMV job on n_sm SMs: the launch shape qgemv.cu
 // picks (its cost model; GGX_QGEMV_GROUP_ROWS overrides it).
-int           ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm);
+// red: one-row jobs that add into their residual in place reduce their K-slices into it
+// (ggx_cuda_ctx::red, GGX_QGEMV_RED).
+int           ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm, bool red = true);
+// Whether a job's K-slices add their sums into y when the backend reduces (qgemv.cu): one row, and
+// every matrix adds its residual in place (y is the residual's memory).
+inline bool   ggx_cuda_qgemv_reduces(const ggx_qgemv_job & job) {
+    bool all = job.T == 1 && job.n_mat > 0;
+    for (int i = 0; i < job.n_mat; i++)
+        all = all && job.m[i].epi == GGX_QGEMV_ADD && job.m[i].resid && job.m[i].out && job.m[i].resid->data == job.m[i].out->data;
+    return all;
+}
 // The blocks a decode GEMV job launches with m fine slices per warp group.
 int           ggx_cuda_qgemv_blocks(const ggx_qgemv_job & job, int m);
 // Host predicates of other ops, used by the plan (defined with their kernels).

@@ -46,6 +46,7 @@ constexpr int k_fine = GGX_QGEMV_FINE_ROWS;
 constexpr int k_max_rows = 1024;              // rows per warp group cap (x slices in shared memory)
 constexpr int k_block_rows = 230;             // a block's fixed cost in rows (see ggx_cuda_qgemv_group_slices)
 constexpr int k_slice_cost = 4;               // a one-row job's cost per K-slice of a tile, priced by pieces (ditto)
+constexpr int k_red_slice_cost = 8;           // the same for a job whose K-slices add into y (ditto)
 constexpr int k_stage = k_max_rows / k_group; // rows of x each thread stages (see the kernel's step 2)
 constexpr int k_max_smem = 96 * 1024;         // dynamic shared memory at most: T = 8 with RoPE (see ggx_cuda_qgemv_run)
 constexpr int k_prefetch_rows = 2;            // L2 warm-up rows per thread (see prefetch_rows; measured)
@@ -1119,7 +1120,13 @@ static int rows_for(const ggx_qgemv_job & job) {
 // widths. C = 12 with O = 16 (8B: q/k/v 4, o 4, down 8) measured +3.1% at 4.0 bpw but -3.4 to
 // -5.7% at 2.5, 5.0, 6.0 and 8.0 (runs 149-150, H100); run 151's traces put the loss in the
 // fewer, longer blocks of widths without cheaper pairs (NOTES, sessions 29-30).
-int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm) {
+// A job whose K-slices add their sums into y (ggx_cuda_qgemv_reduces: o and down) has no tail to
+// pay for, but all its blocks now run to the kernel's end, so each block an SM the next kernel's
+// early blocks cannot use: it pays k_red_slice_cost per slice instead (GGX_QGEMV_RED_SLICE_COST=C
+// for measurements). Run 179 (H100): llama3-8b 4.0's o in 8 slices (64 blocks) instead of 16 gained
+// 2.7% (431.4 / 431.3 against 419.9 / 420.4 t/s), in 11 slices 2.4%, while down in 8 slices (64
+// blocks) instead of 14 lost 5%; costs of 8 to 20 per slice give the first and keep down.
+int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm, bool red) {
     int forced = ggx_env_int("GGX_QGEMV_GROUP_ROWS", 0);   // measurements and tests (read per job: host code)
     if (forced < k_fine) forced = rows_for(job);
     if (forced >= k_fine) return std::min(k_max_rows, forced) / k_fine;
@@ -1133,7 +1140,9 @@ int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm) {
     // unless GGX_QGEMV_PIECE_COSTS=0 (measurements: every row costs one) or a matrix has no table
     bool piece_costs = one_row && ggx_env_int("GGX_QGEMV_PIECE_COSTS", 1) != 0;
     for (int i = 0; i < job.n_mat; i++) piece_costs = piece_costs && qextra_of(job.m[i])->run_cost[0][1] > 0;
-    const int64_t slice_cost = ggx_env_int_in("GGX_QGEMV_SLICE_COST", 0, 1000, piece_costs ? k_slice_cost : 0);
+    const int64_t slice_cost = red && ggx_cuda_qgemv_reduces(job)
+                                   ? ggx_env_int_in("GGX_QGEMV_RED_SLICE_COST", 0, 1000, piece_costs ? k_red_slice_cost : 0)
+                                   : ggx_env_int_in("GGX_QGEMV_SLICE_COST", 0, 1000, piece_costs ? k_slice_cost : 0);
     int64_t best = INT64_MAX;
     static_assert(k_max_rows / k_fine == GGX_QGEMV_MAX_RUN, "run_cost covers every m");
     for (int m = 1; m * k_fine <= k_max_rows; m++) {
@@ -1168,7 +1177,7 @@ int ggx_cuda_qgemv_blocks(const ggx_qgemv_job & job, int m) {
 }
 
 size_t ggx_cuda_qgemv_scratch(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
-    const int m = ggx_cuda_qgemv_group_slices(job, ctx.n_sm);
+    const int m = ggx_cuda_qgemv_group_slices(job, ctx.n_sm, ctx.red);
     size_t total = 0;
     for (int i = 0; i < job.n_mat; i++) total += partial_bytes(qextra_of(job.m[i]), job.T, ((const ggx_qmatrix *)job.m[i].w->extra)->Np, m);
     return total + attn_state_bytes(job);
@@ -1184,7 +1193,7 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
             ggx_set_error("cuda: %s: quantized matrix not prepared for this backend", job.m[i].w->name);
             return GGX_STATUS_FAILED;
         }
-    const int m = ggx_cuda_qgemv_group_slices(job, ctx.n_sm);
+    const int m = ggx_cuda_qgemv_group_slices(job, ctx.n_sm, ctx.red);
     const bool pairs = pairs_allowed() && job.T == 1 && m % 2 == 0;
     gemv_args a = {};
     const args_layout L = fill_args(job, m, pairs, (char *)ctx.scratch, a);
