@@ -96,11 +96,11 @@
 #                   sums into the residual with atomics: the default since session 36): its trace,
 #                   tg128@16 of llama3-8b and llama3.2-1b 4.0 with it and without, two rounds, llama3-8b
 #                   4.0 @4096 both ways, and the test-cuda case comparing the two
-#   redcost         tg128@16 with GGX_QGEMV_RED_SLICE_COST=4 (o and down, whose K-slices add into the
-#                   residual, planned with the split-K jobs' cost per slice) against the default (8:
-#                   fewer o and llama3.2-1b down blocks), two rounds: the models and widths whose
-#                   plans differ (llama3-8b and mistral-7b 4.0, llama3.2-1b 2.5, 5.0, 8.0) and
-#                   llama3.2-1b 4.0 and llama3-8b 2.5, whose plans do not
+#   redcost         tg128@16 with GGX_QGEMV_RED_SLICE_COST=8 (o and down, whose K-slices add into the
+#                   residual, pay 8 per slice instead of the default 4: fewer o blocks on llama3-8b and
+#                   mistral-7b 4.0, fewer o and down blocks on llama3.2-1b) against the default, two
+#                   rounds: the models and widths whose plans differ (llama3-8b and mistral-7b 4.0,
+#                   llama3.2-1b 2.5, 5.0, 8.0) and llama3.2-1b 4.0 and llama3-8b 2.5, whose plans do not
 #   handoffchain    bench/probes/handoff-chain.cu at 128 and 256 KB per block (o's and down's sizes): us per
 #                   kernel of a PDL chain with no hand-off, the engine's split-K hand-off, and float4
 #                   atomics into the output
@@ -375,7 +375,7 @@ for part in "$@"; do
             run_tests -tc='*reduced into the residual*' ;;
         redcost)
             for r in 1 2; do
-                ab GGX_QGEMV_RED_SLICE_COST=4 "llama3-8b 4.0" "mistral-7b 4.0" "llama3.2-1b 2.5" "llama3.2-1b 5.0" "llama3.2-1b 8.0" \
+                ab GGX_QGEMV_RED_SLICE_COST=8 "llama3-8b 4.0" "mistral-7b 4.0" "llama3.2-1b 2.5" "llama3.2-1b 5.0" "llama3.2-1b 8.0" \
                     "llama3.2-1b 4.0" "llama3-8b 2.5"
             done ;;
         handoffchain)

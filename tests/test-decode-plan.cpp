@@ -293,6 +293,7 @@ TEST_CASE("decode plan: the cost per K-slice moves only llama3.2-1b 4.0's plans,
             std::vector<exl2::SyntheticPlanJob> without;
             {
                 const ScopedEnv no_slice_cost("GGX_QGEMV_SLICE_COST", "0");
+                const ScopedEnv no_red_slice_cost("GGX_QGEMV_RED_SLICE_COST", "0");   // (o and down: the same default)
                 without = exl2::synthetic_plan(sp, bpw, 132);
             }
             REQUIRE(with.size() == without.size());
