@@ -47,6 +47,7 @@ inline std::vector<SyntheticPlanJob> synthetic_plan(const SyntheticSpec & sp, do
         {"head", {{"lm_head", {D, sp.n_vocab}}}, true},
     };
     std::vector<SyntheticPlanJob> out;
+    std::vector<ggx_qgemv_job> built;
     for (const Spec & js : jobs) {
         ggx_qgemv_job job;
         job.T = 1;
@@ -71,8 +72,17 @@ inline std::vector<SyntheticPlanJob> synthetic_plan(const SyntheticSpec & sp, do
                 jm.resid = y;
             }
         }
-        const int m = ggx_cuda_qgemv_group_slices(job, n_sm);
-        out.push_back({js.label, m, ggx_cuda_qgemv_blocks(job, m), layouts});
+        built.push_back(job);
+        out.push_back({js.label, 0, 0, layouts});
+    }
+    // each job's successor as the graph runs them: o -> gate/up, down -> the next layer's q/k/v
+    for (size_t j = 0; j + 1 < built.size(); j++) {
+        const bool down = std::string(jobs[j].label) == "down";
+        built[j].next_weight_bytes = ggx_cuda_qgemv_weight_bytes(built[down ? 0 : j + 1]);
+    }
+    for (size_t j = 0; j < built.size(); j++) {
+        out[j].m = ggx_cuda_qgemv_group_slices(built[j], n_sm);
+        out[j].blocks = ggx_cuda_qgemv_blocks(built[j], out[j].m);
     }
     return out;
 }

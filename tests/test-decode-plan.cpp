@@ -41,6 +41,7 @@ struct DecodeGraph {
     ggx_tensor * exl2(int K, int N) {
         auto m = std::make_unique<ggx_cuda_plan_matrix>();
         ggx_cuda_plan_matrix_init(*m, K, N, nullptr);
+        m->q.qrows = K / 8;   // as if 4-bit: the plan's weight bytes (qrows x Np words)
         ggx_tensor * t = ggx_new_tensor_2d(ctx, GGX_TYPE_EXL2, K, N);
         leaf_data.emplace_back(16);
         t->data = leaf_data.back().data();
@@ -154,6 +155,13 @@ TEST_CASE("decode plan: a Llama layer becomes four fused GEMV jobs and attention
     }
     const ggx_qgemv_job & head = p.jobs.back();
     CHECK((head.n_mat == 1 && head.norm && head.m[0].epi == GGX_QGEMV_STORE && head.m[0].out == G.logits));
+    // each job knows its successor's weight bytes (o: gate/up's two 256 x 512 4-bit matrices)
+    for (size_t j = 0; j + 1 < p.jobs.size(); j++) CHECK(p.jobs[j].next_weight_bytes == ggx_cuda_qgemv_weight_bytes(p.jobs[j + 1]));
+    CHECK(p.jobs[1].next_weight_bytes == 2 * (256 / 8) * 512 * 4);
+    CHECK(head.next_weight_bytes == 0);
+    CHECK(ggx_cuda_qgemv_reduces(p.jobs[5]));   // the second layer's o: in place
+    CHECK(ggx_cuda_qgemv_reduces(p.jobs[7]));   // its down
+    CHECK_FALSE(ggx_cuda_qgemv_reduces(p.jobs[6]));
 }
 
 // An int4 set member by member (HIP's int4 members are proxies, not plain fields)
@@ -286,6 +294,7 @@ TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs
 // piece per warp group and its down to m = 4, the plan run 156 measured at +2.2%, and nothing
 // else (at 2.5, 5.0 and 8.0 the same move lost 2-8%; no other model's plans were measured with it).
 TEST_CASE("decode plan: the cost per K-slice moves only llama3.2-1b 4.0's plans, on every synthetic model") {
+    const ScopedEnv red_cost("GGX_QGEMV_RED_SLICE_COST", "4");   // o and down as the other jobs (the next case)
     int moved = 0;
     for (const exl2::SyntheticSpec & sp : exl2::synthetic_specs())
         for (double bpw : {2.5, 3.0, 3.5, 4.0, 4.25, 4.5, 5.0, 6.0, 8.0}) {
@@ -293,7 +302,7 @@ TEST_CASE("decode plan: the cost per K-slice moves only llama3.2-1b 4.0's plans,
             std::vector<exl2::SyntheticPlanJob> without;
             {
                 const ScopedEnv no_slice_cost("GGX_QGEMV_SLICE_COST", "0");
-                const ScopedEnv no_red_slice_cost("GGX_QGEMV_RED_SLICE_COST", "0");   // (o and down: the same default)
+                const ScopedEnv no_red_slice_cost("GGX_QGEMV_RED_SLICE_COST", "0");
                 without = exl2::synthetic_plan(sp, bpw, 132);
             }
             REQUIRE(with.size() == without.size());
@@ -312,6 +321,37 @@ TEST_CASE("decode plan: the cost per K-slice moves only llama3.2-1b 4.0's plans,
             }
         }
     CHECK(moved == 3);
+}
+
+// o and down add their K-slices into the residual (qgemv.cu: ggx_cuda_qgemv_reduces); before a job
+// of at least 48 MB of weights they pay 8 per K-slice instead of 4 (fewer blocks, more SMs for that
+// job's first blocks). Among the synthetic models that moves only llama3-8b's and mistral-7b's o at
+// 4.0 bpw (before a 58.7 MB gate/up) to 8 K-slices, 64 blocks: run 180 measured +2.5% on both,
+// where the same cost for llama3.2-1b's o and down (next jobs of 3-34 MB) lost 7-9%.
+TEST_CASE("decode plan: o before a large gate/up takes fewer K-slices only where measured") {
+    int moved = 0;
+    for (const exl2::SyntheticSpec & sp : exl2::synthetic_specs())
+        for (double bpw : {2.5, 3.0, 3.5, 4.0, 4.25, 4.5, 5.0, 6.0, 8.0}) {
+            const std::vector<exl2::SyntheticPlanJob> with = exl2::synthetic_plan(sp, bpw, 132);
+            std::vector<exl2::SyntheticPlanJob> flat;
+            {
+                const ScopedEnv red_cost("GGX_QGEMV_RED_SLICE_COST", "4");
+                flat = exl2::synthetic_plan(sp, bpw, 132);
+            }
+            REQUIRE(with.size() == flat.size());
+            const std::string name = sp.name;
+            const bool large = (name == "llama3-8b" || name == "mistral-7b") && bpw == 4.0;
+            for (size_t i = 0; i < with.size(); i++) {
+                CAPTURE(name);
+                CAPTURE(bpw);
+                CAPTURE(with[i].label);
+                const bool expect = large && std::string(with[i].label) == "o";
+                CHECK((with[i].m != flat[i].m) == expect);
+                moved += with[i].m != flat[i].m;
+                if (expect) CHECK((with[i].m == 4 && with[i].blocks == 64 && flat[i].blocks == 128));
+            }
+        }
+    CHECK(moved == 2);
 }
 
 TEST_CASE("decode plan: without fusion every node runs as it is") {

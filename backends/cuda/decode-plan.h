@@ -137,6 +137,10 @@ struct ggx_qgemv_job {
     int act = 0;                                 // enum ggx_act for GLU
     ggx_qgemv_job_mat m[GGX_QGEMV_MAX_MATS];
     ggx_qgemv_attn attn;                         // one-row q/k/v jobs only
+    // Packed weight bytes of the plan's next GEMV job (ggx_cuda_plan_graph; 0: none, or not
+    // known): a job whose blocks all run to its end (ggx_cuda_qgemv_reduces) keeps SMs from that
+    // job's first blocks, which the launch plan weighs (ggx_cuda_qgemv_group_slices).
+    int64_t next_weight_bytes = 0;
 };
 
 struct ggx_cuda_plan {
@@ -213,6 +217,15 @@ ggx_qgemv_job ggx_cuda_qgemv_single(struct ggx_tensor * mul_mat);
 // red: one-row jobs that add into their residual in place reduce their K-slices into it
 // (ggx_cuda_ctx::red, GGX_QGEMV_RED).
 int           ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm, bool red = true);
+// Packed weight bytes of a job's matrices (q_weight: qrows x Np words each).
+inline int64_t ggx_cuda_qgemv_weight_bytes(const ggx_qgemv_job & job) {
+    int64_t b = 0;
+    for (int i = 0; i < job.n_mat; i++) {
+        const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
+        b += (int64_t)q->qrows * q->Np * 4;
+    }
+    return b;
+}
 // Whether a job's K-slices add their sums into y when the backend reduces (qgemv.cu): one row, and
 // every matrix adds its residual in place (y is the residual's memory).
 inline bool   ggx_cuda_qgemv_reduces(const ggx_qgemv_job & job) {

@@ -414,6 +414,8 @@ void ggx_cuda_plan_graph(bool fuse, ggx_graph * g, ggx_cuda_plan & plan, int att
     plan_prefill_x16(gi, plan);
     plan_add_norm(gi, plan);
     if (attn_tail > 0) plan_attn_tail(gi, plan, attn_tail);
+    // the jobs run in this order: each one's successor (down's: the next layer's q/k/v)
+    for (size_t j = 0; j + 1 < plan.jobs.size(); j++) plan.jobs[j].next_weight_bytes = ggx_cuda_qgemv_weight_bytes(plan.jobs[j + 1]);
 }
 
 bool ggx_cuda_keeps_x16(const ggx_tensor * n) {

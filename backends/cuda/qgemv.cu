@@ -46,7 +46,8 @@ constexpr int k_fine = GGX_QGEMV_FINE_ROWS;
 constexpr int k_max_rows = 1024;              // rows per warp group cap (x slices in shared memory)
 constexpr int k_block_rows = 230;             // a block's fixed cost in rows (see ggx_cuda_qgemv_group_slices)
 constexpr int k_slice_cost = 4;               // a one-row job's cost per K-slice of a tile, priced by pieces (ditto)
-constexpr int k_red_slice_cost = 4;           // the same for a job whose K-slices add into y (ditto)
+constexpr int k_red_slice_cost = 8;           // the same for a job whose K-slices add into y, before a large job (ditto)
+constexpr int64_t k_large_next = 48 << 20;    // a next job of at least these weight bytes is large (ditto)
 constexpr int k_stage = k_max_rows / k_group; // rows of x each thread stages (see the kernel's step 2)
 constexpr int k_max_smem = 96 * 1024;         // dynamic shared memory at most: T = 8 with RoPE (see ggx_cuda_qgemv_run)
 constexpr int k_prefetch_rows = 2;            // L2 warm-up rows per thread (see prefetch_rows; measured)
@@ -1121,16 +1122,18 @@ static int rows_for(const ggx_qgemv_job & job) {
 // -5.7% at 2.5, 5.0, 6.0 and 8.0 (runs 149-150, H100); run 151's traces put the loss in the
 // fewer, longer blocks of widths without cheaper pairs (NOTES, sessions 29-30).
 // A job whose K-slices add their sums into y (ggx_cuda_qgemv_reduces: o and down) has no tail to
-// pay for, but all its blocks run to the kernel's end, each holding an SM the next kernel's early
-// blocks cannot use; it pays k_red_slice_cost per slice (GGX_QGEMV_RED_SLICE_COST=C for
-// measurements), for now the split-K jobs' cost. Run 179 (H100): llama3-8b 4.0's o in 8 slices (64
+// pay for, but all its blocks run to the kernel's end, each holding an SM the next kernel's first
+// blocks cannot use to load their first pieces. Run 179 (H100): llama3-8b 4.0's o in 8 slices (64
 // blocks) instead of 16 gained 2.7% (431.4 / 431.3 against 419.9 / 420.4 t/s), in 11 slices 2.4%,
-// while down in 8 slices instead of 14 lost 5%. C = 8 gives the first and keeps down, +2.5% on
-// llama3-8b and mistral-7b 4.0 (run 180), but it also halves llama3.2-1b's o and down blocks at
-// every width but 4.0, which lost 7-9% (2.5, 5.0, 8.0); run 181 put 3.2% of 5.0's loss on o and 6%
-// on down. So fewer blocks pay where the next kernel is large (o before llama3-8b's 117 MB gate/up)
-// and cost where the job's own stream is what is left: a model of that needs the next job, which
-// this per-job plan does not see.
+// while down in 8 slices instead of 14 lost 5%. A cost of 8 per slice for every reducing job gives
+// the first and keeps down, +2.5% on llama3-8b and mistral-7b 4.0 (run 180), but it also halved
+// llama3.2-1b's o and down blocks at every width but 4.0, which lost 7-9% (2.5, 5.0, 8.0; run 181:
+// at 5.0 3.2% on o, 6% on down). What the 8B's o frees SMs for is a large job (gate/up, 117 MB); the
+// 1B's next jobs are 3-34 MB. So a reducing job pays k_red_slice_cost per slice when the next job
+// (ggx_qgemv_job::next_weight_bytes) has at least k_large_next bytes of weights, else the split-K
+// jobs' k_slice_cost: that plan moves only 7-8B models' o at 4.0 bpw among the synthetic shapes
+// (host test) and the last layer's down before a large head. GGX_QGEMV_RED_SLICE_COST=C sets the
+// cost of every reducing job (measurements).
 int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm, bool red) {
     int forced = ggx_env_int("GGX_QGEMV_GROUP_ROWS", 0);   // measurements and tests (read per job: host code)
     if (forced < k_fine) forced = rows_for(job);
@@ -1145,8 +1148,9 @@ int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm, bool red) {
     // unless GGX_QGEMV_PIECE_COSTS=0 (measurements: every row costs one) or a matrix has no table
     bool piece_costs = one_row && ggx_env_int("GGX_QGEMV_PIECE_COSTS", 1) != 0;
     for (int i = 0; i < job.n_mat; i++) piece_costs = piece_costs && qextra_of(job.m[i])->run_cost[0][1] > 0;
+    const int red_cost = job.next_weight_bytes >= k_large_next ? k_red_slice_cost : k_slice_cost;
     const int64_t slice_cost = red && ggx_cuda_qgemv_reduces(job)
-                                   ? ggx_env_int_in("GGX_QGEMV_RED_SLICE_COST", 0, 1000, piece_costs ? k_red_slice_cost : 0)
+                                   ? ggx_env_int_in("GGX_QGEMV_RED_SLICE_COST", 0, 1000, piece_costs ? red_cost : 0)
                                    : ggx_env_int_in("GGX_QGEMV_SLICE_COST", 0, 1000, piece_costs ? k_slice_cost : 0);
     int64_t best = INT64_MAX;
     static_assert(k_max_rows / k_fine == GGX_QGEMV_MAX_RUN, "run_cost covers every m");

@@ -475,7 +475,10 @@ void ggx_cuda_plan_matrix_init(ggx_cuda_plan_matrix & pm, int K, int N, const st
     pm.q.Np = (N + 31) / 32 * 32;
     pm.e.slice_rows = GGX_QGEMV_FINE_ROWS;
     pm.e.n_slices = (K + GGX_QGEMV_FINE_ROWS - 1) / GGX_QGEMV_FINE_ROWS;
-    if (groups) ggx_cuda_layout_run_costs(*groups, K, pm.e.run_cost);
+    if (groups) {
+        ggx_cuda_layout_run_costs(*groups, K, pm.e.run_cost);
+        for (const auto & g : *groups) pm.q.qrows += g.second * g.first / 32;   // (bits, rows): packed word rows
+    }
     pm.q.backend_extra = &pm.e;
 }
 
