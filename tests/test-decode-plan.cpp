@@ -155,9 +155,11 @@ TEST_CASE("decode plan: a Llama layer becomes four fused GEMV jobs and attention
     }
     const ggx_qgemv_job & head = p.jobs.back();
     CHECK((head.n_mat == 1 && head.norm && head.m[0].epi == GGX_QGEMV_STORE && head.m[0].out == G.logits));
-    // each job knows its successor's weight bytes (o: gate/up's two 256 x 512 4-bit matrices)
-    for (size_t j = 0; j + 1 < p.jobs.size(); j++) CHECK(p.jobs[j].next_weight_bytes == ggx_cuda_qgemv_weight_bytes(p.jobs[j + 1]));
+    // each job knows its successor's weight bytes (o: gate/up's two 256 x 512 4-bit matrices), but
+    // for the head's predecessor and the head
+    for (size_t j = 0; j + 2 < p.jobs.size(); j++) CHECK(p.jobs[j].next_weight_bytes == ggx_cuda_qgemv_weight_bytes(p.jobs[j + 1]));
     CHECK(p.jobs[1].next_weight_bytes == 2 * (256 / 8) * 512 * 4);
+    CHECK(p.jobs[p.jobs.size() - 2].next_weight_bytes == 0);
     CHECK(head.next_weight_bytes == 0);
     CHECK(ggx_cuda_qgemv_reduces(p.jobs[5]));   // the second layer's o: in place
     CHECK(ggx_cuda_qgemv_reduces(p.jobs[7]));   // its down

