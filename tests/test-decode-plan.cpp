@@ -290,38 +290,49 @@ TEST_CASE("decode plan: fine slices per warp group of the decode GEMV at 132 SMs
     CHECK(ggx_cuda_qgemv_group_slices(cases[1].job, 132) == 4);
 }
 
-// The cost per K-slice of a tile (qgemv.cu, default 4) on every synthetic model and width, each
-// matrix in the layout the synthetic model gives it (bench/synthetic-plan.h; the case above uses
-// one layout per width for all shapes): it moves llama3.2-1b 4.0 bpw's q/k/v and o to one 64-row
-// piece per warp group and its down to m = 4, the plan run 156 measured at +2.2%, and nothing
-// else (at 2.5, 5.0 and 8.0 the same move lost 2-8%; no other model's plans were measured with it).
-TEST_CASE("decode plan: the cost per K-slice moves only llama3.2-1b 4.0's plans, on every synthetic model") {
-    const ScopedEnv red_cost("GGX_QGEMV_RED_SLICE_COST", "4");   // o and down as the other jobs (the next case)
+// Every synthetic model and width, each matrix in the layout the synthetic model gives it
+// (bench/synthetic-plan.h), planned as the environment stands and with `env` set (the names and
+// values of the knobs): f(name, bpw, job label, m as planned, m with env, blocks as planned, blocks
+// with env) per job. Returns the jobs whose m differs.
+template <class F>
+int plans_moved(std::initializer_list<std::pair<const char *, const char *>> env, F f) {
     int moved = 0;
     for (const exl2::SyntheticSpec & sp : exl2::synthetic_specs())
         for (double bpw : {2.5, 3.0, 3.5, 4.0, 4.25, 4.5, 5.0, 6.0, 8.0}) {
-            const std::vector<exl2::SyntheticPlanJob> with = exl2::synthetic_plan(sp, bpw, 132);
-            std::vector<exl2::SyntheticPlanJob> without;
+            const std::vector<exl2::SyntheticPlanJob> planned = exl2::synthetic_plan(sp, bpw, 132);
+            std::vector<exl2::SyntheticPlanJob> other;
             {
-                const ScopedEnv no_slice_cost("GGX_QGEMV_SLICE_COST", "0");
-                const ScopedEnv no_red_slice_cost("GGX_QGEMV_RED_SLICE_COST", "0");
-                without = exl2::synthetic_plan(sp, bpw, 132);
+                std::vector<std::unique_ptr<ScopedEnv>> set;
+                for (const auto & e : env) set.push_back(std::make_unique<ScopedEnv>(e.first, e.second));
+                other = exl2::synthetic_plan(sp, bpw, 132);
             }
-            REQUIRE(with.size() == without.size());
-            const bool one_b4 = std::string(sp.name) == "llama3.2-1b" && bpw == 4.0;
-            for (size_t i = 0; i < with.size(); i++) {
+            REQUIRE(planned.size() == other.size());
+            for (size_t i = 0; i < planned.size(); i++) {
                 CAPTURE(sp.name);
                 CAPTURE(bpw);
-                CAPTURE(with[i].label);
-                const std::string job = with[i].label;
-                const bool expect = one_b4 && (job == "q/k/v" || job == "o" || job == "down");
-                CHECK((with[i].m != without[i].m) == expect);
-                moved += with[i].m != without[i].m;
-                if (!one_b4) continue;
-                if (job == "q/k/v" || job == "o") CHECK(with[i].m == 2);
-                if (job == "down") CHECK(with[i].m == 4);
+                CAPTURE(planned[i].label);
+                f(std::string(sp.name), bpw, std::string(planned[i].label), planned[i].m, other[i].m, planned[i].blocks, other[i].blocks);
+                moved += planned[i].m != other[i].m;
             }
         }
+    return moved;
+}
+
+// The cost per K-slice of a tile (qgemv.cu, default 4) on every synthetic model and width (the case
+// above uses one layout per width for all shapes): it moves llama3.2-1b 4.0 bpw's q/k/v and o to
+// one 64-row piece per warp group and its down to m = 4, the plan run 156 measured at +2.2%, and
+// nothing else (at 2.5, 5.0 and 8.0 the same move lost 2-8%; no other model's plans were measured
+// with it).
+TEST_CASE("decode plan: the cost per K-slice moves only llama3.2-1b 4.0's plans, on every synthetic model") {
+    const ScopedEnv red_cost("GGX_QGEMV_RED_SLICE_COST", "4");   // o and down as the other jobs (the next case)
+    const int moved = plans_moved({{"GGX_QGEMV_SLICE_COST", "0"}, {"GGX_QGEMV_RED_SLICE_COST", "0"}},
+                                  [](const std::string & name, double bpw, const std::string & job, int m, int m_without, int, int) {
+                                      const bool one_b4 = name == "llama3.2-1b" && bpw == 4.0;
+                                      const bool expect = one_b4 && (job == "q/k/v" || job == "o" || job == "down");
+                                      CHECK((m != m_without) == expect);
+                                      if (one_b4 && (job == "q/k/v" || job == "o")) CHECK(m == 2);
+                                      if (one_b4 && job == "down") CHECK(m == 4);
+                                  });
     CHECK(moved == 3);
 }
 
@@ -331,28 +342,12 @@ TEST_CASE("decode plan: the cost per K-slice moves only llama3.2-1b 4.0's plans,
 // 4.0 bpw (before a 58.7 MB gate/up) to 8 K-slices, 64 blocks: run 180 measured +2.5% on both,
 // where the same cost for llama3.2-1b's o and down (next jobs of 3-34 MB) lost 7-9%.
 TEST_CASE("decode plan: o before a large gate/up takes fewer K-slices only where measured") {
-    int moved = 0;
-    for (const exl2::SyntheticSpec & sp : exl2::synthetic_specs())
-        for (double bpw : {2.5, 3.0, 3.5, 4.0, 4.25, 4.5, 5.0, 6.0, 8.0}) {
-            const std::vector<exl2::SyntheticPlanJob> with = exl2::synthetic_plan(sp, bpw, 132);
-            std::vector<exl2::SyntheticPlanJob> flat;
-            {
-                const ScopedEnv red_cost("GGX_QGEMV_RED_SLICE_COST", "4");
-                flat = exl2::synthetic_plan(sp, bpw, 132);
-            }
-            REQUIRE(with.size() == flat.size());
-            const std::string name = sp.name;
-            const bool large = (name == "llama3-8b" || name == "mistral-7b") && bpw == 4.0;
-            for (size_t i = 0; i < with.size(); i++) {
-                CAPTURE(name);
-                CAPTURE(bpw);
-                CAPTURE(with[i].label);
-                const bool expect = large && std::string(with[i].label) == "o";
-                CHECK((with[i].m != flat[i].m) == expect);
-                moved += with[i].m != flat[i].m;
-                if (expect) CHECK((with[i].m == 4 && with[i].blocks == 64 && flat[i].blocks == 128));
-            }
-        }
+    const int moved = plans_moved({{"GGX_QGEMV_RED_SLICE_COST", "4"}},
+                                  [](const std::string & name, double bpw, const std::string & job, int m, int m_flat, int blocks, int blocks_flat) {
+                                      const bool expect = (name == "llama3-8b" || name == "mistral-7b") && bpw == 4.0 && job == "o";
+                                      CHECK((m != m_flat) == expect);
+                                      if (expect) CHECK((m == 4 && blocks == 64 && blocks_flat == 128));
+                                  });
     CHECK(moved == 2);
 }
 
