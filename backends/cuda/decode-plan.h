@@ -226,12 +226,15 @@ inline int64_t ggx_cuda_qgemv_weight_bytes(const ggx_qgemv_job & job) {
     }
     return b;
 }
+// Whether a matrix of a job adds its residual in place: y is the residual's memory.
+inline bool   ggx_qgemv_adds_in_place(const ggx_qgemv_job_mat & jm) {
+    return jm.epi == GGX_QGEMV_ADD && jm.resid && jm.out && jm.resid->data == jm.out->data;
+}
 // Whether a job's K-slices add their sums into y when the backend reduces (qgemv.cu): one row, and
-// every matrix adds its residual in place (y is the residual's memory).
+// every matrix adds its residual in place.
 inline bool   ggx_cuda_qgemv_reduces(const ggx_qgemv_job & job) {
     bool all = job.T == 1 && job.n_mat > 0;
-    for (int i = 0; i < job.n_mat; i++)
-        all = all && job.m[i].epi == GGX_QGEMV_ADD && job.m[i].resid && job.m[i].out && job.m[i].resid->data == job.m[i].out->data;
+    for (int i = 0; i < job.n_mat; i++) all = all && ggx_qgemv_adds_in_place(job.m[i]);
     return all;
 }
 // The blocks a decode GEMV job launches with m fine slices per warp group.

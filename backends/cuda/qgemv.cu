@@ -77,7 +77,7 @@ struct gemv_mat {
     int cache_type;
     int cache_rows;
     int epi, rope, pair, is_gate;
-    int in_place;      // an ADD epilogue whose y is its residual (the same elements)
+    int in_place;      // an ADD epilogue whose y is its residual (ggx_qgemv_adds_in_place); never RoPE or attention
     int attn_role;     // attention in the tail (gemv_attn): 1 q, 2 k, 3 v, 0 none
 };
 
@@ -677,7 +677,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     // the next kernel's PDL wait returns once the reductions are done. The probe handoff-chain.cu
     // (run 174, H100) put a chain of such kernels at the speed of kernels with no hand-off at all,
     // 1.4-1.6 us per kernel faster than the split-K hand-off. The sums' order is not fixed.
-    const bool reduce = T == 1 && a.red && M.epi == GGX_QGEMV_ADD && M.in_place && !M.rope && !M.attn_role;
+    const bool reduce = T == 1 && a.red && M.in_place;
     float rinv[T];
 #pragma unroll
     for (int t = 0; t < T; t++) rinv[t] = 1.0f;
@@ -963,7 +963,7 @@ args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part,
         M.cache_type = jm.cache ? (int)jm.cache->type : 0;
         M.cache_rows = jm.cache ? (int)(ggx_nelements(jm.cache) / q->N) : 0;
         M.epi = jm.epi;
-        M.in_place = jm.epi == GGX_QGEMV_ADD && jm.resid && jm.out && jm.resid->data == jm.out->data;
+        M.in_place = ggx_qgemv_adds_in_place(jm);
         M.rope = jm.rope;
         M.pair = jm.pair;
         M.is_gate = jm.is_gate;
@@ -1128,7 +1128,7 @@ static int rows_for(const ggx_qgemv_job & job) {
 // while down in 8 slices instead of 14 lost 5%. A cost of 8 per slice for every reducing job gives
 // the first and keeps down, +2.5% on llama3-8b and mistral-7b 4.0 (run 180), but it also halved
 // llama3.2-1b's o and down blocks at every width but 4.0, which lost 7-9% (2.5, 5.0, 8.0; run 181:
-// at 5.0 3.2% on o, 6% on down). What the 8B's o frees SMs for is a large job (gate/up, 117 MB); the
+// at 5.0 3.2% on o, 6% on down). What the 8B's o frees SMs for is a large job (gate/up, 58.7 MB); the
 // 1B's next jobs are 3-34 MB. So a reducing job pays k_red_slice_cost per slice when the next job
 // (ggx_qgemv_job::next_weight_bytes) has at least k_large_next bytes of weights, else the split-K
 // jobs' k_slice_cost: that plan moves only 7-8B models' o at 4.0 bpw among the synthetic shapes

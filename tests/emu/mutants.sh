@@ -45,7 +45,7 @@ qgemv_mutants=(
     counter_kept 's/if (threadIdx.x == 0) \*ctr = 0;   \/\/ ready for the next launch/\/\/ (counter not reset)/'
     red_bias_every_slice 's/if (slice == 0) add_bias<T>(M, n, v);/add_bias<T>(M, n, v);/'
     red_slice0_only 's/if (lead \&\& n < M.Np) ggx_red_add4(/if (lead \&\& n < M.Np \&\& slice == 0) ggx_red_add4(/'
-    red_not_in_place 's/M.in_place = jm.epi == GGX_QGEMV_ADD \&\& jm.resid \&\& jm.out \&\& jm.resid->data == jm.out->data;/M.in_place = jm.epi == GGX_QGEMV_ADD \&\& jm.resid \&\& jm.out;/'
+    red_not_in_place 's/M.in_place = ggx_qgemv_adds_in_place(jm);/M.in_place = jm.epi == GGX_QGEMV_ADD;/'
     no_unscale 's/for (int c = 0; c < 4; c++) v\[t\]\[c\] \*= xunscale\[t\];/for (int c = 0; c < 4; c++) v[t][c] *= 1.0f;/'
     second_half_w0 's/piece_dot<B, 1, B>(s.w, 32, xp + 32, ld, acc);/piece_dot<B, 1, 0>(s.w, 32, xp + 32, ld, acc);/'
     slices_short 's/sum_partials<T, 1>(one, ns, n, s);/sum_partials<T, 1>(one, ns - 1, n, s);/'
