@@ -108,6 +108,7 @@ struct gemv_args {
     int head_dim, act;
     int prefetch;
     int red;             // one-row ADD epilogues in place add every K-slice's sums into y (GGX_QGEMV_RED, default 1)
+    int qkv_probe;       // GGX_QKV_TAIL_PROBE=1, a measurement with wrong results: q/k/v's K-slices store or add their own sums
     float evict_first;   // fraction of the weight loads marked L2 evict-first (GGX_QGEMV_EVICT_FIRST)
     int * counters;
     gemv_attn attn;
@@ -677,7 +678,8 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     // the next kernel's PDL wait returns once the reductions are done. The probe handoff-chain.cu
     // (run 174, H100) put a chain of such kernels at the speed of kernels with no hand-off at all,
     // 1.4-1.6 us per kernel faster than the split-K hand-off. The sums' order is not fixed.
-    const bool reduce = T == 1 && a.red && M.in_place;
+    const bool probe = T == 1 && a.qkv_probe && (M.rope || M.cache) && !M.attn_role;
+    const bool reduce = (T == 1 && a.red && M.in_place) || probe;
     float rinv[T];
 #pragma unroll
     for (int t = 0; t < T; t++) rinv[t] = 1.0f;
@@ -840,7 +842,15 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     // 4. partials; the last block of the tile finishes it (or, reducing, every block adds its own)
     if (reduce) {
         if (slice == 0) add_bias<T>(M, n, v);
-        if (lead && n < M.Np) ggx_red_add4(M.y + n, make_float4(v[0][0], v[0][1], v[0][2], v[0][3]), M.N - n);
+        if (probe) {
+            rope(v);
+            if (lead && n < M.Np) {
+                if (M.cache) store(n, v);
+                else ggx_red_add4(M.y + n, make_float4(v[0][0], v[0][1], v[0][2], v[0][3]), M.N - n);
+            }
+        } else if (lead && n < M.Np) {
+            ggx_red_add4(M.y + n, make_float4(v[0][0], v[0][1], v[0][2], v[0][3]), M.N - n);
+        }
         ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_HANDOFF);
         ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
         return;
@@ -1226,6 +1236,8 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
         return GGX_STATUS_FAILED;
     }
     a.red = ctx.red;
+    static const bool qkv_probe = ggx_env_flag("GGX_QKV_TAIL_PROBE");
+    a.qkv_probe = qkv_probe;
     const size_t smem = smem_bytes(job.T, m, L.rope, job.attn.bound, job.head_dim);
     if (smem > (size_t)k_max_smem) {
         ggx_set_error("cuda: decode matmul of %s needs %zu bytes of shared memory (at most %d)", job.m[0].w->name, smem, k_max_smem);
