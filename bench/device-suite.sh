@@ -96,10 +96,10 @@
 #                   sums into the residual with atomics: the default since session 36): its trace,
 #                   tg128@16 of llama3-8b and llama3.2-1b 4.0 with it and without, two rounds, llama3-8b
 #                   4.0 @4096 both ways, and the test-cuda case comparing the two
-#   qkvprobe        GGX_QKV_TAIL_PROBE=1 (a measurement with wrong results: the q/k/v GEMV's K-slices
-#                   rotate and store or add their own sums, no split-K hand-off): what removing q/k/v's
-#                   tail could give at most. tg128@16 of llama3-8b and llama3.2-1b 4.0 both ways, two
-#                   rounds; llama3-8b 4.0 @4096 both ways; both traces
+#   qkvrows         GGX_QKV_ROWS=0 (q/k/v through the split-K hand-off, not adding each K-slice's rotated
+#                   sums into the q/k/v rows the decode attention reads: the default since session 37):
+#                   tg128@16 of llama3-8b, llama3.2-1b and qwen2.5-7b 4.0 with it and without, two rounds;
+#                   llama3-8b 4.0 @4096 both ways; both traces; the test-cuda case comparing the two
 #   redcost         tg128@16 with GGX_QGEMV_RED_SLICE_COST=8 (o and down, whose K-slices add into the
 #                   residual, pay 8 per slice instead of the default 4: fewer o blocks on llama3-8b and
 #                   mistral-7b 4.0, fewer o and down blocks on llama3.2-1b) against the default, two
@@ -377,15 +377,16 @@ for part in "$@"; do
             (export GGX_QGEMV_RED=0; tg --synthetic llama3-8b --bpw 4.0 --ctx 4096)
             tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
             run_tests -tc='*reduced into the residual*' ;;
-        qkvprobe)
-            for r in 1 2; do ab GGX_QKV_TAIL_PROBE=1 "llama3-8b 4.0" "llama3.2-1b 4.0"; done
-            echo "-- llama3-8b 4.0 @4096: GGX_QKV_TAIL_PROBE=1, then the default"
-            (export GGX_QKV_TAIL_PROBE=1; tg --synthetic llama3-8b --bpw 4.0 --ctx 4096)
+        qkvrows)
+            for r in 1 2; do ab GGX_QKV_ROWS=0 "llama3-8b 4.0" "llama3.2-1b 4.0" "qwen2.5-7b 4.0"; done
+            echo "-- llama3-8b 4.0 @4096: GGX_QKV_ROWS=0, then the default"
+            (export GGX_QKV_ROWS=0; tg --synthetic llama3-8b --bpw 4.0 --ctx 4096)
             tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
-            for v in 1 0; do
-                echo "-- trace, llama3-8b 4.0 @16: GGX_QKV_TAIL_PROBE=$v"
-                GGX_QKV_TAIL_PROBE=$v GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p
-            done ;;
+            for v in 0 1; do
+                echo "-- trace, llama3-8b 4.0 @16: GGX_QKV_ROWS=$v"
+                GGX_QKV_ROWS=$v GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p
+            done
+            run_tests -tc='*q/k/v rows*' ;;
         redcost)
             for r in 1 2; do
                 ab GGX_QGEMV_RED_SLICE_COST=8 "llama3-8b 4.0" "mistral-7b 4.0" "llama3.2-1b 2.5" "llama3.2-1b 5.0" "llama3.2-1b 8.0" \

@@ -122,6 +122,10 @@ long                 ggx_backend_cuda_pair_group_pieces(struct ggx_backend * be)
 // One-row q/k/v GEMV jobs that compute their attention in their tail (GGX_ATTN_TAIL=N at backend
 // start; backends/cuda/decode-plan.h), counted when a graph is recorded.
 long                 ggx_backend_cuda_attn_tail_jobs(struct ggx_backend * be);
+// One-row q/k/v GEMV jobs that add their sums into the q/k/v rows the decode attention reads
+// (GGX_QKV_ROWS, on by default with GGX_QGEMV_RED; backends/cuda/decode-plan.h), counted when a graph
+// is recorded.
+long                 ggx_backend_cuda_qkv_rows_jobs(struct ggx_backend * be);
 #endif
 
 // Convenience wrappers.

@@ -598,4 +598,64 @@ TEST_CASE("decode plan: attention in the q/k/v tail where it applies") {
     SUBCASE("softcap") { DecodeGraph G; G.build(1, 2, GGX_TYPE_F16, 30.0f); no_tail(G); }
 }
 
+// The q/k/v rows (ggx_attn_rows): each layer's one-row q/k/v job adds its matrices' sums into its
+// own rows (16-byte aligned, N floats each, no two overlapping), the ATTN node after it reads
+// exactly those, and nothing else changes: the jobs and their matrices are the same, only the
+// destinations. Not with more rows, f32 caches, a softcap (the tensor-core decode kernel alone
+// reads rows), or where the attention tail takes the job.
+TEST_CASE("decode plan: q/k/v rows for the decode attention where it reads them") {
+    DecodeGraph G;
+    G.build(1, 2);
+    ggx_cuda_plan plain, p;
+    ggx_cuda_plan_graph(true, G.g, plain);
+    ggx_cuda_plan_graph(true, G.g, p, 0, true);
+    CHECK(plain.rows_floats == 0);
+    REQUIRE(p.jobs.size() == plain.jobs.size());
+    CHECK(p.action == plain.action);
+    int64_t next = 0;
+    int layer = 0;
+    for (size_t ji = 0; ji < p.jobs.size(); ji++) {
+        const ggx_qgemv_job & j = p.jobs[ji];
+        const bool qkv = j.n_mat == 3 && j.head_dim == 64;
+        for (int i = 0; i < j.n_mat; i++) {
+            CHECK(plain.jobs[ji].m[i].rows == -1);
+            CHECK(j.m[i].w == plain.jobs[ji].m[i].w);
+            if (!qkv) CHECK(j.m[i].rows == -1);
+        }
+        if (!qkv) continue;
+        REQUIRE(layer < 2);
+        const int ia = G.node_index(G.attn[layer]);
+        const ggx_attn_rows & ar = p.attn_rows[ia];
+        for (int i = 0; i < 3; i++) {
+            const ggx_qgemv_job_mat & m = j.m[i];
+            CHECK(m.rows == next);   // in order, packed, each 4-float aligned
+            CHECK(m.rows % 4 == 0);
+            next += (((const ggx_qmatrix *)m.w->extra)->N + 3) / 4 * 4;
+            CHECK(m.rows == (m.rope && !m.cache ? ar.q : m.rope ? ar.k : ar.v));
+        }
+        CHECK(ar.q >= 0);
+        CHECK(ar.k >= 0);
+        CHECK(ar.v >= 0);
+        layer++;
+    }
+    CHECK(layer == 2);
+    CHECK(p.rows_floats == next);
+    CHECK(next == 2 * (256 + 128 + 128));
+    int readers = 0;
+    for (const ggx_attn_rows & ar : p.attn_rows) readers += ar.q >= 0;
+    CHECK(readers == 2);
+    auto no_rows = [](DecodeGraph & G, int tail) {
+        ggx_cuda_plan p;
+        ggx_cuda_plan_graph(true, G.g, p, tail, true);
+        CHECK(p.rows_floats == 0);
+        for (const ggx_qgemv_job & j : p.jobs)
+            for (int i = 0; i < j.n_mat; i++) CHECK(j.m[i].rows == -1);
+        for (const ggx_attn_rows & ar : p.attn_rows) CHECK(ar.q == -1);
+    };
+    SUBCASE("two rows") { DecodeGraph H; H.build(2, 2); no_rows(H, 0); }
+    SUBCASE("f32 caches") { DecodeGraph H; H.build(1, 2, GGX_TYPE_F32); no_rows(H, 0); }
+    SUBCASE("softcap") { DecodeGraph H; H.build(1, 2, GGX_TYPE_F16, 30.0f); no_rows(H, 0); }
+    SUBCASE("the attention tail") { DecodeGraph H; H.build(1, 2); no_rows(H, 48); }
+}
+
 #endif  // GGX_USE_CUDA

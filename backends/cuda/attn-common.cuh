@@ -35,6 +35,11 @@ struct attn_args {
     int stages;           // k_attn_decode: K/V tiles in flight per warp (2 or 3, GGX_ATTN_STAGES)
     int smem_stages;      // k_attn_decode: shared memory for at least this many (GGX_ATTN_SMEM_STAGES, measurements)
     int tail_bound;       // > 0: the q/k/v GEMV's tail computes the result while pos + 1 <= tail_bound (decode-plan.h)
+    // k_attn_decode with one query row (ggx_attn_rows), else null: the key and value at pos as the
+    // q/k/v GEMV's K-slices left them ([Hkv][hd] f32; q is then its rows too), which the kernel
+    // stores into the caches at pos itself
+    const float * rows_k;
+    const float * rows_v;
 };
 
 // True when the q/k/v GEMV's tail computed this step's result (qgemv.cu's attn_tail decides with

@@ -48,6 +48,12 @@ template <int HD> struct dm_cfg {
     static constexpr size_t bytes(int stages) { return q_bytes + kv_bytes(stages); }
 };
 
+// Eight floats (16-byte aligned) as eight halves.
+static __device__ __forceinline__ uint4 f32x8_to_h8(const float * p) {
+    const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+    return make_uint4(pack_h2(a.x, a.y), pack_h2(a.z, a.w), pack_h2(b.x, b.y), pack_h2(b.z, b.w));
+}
+
 template <int HD>
 __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constant__ attn_args a) {
     using C = dm_cfg<HD>;
@@ -107,7 +113,9 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
     }
 
     // copies of the rows [r_lo, r_hi) of this warp's i-th tile; rows past k_hi are zero-filled
-    // (an unwritten cache row may hold NaN, and 0 * NaN would poison O)
+    // (an unwritten cache row may hold NaN, and 0 * NaN would poison O). With the q/k/v rows (one
+    // query row: fresh is pos), the row at pos comes from them, converted here, and goes into the
+    // caches too: the q/k/v GEMV's K-slices added their sums there and stored nothing.
     auto issue = [&](int i, int r_lo, int r_hi, bool zero_tail) {
         const int j0 = k_lo + (warp + dm_warps * i) * dm_bk;
         half * Kd = KV + (size_t)(2 * (S * warp + i % S)) * C::tile;
@@ -116,6 +124,14 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
         for (int e = lane; e < (hi - lo) * PR; e += 32) {
             const int r = lo + e / PR, c = (e % PR) * 8;
             const size_t off = ((size_t)r * a.Hkv + kvh) * HD + c;
+            if (a.rows_k && r >= fresh) {
+                const uint4 k8 = f32x8_to_h8(a.rows_k + kvh * HD + c), v8 = f32x8_to_h8(a.rows_v + kvh * HD + c);
+                *(uint4 *)(Kd + (r - j0) * C::ld + c) = k8;
+                *(uint4 *)(Vd + (r - j0) * C::ld + c) = v8;
+                *(uint4 *)((half *)a.k + off) = k8;   // (the caches are written here in this mode only)
+                *(uint4 *)((half *)a.v + off) = v8;
+                continue;
+            }
             ggx_cp_async16(Kd + (r - j0) * C::ld + c, K + off, true);
             ggx_cp_async16(Vd + (r - j0) * C::ld + c, V + off, true);
         }

@@ -429,6 +429,13 @@ bool ggx_cuda_supports_attn(const ggx_tensor * dst) {
 
 bool ggx_cuda_attn_is_prefill(const ggx_tensor * dst) { return dst->op == GGX_OP_ATTN && prefill_ok(dst); }
 
+// The tensor-core decode kernel (k_attn_decode) reads the q/k/v rows, and only for one query row.
+bool ggx_cuda_attn_reads_rows(const ggx_tensor * dst) {
+    const ggx_tensor * q = dst->src[0], * kc = dst->src[1];
+    return dst->op == GGX_OP_ATTN && ggx_cuda_supports_attn(dst) && !prefill_ok(dst) && q->ne[2] * q->ne[3] == 1 && decode_mma() &&
+           decode_mma_ok((int)q->ne[0], (int)(q->ne[1] / kc->ne[1]), 1, (int)kc->type);
+}
+
 size_t ggx_cuda_attn_scratch(const ggx_tensor * dst) {
     if (prefill_ok(dst)) return 0;
     const plan p = make_plan(dst);
@@ -437,7 +444,7 @@ size_t ggx_cuda_attn_scratch(const ggx_tensor * dst) {
     return sizeof(float) * (size_t)(q->ne[2] * q->ne[3]) * q->ne[1] * p.n_splits * (q->ne[0] + 4);
 }
 
-ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst, half * x16, int tail_bound) {
+ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst, half * x16, int tail_bound, const ggx_attn_rows * rows) {
     const ggx_tensor * q = dst->src[0];
     const ggx_tensor * kc = dst->src[1];
     attn_args a = {};
@@ -479,6 +486,15 @@ ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst, half * x16, in
         a.trace = ggx_cuda_trace_launch(ctx, dst->name);
         static const bool last = ggx_env_int("GGX_ATTN_TRACE_LAST", 0) != 0;
         a.trace_last = last;
+    }
+    if (rows) {   // the plan's choice (ggx_cuda_attn_reads_rows): no other kernel reads them
+        if (!ctx.qkv_rows || !ggx_cuda_attn_reads_rows(dst) || tail_bound > 0) {
+            ggx_set_error("cuda: attention %s: the q/k/v rows are for the one-row tensor-core decode kernel only", dst->name);
+            return GGX_STATUS_FAILED;
+        }
+        a.q = ctx.qkv_rows + rows->q;
+        a.rows_k = ctx.qkv_rows + rows->k;
+        a.rows_v = ctx.qkv_rows + rows->v;
     }
     if (decode_mma() && decode_mma_ok(a.hd, a.H / a.Hkv, a.T, (int)kc->type)) {
         a.stages = decode_stages(a);

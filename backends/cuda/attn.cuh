@@ -12,4 +12,7 @@ size_t          ggx_cuda_attn_scratch(const struct ggx_tensor * dst);
 // With x16 (prefill path only), the result goes there in fp16 instead of to dst (see
 // ggx_cuda_ctx::x16_of). With tail_bound > 0 the q/k/v job before it computes the result while
 // pos + 1 <= tail_bound (ggx_cuda_plan::attn_tail), and the kernel only waits for that job then.
-enum ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, struct ggx_tensor * dst, half * x16 = nullptr, int tail_bound = 0);
+// With rows (ggx_attn_rows, offsets into ctx.qkv_rows), q and k and v at pos come from the q/k/v
+// job's f32 rows, and the kernel stores k and v into the caches at pos (ggx_cuda_attn_reads_rows).
+enum ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, struct ggx_tensor * dst, half * x16 = nullptr, int tail_bound = 0,
+                                 const struct ggx_attn_rows * rows = nullptr);

@@ -129,6 +129,14 @@ struct ggx_cuda_ctx {
     // reductions instead of the split-K hand-off (qgemv.cu; GGX_QGEMV_RED=0 turns it off for logits
     // that are the same bits from run to run).
     bool           red = true;
+    // The q/k/v rows (decode-plan.h, ggx_attn_rows): one-row q/k/v jobs add their K-slices' sums
+    // there and the decode attention reads them, instead of the split-K hand-off (with red;
+    // GGX_QKV_ROWS=0 turns it off). Cleared at the start of each run; grows only, like the
+    // scratch (older buffers retired with it).
+    bool           qkv_rows_on = true;
+    float *        qkv_rows = nullptr;
+    int64_t        qkv_rows_floats = 0;
+    long           qkv_rows_jobs = 0;        // jobs recorded adding into them (ggx_backend_cuda_qkv_rows_jobs)
     long           attn_tail_jobs = 0;
     char           name[16] = {0};
 };

@@ -104,6 +104,10 @@ struct ggx_qgemv_job_mat {
     bool rope = false;                           // RoPE over heads of job.head_dim columns
     int  pair = -1;                              // GLU: index of the partner matrix
     bool is_gate = false;
+    // Offset in floats into the backend's q/k/v rows (ggx_cuda_plan::rows_floats), or -1: every
+    // K-slice adds its sums there, rotated (RoPE is linear), instead of storing into out or the
+    // cache; the ATTN node reads them (ggx_cuda_plan::attn_rows).
+    int64_t rows = -1;
 };
 
 // The attention of a one-row q/k/v job, computed in the job's tail (qgemv.cu, attn_tail; planned by
@@ -143,6 +147,13 @@ struct ggx_qgemv_job {
     int64_t next_weight_bytes = 0;
 };
 
+// Where the ATTN node after a one-row q/k/v job finds q, and k and v at pos, in f32 (offsets in
+// floats into the backend's q/k/v rows; -1: it reads q's result and the caches as the graph says).
+// The attention kernel stores k and v into the caches at pos itself.
+struct ggx_attn_rows {
+    int64_t q = -1, k = -1, v = -1;
+};
+
 struct ggx_cuda_plan {
     enum { RUN = -1, SKIP = -2 };
     std::vector<int>           action;   // per node: RUN, SKIP (folded into a job) or a job index
@@ -156,6 +167,10 @@ struct ggx_cuda_plan {
     // Per ATTN node: the bound of the q/k/v job that computes it in its tail (ggx_qgemv_attn), or 0.
     // The node still runs: its kernel returns after its PDL wait while pos + 1 <= bound.
     std::vector<int>           attn_tail;
+    // Per ATTN node: the q/k/v rows it reads (ggx_qgemv_job_mat::rows), and the floats the plan's
+    // rows take in all (each job its own, so one clear at the start of each run serves all jobs).
+    std::vector<ggx_attn_rows> attn_rows;
+    int64_t                    rows_floats = 0;
 };
 
 // The pieces of an EXL2 matrix (groups: per group {k0, qrow0, bits, rows}, in order) over its
@@ -199,8 +214,10 @@ void          ggx_cuda_plan_matrix_init(ggx_cuda_plan_matrix & pm, int K, int N,
 void          ggx_cuda_layout_run_costs(const std::vector<std::pair<int, int>> & groups, int K, int (*run_cost)[GGX_QGEMV_MAX_RUN + 1]);
 // Plans a bound graph (data pointers set). With fuse false every decode matmul is its own job. With
 // attn_tail > 0, one-row q/k/v jobs whose attention the tail can take (ggx_qgemv_attn) take it
-// while pos + 1 <= attn_tail (clipped to the cache rows and to GGX_ATTN_TAIL_MAX_KEYS).
-void          ggx_cuda_plan_graph(bool fuse, struct ggx_graph * g, ggx_cuda_plan & plan, int attn_tail = 0);
+// while pos + 1 <= attn_tail (clipped to the cache rows and to GGX_ATTN_TAIL_MAX_KEYS). With
+// qkv_rows, the other one-row q/k/v jobs whose ATTN node's kernel reads rows
+// (ggx_cuda_attn_reads_rows) hand it their sums through the q/k/v rows (ggx_attn_rows).
+void          ggx_cuda_plan_graph(bool fuse, struct ggx_graph * g, ggx_cuda_plan & plan, int attn_tail = 0, bool qkv_rows = false);
 // The most keys the tail of a q/k/v job takes: its shared memory holds a score per key and head.
 #define GGX_ATTN_TAIL_MAX_KEYS 1024
 // Whether a q/k/v job's tail of this bound (ggx_qgemv_attn; 0: none) computes the attention of the
@@ -255,6 +272,9 @@ bool          ggx_cuda_qmatmul_is_prefill(const struct ggx_tensor * dst);
 bool          ggx_cuda_add_rms_norm_ok(const struct ggx_tensor * add, const struct ggx_tensor * norm);
 // An ATTN node on the tensor-core prefill path (attn.cu), which can write its result in fp16.
 bool          ggx_cuda_attn_is_prefill(const struct ggx_tensor * dst);
+// An ATTN node of one query row whose decode kernel can take q, and k and v at pos, from the q/k/v
+// rows (f32) and store k and v into its f16 caches (attn.cu; ggx_attn_rows).
+bool          ggx_cuda_attn_reads_rows(const struct ggx_tensor * dst);
 // The tile step's split stage (q, k, v; tile-step.h): each of n matrices' share of n_sm blocks,
 // proportional to bytes[i] (rounded), at least one block each, the shares contiguous (block0) and
 // together the whole grid. False when n is not 1..n_sm.

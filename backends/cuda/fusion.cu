@@ -256,74 +256,118 @@ void plan_prefill_x16(const graph_index & gi, ggx_cuda_plan & plan) {
     }
 }
 
-// Attention in the tail of one-row q/k/v jobs (ggx_qgemv_attn): a job with a q matrix (RoPE, result
+// A one-row q/k/v job (at node p) and the ATTN node reading its results: a q matrix (RoPE, result
 // in y) and k (RoPE) and v matrices storing into f16 caches, whose results one causal ATTN node
-// reads (no softcap, no window, heads of 64 or 128 columns), with nothing but views and the job's
-// own folded nodes between the job and that node: the job writes the node's result that early, so
-// the result may not share a byte with anything the job reads or writes.
-void plan_attn_tail(const graph_index & gi, ggx_cuda_plan & plan, int bound) {
+// reads (no softcap, no window) with nothing but views and the job's own folded nodes between the
+// job and that node. The node's result may not share a byte with anything the job reads or writes
+// (the attention tail writes it that early).
+struct qkv_attn {
+    int q = -1, k = -1, v = -1;   // the job's matrices
+    int node = -1;                // the ATTN node
+    int H = 0, Hkv = 0;
+};
+
+bool find_qkv_attn(const graph_index & gi, const ggx_cuda_plan & plan, int p, qkv_attn & r) {
     const int n = ggx_graph_n_nodes(gi.g);
-    for (int p = 0; p < n; p++) {
-        if (plan.action[p] < 0) continue;
+    if (plan.action[p] < 0) return false;
+    const ggx_qgemv_job & job = plan.jobs[plan.action[p]];
+    if (job.T != 1 || job.n_mat != 3 || job.head_dim <= 0 || !job.pos) return false;
+    int qi = -1, ki = -1, vi = -1;
+    for (int i = 0; i < 3; i++) {
+        const ggx_qgemv_job_mat & m = job.m[i];
+        if (m.epi != GGX_QGEMV_STORE) continue;
+        if (m.rope && m.out && !m.cache) qi = i;
+        else if (m.rope && m.cache) ki = i;
+        else if (!m.rope && m.cache) vi = i;
+    }
+    if (qi < 0 || ki < 0 || vi < 0) return false;
+    // the first node after p, past views and folded nodes: the ATTN node
+    int ia = p + 1;
+    while (ia < n && (plan.action[ia] == ggx_cuda_plan::SKIP || gi.node(ia)->op == GGX_OP_NONE)) ia++;
+    if (ia == n) return false;
+    const ggx_tensor * at = gi.node(ia);
+    if (at->op != GGX_OP_ATTN || plan.action[ia] != ggx_cuda_plan::RUN) return false;
+    const ggx_params_attn & ap = at->params.attn;
+    const ggx_tensor * q = at->src[0], * kc = at->src[1], * vc = at->src[2];
+    const ggx_tensor * kcache = job.m[ki].cache, * vcache = job.m[vi].cache;
+    const int64_t hd = job.head_dim, H = q->ne[1], Hkv = kc->ne[1];
+    if (ap.softcap != 0.0f || ap.window != 0 || ap.non_causal || at->src[3] != job.pos || !plain_f32(at) || !plain_f32(q) ||
+        q->ne[0] != hd || q->ne[2] * q->ne[3] != 1 || !same_data(q, job.m[qi].out) || kc->ne[0] != hd || Hkv < 1 || H % Hkv)
+        return false;
+    if (kcache->type != GGX_TYPE_F16 || vcache->type != GGX_TYPE_F16 || kc->data != kcache->data || vc->data != vcache->data ||
+        ggx_nelements(kc) != ggx_nelements(kcache) || ggx_nelements(vc) != ggx_nelements(vcache) || !ggx_is_contiguous(kc) ||
+        !ggx_is_contiguous(vc) || vc->ne[0] != hd || vc->ne[1] != Hkv)
+        return false;
+    const ggx_qmatrix * wq = (const ggx_qmatrix *)job.m[qi].w->extra, * wk = (const ggx_qmatrix *)job.m[ki].w->extra,
+                      * wv = (const ggx_qmatrix *)job.m[vi].w->extra;
+    if (wq->N != H * hd || wk->N != Hkv * hd || wv->N != Hkv * hd) return false;
+    const range out = range_of(at);
+    for (const ggx_tensor * t : {job.x, job.norm_w, job.pos, job.freq_div, (const ggx_tensor *)kcache, (const ggx_tensor *)vcache,
+                                 (const ggx_tensor *)job.m[qi].out, job.m[0].bias, job.m[1].bias, job.m[2].bias})
+        if (t && overlap(range_of(t), out)) return false;
+    r.q = qi;
+    r.k = ki;
+    r.v = vi;
+    r.node = ia;
+    r.H = (int)H;
+    r.Hkv = (int)Hkv;
+    return true;
+}
+
+// Attention in the tail of one-row q/k/v jobs (ggx_qgemv_attn; find_qkv_attn's jobs with heads of
+// 64 or 128 columns).
+void plan_attn_tail(const graph_index & gi, ggx_cuda_plan & plan, int bound) {
+    for (int p = 0; p < ggx_graph_n_nodes(gi.g); p++) {
+        qkv_attn r;
+        if (!find_qkv_attn(gi, plan, p, r)) continue;
         ggx_qgemv_job & job = plan.jobs[plan.action[p]];
-        if (job.T != 1 || job.n_mat != 3 || (job.head_dim != 64 && job.head_dim != 128) || !job.pos) continue;
-        int qi = -1, ki = -1, vi = -1;
-        for (int i = 0; i < 3; i++) {
-            const ggx_qgemv_job_mat & m = job.m[i];
-            if (m.epi != GGX_QGEMV_STORE) continue;
-            if (m.rope && m.out && !m.cache) qi = i;
-            else if (m.rope && m.cache) ki = i;
-            else if (!m.rope && m.cache) vi = i;
-        }
-        if (qi < 0 || ki < 0 || vi < 0) continue;
-        // the first node after p, past views and folded nodes: the ATTN node
-        int ia = p + 1;
-        while (ia < n && (plan.action[ia] == ggx_cuda_plan::SKIP || gi.node(ia)->op == GGX_OP_NONE)) ia++;
-        if (ia == n) continue;
-        ggx_tensor * at = ggx_graph_node(gi.g, ia);
-        if (at->op != GGX_OP_ATTN || plan.action[ia] != ggx_cuda_plan::RUN) continue;
-        const ggx_params_attn & ap = at->params.attn;
-        const ggx_tensor * q = at->src[0], * kc = at->src[1], * vc = at->src[2];
-        const ggx_tensor * kcache = job.m[ki].cache, * vcache = job.m[vi].cache;
-        const int64_t hd = job.head_dim, H = q->ne[1], Hkv = kc->ne[1];
-        if (ap.softcap != 0.0f || ap.window != 0 || ap.non_causal || at->src[3] != job.pos || !plain_f32(at) || !plain_f32(q) ||
-            q->ne[0] != hd || q->ne[2] * q->ne[3] != 1 || !same_data(q, job.m[qi].out) || kc->ne[0] != hd || Hkv < 1 || H % Hkv)
-            continue;
-        if (kcache->type != GGX_TYPE_F16 || vcache->type != GGX_TYPE_F16 || kc->data != kcache->data || vc->data != vcache->data ||
-            ggx_nelements(kc) != ggx_nelements(kcache) || ggx_nelements(vc) != ggx_nelements(vcache) || !ggx_is_contiguous(kc) ||
-            !ggx_is_contiguous(vc) || vc->ne[0] != hd || vc->ne[1] != Hkv)
-            continue;
-        const ggx_qmatrix * wq = (const ggx_qmatrix *)job.m[qi].w->extra, * wk = (const ggx_qmatrix *)job.m[ki].w->extra,
-                          * wv = (const ggx_qmatrix *)job.m[vi].w->extra;
-        if (wq->N != H * hd || wk->N != Hkv * hd || wv->N != Hkv * hd) continue;
-        const range out = range_of(at);
-        bool clash = false;
-        for (const ggx_tensor * t : {job.x, job.norm_w, job.pos, job.freq_div, (const ggx_tensor *)kcache, (const ggx_tensor *)vcache,
-                                     (const ggx_tensor *)job.m[qi].out, job.m[0].bias, job.m[1].bias, job.m[2].bias})
-            clash = clash || (t && overlap(range_of(t), out));
-        if (clash) continue;
-        const int rows = (int)(ggx_nelements(kcache) / (Hkv * hd));
-        job.attn.out = at;
-        job.attn.q = qi;
-        job.attn.k = ki;
-        job.attn.v = vi;
-        job.attn.H = (int)H;
-        job.attn.Hkv = (int)Hkv;
-        job.attn.scale = ap.scale;
+        if (job.head_dim != 64 && job.head_dim != 128) continue;
+        const ggx_tensor * at = gi.node(r.node);
+        const int rows = (int)(ggx_nelements(job.m[r.k].cache) / ((int64_t)r.Hkv * job.head_dim));
+        job.attn.out = ggx_graph_node(gi.g, r.node);
+        job.attn.q = r.q;
+        job.attn.k = r.k;
+        job.attn.v = r.v;
+        job.attn.H = r.H;
+        job.attn.Hkv = r.Hkv;
+        job.attn.scale = at->params.attn.scale;
         job.attn.bound = std::min(std::min(bound, rows), GGX_ATTN_TAIL_MAX_KEYS);
-        plan.attn_tail[ia] = job.attn.bound;
+        plan.attn_tail[r.node] = job.attn.bound;
+    }
+}
+
+// The q/k/v rows (ggx_attn_rows): find_qkv_attn's jobs without the attention tail whose ATTN node
+// alone reads q's result and whose kernel reads rows. The job then writes neither q's result nor
+// the caches: its K-slices add their sums into the rows, and the attention kernel stores k and v
+// at pos. Each job has its own rows (16-byte aligned), so that one clear per run serves all.
+void plan_qkv_rows(const graph_index & gi, ggx_cuda_plan & plan) {
+    for (int p = 0; p < ggx_graph_n_nodes(gi.g); p++) {
+        qkv_attn r;
+        if (!find_qkv_attn(gi, plan, p, r)) continue;
+        ggx_qgemv_job & job = plan.jobs[plan.action[p]];
+        std::vector<int> views;
+        if (job.attn.bound > 0 || !ggx_cuda_attn_reads_rows(gi.node(r.node)) || sole_reader(gi, job.m[r.q].out, views) != r.node)
+            continue;
+        ggx_attn_rows & ar = plan.attn_rows[r.node];
+        for (int i : {r.q, r.k, r.v}) {
+            job.m[i].rows = plan.rows_floats;
+            (i == r.q ? ar.q : i == r.k ? ar.k : ar.v) = plan.rows_floats;
+            plan.rows_floats += (((const ggx_qmatrix *)job.m[i].w->extra)->N + 3) / 4 * 4;
+        }
     }
 }
 
 }  // namespace
 
-void ggx_cuda_plan_graph(bool fuse, ggx_graph * g, ggx_cuda_plan & plan, int attn_tail) {
+void ggx_cuda_plan_graph(bool fuse, ggx_graph * g, ggx_cuda_plan & plan, int attn_tail, bool qkv_rows) {
     const int n = ggx_graph_n_nodes(g);
     plan.action.assign(n, ggx_cuda_plan::RUN);
     plan.jobs.clear();
     plan.x16_out.assign(n, nullptr);
     plan.add_norm.assign(n, -1);
     plan.attn_tail.assign(n, 0);
+    plan.attn_rows.assign(n, ggx_attn_rows());
+    plan.rows_floats = 0;
     if (!fuse) return;
     graph_index gi;
     gi.g = g;
@@ -414,6 +458,7 @@ void ggx_cuda_plan_graph(bool fuse, ggx_graph * g, ggx_cuda_plan & plan, int att
     plan_prefill_x16(gi, plan);
     plan_add_norm(gi, plan);
     if (attn_tail > 0) plan_attn_tail(gi, plan, attn_tail);
+    if (qkv_rows) plan_qkv_rows(gi, plan);
     // The jobs run in this order: each one's successor (down's: the next layer's q/k/v). Not the
     // step's last job (the head: its blocks run in two waves, so SMs freed early start only part
     // of it; llama3.2-1b 5.0's last down in half the blocks before it lost 0.6%, run 183).

@@ -153,6 +153,23 @@ ggx_status ensure_scratch(ggx_cuda_ctx & ctx, size_t need) {
     return GGX_STATUS_OK;
 }
 
+// The q/k/v rows of a plan (decode-plan.h, ggx_attn_rows): grown like the scratch.
+ggx_status ensure_qkv_rows(ggx_cuda_ctx & ctx, int64_t floats) {
+    if (floats <= ctx.qkv_rows_floats) return GGX_STATUS_OK;
+    void * p = nullptr;
+    cudaError_t err = cudaMalloc(&p, sizeof(float) * floats);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        ggx_set_error("cuda:%d: out of memory for %lld KiB of q/k/v rows (%s)", ctx.device, (long long)(sizeof(float) * floats >> 10),
+                      cudaGetErrorString(err));
+        return GGX_STATUS_ALLOC_FAILED;
+    }
+    if (ctx.qkv_rows) ctx.retired.push_back(ctx.qkv_rows);
+    ctx.qkv_rows = (float *)p;
+    ctx.qkv_rows_floats = floats;
+    return GGX_STATUS_OK;
+}
+
 // ---- graph cache ---------------------------------------------------------------------------
 struct graph_cache {
     ggx_backend *       be = nullptr;
@@ -169,6 +186,7 @@ void graph_cache_free(void * p) {
 std::vector<void *> graph_signature(const ggx_cuda_ctx & ctx, ggx_graph * g) {
     std::vector<void *> sig;
     sig.push_back(ctx.scratch);
+    sig.push_back(ctx.qkv_rows);
     for (int i = 0; i < ggx_graph_n_nodes(g); i++) {
         const ggx_tensor * n = ggx_graph_node(g, i);
         sig.push_back(n->data);
@@ -253,6 +271,8 @@ ggx_status run_nodes(ggx_cuda_ctx & ctx, ggx_graph * g, const ggx_cuda_plan & pl
     }
     ctx.x16_of = nullptr;   // the scratch may have moved, and x's data changed, since the last graph
     GGX_RETURN_IF_ERR(ggx_cuda_rope_table_begin(ctx, plan));
+    // the jobs' q/k/v rows start at zero (their K-slices add into them)
+    if (plan.rows_floats > 0) GGX_CUDA_CHECK(cudaMemsetAsync(ctx.qkv_rows, 0, sizeof(float) * plan.rows_floats, ctx.stream));
     for (int i = 0; i < ggx_graph_n_nodes(g); i++) {
         ggx_tensor * n = ggx_graph_node(g, i);
         const int act = plan.action[i];
@@ -269,6 +289,7 @@ ggx_status run_nodes(ggx_cuda_ctx & ctx, ggx_graph * g, const ggx_cuda_plan & pl
                       : fn >= 0   ? ggx_cuda_op_add_rms_norm(ctx, n, ggx_graph_node(g, fn), x16_of ? (half *)ctx.scratch : nullptr)
                       : x16_of    ? compute_x16(ctx, n)
                       : plan.attn_tail[i] ? ggx_cuda_op_attn(ctx, n, nullptr, plan.attn_tail[i])
+                      : plan.attn_rows[i].q >= 0 ? ggx_cuda_op_attn(ctx, n, nullptr, 0, &plan.attn_rows[i])
                                   : compute_node(ctx, n);
         if (st == GGX_STATUS_OK && x16_of) ctx.x16_of = x16_of;
         if (act >= 0 || n->op != GGX_OP_NONE) ctx.rope_table_fresh = false;   // a kernel ran after the table's
@@ -308,8 +329,9 @@ ggx_status prepare(ggx_backend * be, ggx_graph * g, ggx_cuda_plan & plan) {
         need = std::max(need, node_scratch(ctx, n));
     }
     // the steps (GGX_CUDA_STEP) run their own q/k/v stages, without the attention tail
-    ggx_cuda_plan_graph(ctx.fuse, g, plan, ctx.strip_step ? 0 : ctx.attn_tail);
+    ggx_cuda_plan_graph(ctx.fuse, g, plan, ctx.strip_step ? 0 : ctx.attn_tail, !ctx.strip_step && ctx.red && ctx.qkv_rows_on);
     GGX_RETURN_IF_ERR(ggx_cuda_rope_table_prepare(ctx, plan));   // (before the capture: it allocates)
+    GGX_RETURN_IF_ERR(ensure_qkv_rows(ctx, plan.rows_floats));   // (likewise)
     GGX_RETURN_IF_ERR(ggx_cuda_norm_tables_prepare(ctx, plan));  // (likewise)
     for (const ggx_qgemv_job & job : plan.jobs) {
         need = std::max(need, ggx_cuda_qgemv_scratch(ctx, job));
@@ -512,6 +534,7 @@ void be_free(ggx_backend * be) {
         (void)cudaFree(ctx->scratch);
         (void)cudaFree(ctx->counters);
         (void)cudaFree(ctx->rope_table);
+        (void)cudaFree(ctx->qkv_rows);
         ggx_cuda_top_n_release(*ctx);
         if (ctx->mailbox_ready) (void)cudaEventDestroy(ctx->mailbox_ready);
         if (ctx->mailbox) (void)cudaFreeHost(ctx->mailbox);
@@ -533,6 +556,7 @@ extern "C" long ggx_backend_cuda_strip_stages(ggx_backend * be) { return be ? ct
 extern "C" long ggx_backend_cuda_rope_table_jobs(ggx_backend * be) { return be ? ctx_of(be)->rope_table_jobs : 0; }
 extern "C" long ggx_backend_cuda_norm_table_mats(ggx_backend * be) { return be ? ctx_of(be)->norm_table_mats : 0; }
 extern "C" long ggx_backend_cuda_attn_tail_jobs(ggx_backend * be) { return be ? ctx_of(be)->attn_tail_jobs : 0; }
+extern "C" long ggx_backend_cuda_qkv_rows_jobs(ggx_backend * be) { return be ? ctx_of(be)->qkv_rows_jobs : 0; }
 extern "C" long ggx_backend_cuda_pair_group_pieces(ggx_backend * be) {
     return !GGX_QGEMV_PAIR_GROUPS ? -1 : be ? ctx_of(be)->pair_group_pieces : 0;
 }
@@ -593,6 +617,7 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->tile_split = ggx_env_int_in("GGX_CUDA_STEP_TILE_QKV", 0, 1, 1) != 0;
     ctx->attn_tail = ggx_env_int_in("GGX_ATTN_TAIL", 0, GGX_ATTN_TAIL_MAX_KEYS, 0);
     ctx->red = ggx_env_int_in("GGX_QGEMV_RED", 0, 1, 1) != 0;
+    ctx->qkv_rows_on = ggx_env_int_in("GGX_QKV_ROWS", 0, 1, 1) != 0;
 #if defined(GGX_USE_HIP)
     // its units are 32 lanes wide, one per slice: not written for 64-wide wavefronts, never run on AMD
     if (ctx->strip_step) fprintf(stderr, "ggx-cuda: GGX_CUDA_STEP is not available in the HIP build; ignored\n");

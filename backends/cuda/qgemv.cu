@@ -21,7 +21,8 @@
 //   4. writes its partial sums, and the last block of the tile to arrive (an atomic counter that
 //      it resets for the next launch) adds the blocks' partials in order and runs the epilogue;
 //      or, for one row with a residual added in place (o, down), adds its sums into y with vector
-//      atomics (no last block: see `reduce`).
+//      atomics (no last block: see `reduce`), as one-row q/k/v jobs do into the q/k/v rows that
+//      the decode attention reads (their sums rotated first).
 #include "qgemv.cuh"
 
 #include "activation.cuh"
@@ -78,6 +79,7 @@ struct gemv_mat {
     int cache_rows;
     int epi, rope, pair, is_gate;
     int in_place;      // an ADD epilogue whose y is its residual (ggx_qgemv_adds_in_place); never RoPE or attention
+    int rows;          // y is this matrix's q/k/v rows (ggx_qgemv_job_mat::rows), which its K-slices add into
     int attn_role;     // attention in the tail (gemv_attn): 1 q, 2 k, 3 v, 0 none
 };
 
@@ -108,7 +110,6 @@ struct gemv_args {
     int head_dim, act;
     int prefetch;
     int red;             // one-row ADD epilogues in place add every K-slice's sums into y (GGX_QGEMV_RED, default 1)
-    int qkv_probe;       // GGX_QKV_TAIL_PROBE=1, a measurement with wrong results: q/k/v's K-slices store or add their own sums
     float evict_first;   // fraction of the weight loads marked L2 evict-first (GGX_QGEMV_EVICT_FIRST)
     int * counters;
     gemv_attn attn;
@@ -678,8 +679,13 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     // the next kernel's PDL wait returns once the reductions are done. The probe handoff-chain.cu
     // (run 174, H100) put a chain of such kernels at the speed of kernels with no hand-off at all,
     // 1.4-1.6 us per kernel faster than the split-K hand-off. The sums' order is not fixed.
-    const bool probe = T == 1 && a.qkv_probe && (M.rope || M.cache) && !M.attn_role;
-    const bool reduce = (T == 1 && a.red && M.in_place) || probe;
+    // A q/k/v matrix whose ATTN node reads the q/k/v rows (M.rows; one row) does the same there:
+    // each K-slice rotates its sums (RoPE is linear; slice 0 adds the bias first, as the
+    // epilogue would before RoPE) and adds them into the rows, which the attention kernel reads,
+    // storing k and v into the caches itself. A probe (run 184, H100: every K-slice storing or
+    // adding its own sums, wrong results) put removing q/k/v's tail at +3.5% on llama3-8b 4.0 and
+    // +5.3% on llama3.2-1b.
+    const bool reduce = T == 1 && ((a.red && M.in_place) || M.rows);
     float rinv[T];
 #pragma unroll
     for (int t = 0; t < T; t++) rinv[t] = 1.0f;
@@ -842,15 +848,8 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     // 4. partials; the last block of the tile finishes it (or, reducing, every block adds its own)
     if (reduce) {
         if (slice == 0) add_bias<T>(M, n, v);
-        if (probe) {
-            rope(v);
-            if (lead && n < M.Np) {
-                if (M.cache) store(n, v);
-                else ggx_red_add4(M.y + n, make_float4(v[0][0], v[0][1], v[0][2], v[0][3]), M.N - n);
-            }
-        } else if (lead && n < M.Np) {
-            ggx_red_add4(M.y + n, make_float4(v[0][0], v[0][1], v[0][2], v[0][3]), M.N - n);
-        }
+        rope(v);   // (the q/k/v rows only: in-place adds never rotate)
+        if (lead && n < M.Np) ggx_red_add4(M.y + n, make_float4(v[0][0], v[0][1], v[0][2], v[0][3]), M.N - n);
         ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_HANDOFF);
         ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
         return;
@@ -925,10 +924,11 @@ size_t attn_state_bytes(const ggx_qgemv_job & job) {
 }
 
 // The launch arguments of a job run with m fine slices per warp group (pairs: on the paired piece
-// tables), its partials laid out from `part` (each matrix's 256-byte aligned). The caller adds
-// what depends on the backend's state: the step's RoPE table, the norm tables, the counters'
-// base, the prefetch rows, the L2 policy and the trace. Host code, run by tests/emu too.
-args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part, gemv_args & a) {
+// tables), its partials laid out from `part` (each matrix's 256-byte aligned), its q/k/v rows
+// (ggx_qgemv_job_mat::rows) in `rows`. The caller adds what depends on the backend's state: the
+// step's RoPE table, the norm tables, the counters' base, the prefetch rows, the L2 policy and the
+// trace. Host code, run by tests/emu too.
+args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part, float * rows, gemv_args & a) {
     args_layout L;
     a.n_mat = job.n_mat;
     a.x = (const float *)job.x->data;
@@ -967,9 +967,10 @@ args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part,
         M.partial = (float *)(part + L.partial_bytes);
         L.partial_bytes += partial_bytes(e, job.T, q->Np, m);
         M.bias = jm.bias ? (const float *)jm.bias->data : nullptr;
-        M.y = jm.cache ? nullptr : (float *)jm.out->data;
+        M.rows = jm.rows >= 0;
+        M.y = M.rows ? rows + jm.rows : jm.cache ? nullptr : (float *)jm.out->data;
         M.resid = jm.resid ? (const float *)jm.resid->data : nullptr;
-        M.cache = jm.cache ? jm.cache->data : nullptr;
+        M.cache = jm.cache && !M.rows ? jm.cache->data : nullptr;
         M.cache_type = jm.cache ? (int)jm.cache->type : 0;
         M.cache_rows = jm.cache ? (int)(ggx_nelements(jm.cache) / q->N) : 0;
         M.epi = jm.epi;
@@ -1215,7 +1216,13 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     const int m = ggx_cuda_qgemv_group_slices(job, ctx.n_sm, ctx.red);
     const bool pairs = pairs_allowed() && job.T == 1 && m % 2 == 0;
     gemv_args a = {};
-    const args_layout L = fill_args(job, m, pairs, (char *)ctx.scratch, a);
+    for (int i = 0; i < job.n_mat; i++)
+        if (job.m[i].rows >= 0 && (!ctx.qkv_rows || job.T != 1 || job.attn.bound > 0)) {
+            ggx_set_error("cuda: decode matmul of %s: q/k/v rows need one row, the backend's rows and no attention tail", job.m[i].w->name);
+            return GGX_STATUS_FAILED;
+        }
+    const args_layout L = fill_args(job, m, pairs, (char *)ctx.scratch, ctx.qkv_rows, a);
+    if (job.m[0].rows >= 0) ctx.qkv_rows_jobs++;
     a.rope_table = ggx_cuda_rope_table_for(ctx, job);
     for (int i = 0; i < job.n_mat; i++) a.m[i].norm_wp = ggx_cuda_norm_table_for(ctx, job, i);
     a.counters = ctx.counters;
@@ -1236,8 +1243,6 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
         return GGX_STATUS_FAILED;
     }
     a.red = ctx.red;
-    static const bool qkv_probe = ggx_env_flag("GGX_QKV_TAIL_PROBE");
-    a.qkv_probe = qkv_probe;
     const size_t smem = smem_bytes(job.T, m, L.rope, job.attn.bound, job.head_dim);
     if (smem > (size_t)k_max_smem) {
         ggx_set_error("cuda: decode matmul of %s needs %zu bytes of shared memory (at most %d)", job.m[0].w->name, smem, k_max_smem);

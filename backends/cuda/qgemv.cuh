@@ -7,7 +7,9 @@
 //   epilogue  the last block of each column tile sums the K-slices in a fixed order (results do
 //             not depend on scheduling), then: + bias; one of store / + residual / GLU of a
 //             gate-up pair; optional RoPE (whole heads per tile); optional store straight into
-//             the KV cache rows at pos.
+//             the KV cache rows at pos. One-row jobs adding a residual in place (o, down) and
+//             q/k/v jobs whose attention reads the q/k/v rows (decode-plan.h, ggx_attn_rows)
+//             skip the last block: every K-slice adds its sums (q/k/v's rotated) with atomics.
 //
 // The job descriptions come from fusion.cu, which matches these patterns in a ggx graph.
 #pragma once

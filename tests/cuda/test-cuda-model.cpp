@@ -291,6 +291,32 @@ TEST_CASE("cuda: K-slice sums reduced into the residual give the logits of the s
     compare_models(*m.cpu, *m.gpu, "llama3.2-1b (o and down reduced into the residual)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu_env.get(), 3e-3);
 }
 
+// The q/k/v rows (GGX_QKV_ROWS, on by default with GGX_QGEMV_RED; read when the backend starts):
+// each layer's one-row q/k/v job adds its K-slices' sums, rotated, into f32 rows, and the decode
+// attention takes q and the key and value at pos from them, storing k and v into the caches
+// itself (checked against a double reference, every block order, in tests/emu). Here in whole
+// models: llama3.2-1b (heads of 64) and the qwen2.5-7b slice (seven query heads per KV head, q/k/v
+// biases), whose prefill chunks (no rows) and single-token steps (rows) alternate, so later steps
+// read the keys and values the attention stored. Against the CPU the fused path's 5e-2; against
+// the same model without the rows (the split-K hand-off) the fused-vs-unfused bound, 5e-3: the
+// sums of q, k and v are added in another order (fp32, ~1e-7 relative), which moves an fp16
+// rounding of a key or value now and then, besides the o and down reductions' own order (the case
+// above: 8.9e-4). A slice's sums left unrotated, a bias added per slice, or a key at pos read from
+// the stale cache row moves logits by O(1e-2) or more.
+TEST_CASE("cuda: q/k/v rows read by the decode attention give the logits of the split-K hand-off") {
+    REQUIRE_CUDA();
+    const std::pair<const char *, double> models[] = {{"llama3.2-1b", 4.0}, {"qwen2.5-7b", 3.0}};
+    for (const auto & mb : models) {
+        const char * name = mb.first;
+        CAPTURE(name);
+        const int layers = strcmp(name, "qwen2.5-7b") == 0 ? 1 : 2;
+        const three_models m = load_synthetic(name, mb.second, layers, "GGX_QKV_ROWS", "0");
+        compare_models(*m.cpu, *m.gpu, std::string(name) + " (q/k/v rows)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu_env.get(), 5e-3);
+        CHECK(ggx_backend_cuda_qkv_rows_jobs(m.gpu->backend) >= layers);
+        CHECK(ggx_backend_cuda_qkv_rows_jobs(m.gpu_env->backend) == 0);
+    }
+}
+
 // GGX_ATTN_FA_ROWS=32 (read per launch) in a model: the prefill attention with two row tiles per
 // warp writing the o matmul's fp16 x, against the CPU with the fused path's bound.
 TEST_CASE("cuda: prefill attention with 32 query rows per warp in a model matches the CPU backend") {

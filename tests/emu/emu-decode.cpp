@@ -56,7 +56,8 @@ template <int HD> static void run_grid(const attn_args & a, int order) {
     }
 }
 
-struct Run { Case c; int min_chunk; const char * suite; };
+// rows: one query row whose k and v at pos come from the q/k/v rows (attn_args::rows_k, rows_v)
+struct Run { Case c; int min_chunk; const char * suite; bool rows = false; };
 
 static std::vector<Run> default_runs() {
     std::vector<Run> runs;
@@ -88,6 +89,15 @@ static std::vector<Run> default_runs() {
     };
     for (int mc : {64, 256})
         for (const Case & c : keys) runs.push_back({c, mc, mc == 64 ? "keys64" : "keys256"});
+    // the q/k/v rows: the cache rows at pos start as NaN, the kernel takes k and v at pos from the
+    // f32 rows and must leave them in the caches; one split and several, the pos tile among the
+    // first two a warp loads and past them (4096 keys in 22 splits)
+    const Case rows[] = {
+        {128, 32, 8, 20, 1, 0, 0, 0}, {128, 32, 8, 900, 1, 0, 0, 0}, {64, 4, 4, 40, 1, 0, 0, 0},
+        {128, 8, 2, 700, 1, 0, 0, 0}, {96, 8, 4, 500, 1, 0, 0, 0},   {128, 32, 8, 6200, 1, 0, 0, 0},
+    };
+    for (const Case & c : rows) runs.push_back({c, 128, "rows", true});
+    runs.push_back({rows[1], 1024, "rows", true});
     return runs;
 }
 
@@ -115,7 +125,7 @@ int main(int argc, char ** argv) {
         if (only >= 0 && idx != only) continue;
         const Case & c = run.c;
         const size_t nq = (size_t)c.T * c.H * c.hd, nk = (size_t)c.C * c.Hkv * c.hd;
-        const Inputs in(nq, nk, 1234 + idx, 64, 0);
+        Inputs in(nq, nk, 1234 + idx, 64, 0);
         std::vector<int32_t> pos(c.T);
         for (int t = 0; t < c.T; t++) pos[t] = c.C - c.T + t - (c.T == 1 ? c.C / 3 : 0);
         // make_plan (T <= 8): chunk 0, n_splits = clamp((C + 63) / 64, 1, 32), min_chunk = MIN_SPLIT_KEYS
@@ -132,6 +142,15 @@ int main(int argc, char ** argv) {
         const int n_active = max(1, (end - lo0 + chunk - 1) / chunk);
         const int tiles0 = (min(end, lo0 + chunk) - lo0 + 15) / 16;
         std::vector<double> ref;
+        // rows: k and v at pos as f32 rows (their values are halves: the reference is unchanged)
+        const size_t row0 = (size_t)pos[0] * c.Hkv * c.hd, row_n = (size_t)c.Hkv * c.hd;
+        std::vector<float> rows_k, rows_v;
+        const std::vector<half> K0 = in.K, V0 = in.V;
+        if (run.rows) {
+            if (c.T != 1) { fprintf(stderr, "emu-decode: rows need one query row\n"); return 2; }
+            rows_k.assign(in.Kf.begin() + row0, in.Kf.begin() + row0 + row_n);
+            rows_v.assign(in.Vf.begin() + row0, in.Vf.begin() + row0 + row_n);
+        }
         for (int cpmode = 0; cpmode < 2; cpmode++) {
             if (cpm != 2 && cpmode != cpm) continue;
             g_cp_mode = cpmode;
@@ -148,12 +167,21 @@ int main(int argc, char ** argv) {
                 a.smem_stages = 0;
                 a.stages = stages;
                 g_fresh_min = *std::min_element(pos.begin(), pos.end());
+                if (run.rows) {
+                    a.rows_k = rows_k.data();
+                    a.rows_v = rows_v.data();
+                    for (size_t e = 0; e < row_n; e++) in.K[row0 + e] = in.V[row0 + e] = __ushort_as_half(0x7e00);   // NaN
+                }
                 switch (c.hd) {
                     case 64: run_grid<64>(a, order); break;
                     case 80: run_grid<80>(a, order); break;
                     case 96: run_grid<96>(a, order); break;
                     case 128: run_grid<128>(a, order); break;
                     default: fprintf(stderr, "emu-decode: hd %d\n", c.hd); return 2;
+                }
+                if (run.rows) {   // the caches: the row at pos written from the rows, nothing else changed
+                    CHECKX(memcmp(in.K.data(), K0.data(), K0.size() * sizeof(half)) == 0, "the K cache differs from the expected one");
+                    CHECKX(memcmp(in.V.data(), V0.data(), V0.size() * sizeof(half)) == 0, "the V cache differs from the expected one");
                 }
                 out.check_guards("out", NAN);
                 part.check_guards("part", NAN);

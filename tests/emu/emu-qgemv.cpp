@@ -187,6 +187,7 @@ struct JobMat {
     int pair = -1;   // GLU partner
     bool is_gate = false;
     bool in_place = false;   // ADD: y is the residual's buffer (as the planner leaves o and down)
+    bool rows = false;       // its K-slices add into the job's q/k/v rows (ggx_qgemv_job_mat::rows; no cache)
 };
 struct Job {
     const char * what;
@@ -225,6 +226,7 @@ struct Ref { std::vector<double> y, bound; };
 
 struct Buffers {   // one matrix's outputs; the GLU pair shares the first's y
     Guarded<float> * y = nullptr;
+    float * rows = nullptr;   // its q/k/v rows (JobMat::rows) in the job's rows buffer
     std::unique_ptr<Guarded<float>> own_y;
     std::unique_ptr<Guarded<uint16_t>> cache16;
     std::unique_ptr<Guarded<float>> cache32;
@@ -444,6 +446,21 @@ static int run_job(const Job & job, int idx) {
     for (int i = 0; i < n_mat; i++) part_bound += (size_t)(K + 31) / 32 * T * job.mats[i].mat->Np + 64;
     part_bound += (size_t)H * (hd + 2) + 64;
     Guarded<float> partial(part_bound, k_guard, partial_nan());
+    // the q/k/v rows (JobMat::rows): one buffer, (N + 3) / 4 * 4 floats per matrix, as fusion.cu
+    // lays them out; zero before the grid, NaN in the padding and guards (which nothing may change)
+    std::vector<int64_t> rows_off(n_mat, -1);
+    size_t rows_n = 0;
+    for (int i = 0; i < n_mat; i++)
+        if (job.mats[i].rows) {
+            rows_off[i] = (int64_t)rows_n;
+            rows_n += (size_t)(job.mats[i].mat->N + 3) / 4 * 4;
+        }
+    Guarded<float> rowsbuf(std::max<size_t>(rows_n, 1), k_guard, NAN);
+    auto rows_fresh = [&]() {
+        std::fill(rowsbuf.buf.begin(), rowsbuf.buf.end(), NAN);
+        for (int i = 0; i < n_mat; i++)
+            if (rows_off[i] >= 0) std::fill(rowsbuf.p() + rows_off[i], rowsbuf.p() + rows_off[i] + job.mats[i].mat->N, 0.0f);
+    };
     for (int i = 0; i < n_mat; i++) {
         const JobMat & jm = job.mats[i];
         const Mat & q = *jm.mat;
@@ -453,7 +470,11 @@ static int run_job(const Job & job, int idx) {
         g.w = w;
         g.bias = jm.bias ? tensor(GGX_TYPE_F32, q.N, 1, bias[i].data()) : nullptr;
         g.resid = jm.epi == GGX_QGEMV_ADD ? tensor(GGX_TYPE_F32, q.N, T, resid[i].data()) : nullptr;
-        if (jm.cache) {
+        if (jm.rows) {
+            if (T != 1 || jm.cache || jm.epi != GGX_QGEMV_STORE) { fprintf(stderr, "emu-qgemv: job %s: rows are for one-row stores\n", job.what); exit(2); }
+            g.rows = rows_off[i];
+            buf[i].rows = rowsbuf.p() + rows_off[i];
+        } else if (jm.cache) {
             if (job.cache_type == GGX_TYPE_F16) buf[i].cache16.reset(new Guarded<uint16_t>((size_t)cache_rows * q.N, k_guard, 0xffff));
             else buf[i].cache32.reset(new Guarded<float>((size_t)cache_rows * q.N, k_guard, NAN));
             g.cache = tensor((ggx_type)job.cache_type, q.N, cache_rows, buf[i].cache());
@@ -500,7 +521,7 @@ static int run_job(const Job & job, int idx) {
         gj.attn.bound = job.attn_bound;
     }
     gemv_args a = {};
-    const emu::args_layout lay = emu::fill_args(gj, job.m, pairs, (char *)partial.p(), a);
+    const emu::args_layout lay = emu::fill_args(gj, job.m, pairs, (char *)partial.p(), rowsbuf.p(), a);
     ggx_context_free(gctx);
     if (lay.partial_bytes > part_bound * sizeof(float)) { fprintf(stderr, "emu-qgemv: job %s: partials past the scratch\n", job.what); exit(2); }
     const int blocks = lay.blocks;
@@ -519,7 +540,7 @@ static int run_job(const Job & job, int idx) {
     a.red = 1;                // (GGX_QGEMV_RED: one-row ADD jobs in place add their K-slices' sums into y)
     // whether matrix i's sums are added into y by every K-slice (no fixed order: no bit-identity
     // across block orders, and each element changed by up to one block per K-slice)
-    auto reduced = [&](int i) { return T == 1 && a.red && a.m[i].in_place; };
+    auto reduced = [&](int i) { return T == 1 && ((a.red && a.m[i].in_place) || a.m[i].rows); };
     const size_t smem = emu::smem_bytes(T, job.m, lay.rope, gj.attn.bound, hd);
     if (smem > (size_t)emu::k_max_smem) { fprintf(stderr, "emu-qgemv: job %s needs %zu bytes of shared memory\n", job.what, smem); exit(2); }
     constexpr size_t smem_guard = 4096;
@@ -547,6 +568,7 @@ static int run_job(const Job & job, int idx) {
             if (buf[i].cache32) std::fill(buf[i].cache32->buf.begin(), buf[i].cache32->buf.end(), NAN);
         }
         std::fill(partial.buf.begin(), partial.buf.end(), partial_nan());
+        rows_fresh();
         std::fill(attn_out.buf.begin(), attn_out.buf.end(), NAN);
         std::vector<int> attn_writes(attn_out.n, 0);
         g_word_reads.clear();
@@ -587,6 +609,7 @@ static int run_job(const Job & job, int idx) {
                 if (buf[i].cache32) out0[i].assign(buf[i].cache32->p(), buf[i].cache32->p() + buf[i].cache32->n);
             }
             const std::vector<float> part0(partial.p(), partial.p() + partial.n);
+            const std::vector<float> rows0(rowsbuf.p(), rowsbuf.p() + rowsbuf.n);
             const std::vector<float> attn0(attn_out.p(), attn_out.p() + attn_out.n);
             run_block(b, 0);
             for (size_t e = 0; e < attn0.size(); e++) attn_writes[e] += !same_bits(attn0[e], attn_out.p()[e]);
@@ -608,6 +631,10 @@ static int run_job(const Job & job, int idx) {
                     check_writes(before, after, col_ok, name);
                 };
                 if (buf[i].own_y) count(out0[i], buf[i].own_y->p(), "y");
+                if (buf[i].rows) {
+                    const std::vector<float> r0(rows0.begin() + rows_off[i], rows0.begin() + rows_off[i] + N);
+                    count(r0, buf[i].rows, "rows");
+                }
                 if (buf[i].cache32) count(out0[i], buf[i].cache32->p(), "cache");
                 if (buf[i].cache16) {
                     for (size_t e = 0; e < c16[i].size(); e++)
@@ -636,7 +663,14 @@ static int run_job(const Job & job, int idx) {
                 }
                 return "no matrix's partials (alignment padding)";
             }, "partial");
+            // the rows: only inside a matrix's N floats (its padding stays NaN)
+            check_writes(rows0, rowsbuf.p(), [&](size_t e) -> const char * {
+                for (int i = 0; i < n_mat; i++)
+                    if (rows_off[i] >= 0 && e >= (size_t)rows_off[i] && e < (size_t)rows_off[i] + a.m[i].N) return nullptr;
+                return "the rows' padding";
+            }, "rows");
         }
+        rowsbuf.check_guards("rows", NAN);
         for (int c = 0; c < (int)counters.size(); c++) CHECKX(counters[c] == 0, "tile counter %d is %d after the grid", c - 1, counters[c]);
         partial.check_guards("partial", partial_nan());
         for (int i = 0; i < n_mat; i++) {
@@ -658,7 +692,8 @@ static int run_job(const Job & job, int idx) {
                     const size_t o = (size_t)t * N + n, e = jm.cache ? (size_t)pos[t] * N + n : o;
                     nw[o] = writes[i][e];
                     if (jm.epi == GGX_QGEMV_GLU && jm.pair >= 0) nw[o] += writes[jm.pair][e];
-                    got[o] = buf[i].cache16 ? ggx_f16_to_f32(buf[i].cache16->p()[e]) : buf[i].cache32 ? buf[i].cache32->p()[e] : buf[i].y->p()[e];
+                    got[o] = buf[i].cache16 ? ggx_f16_to_f32(buf[i].cache16->p()[e]) : buf[i].cache32 ? buf[i].cache32->p()[e]
+                           : buf[i].rows    ? buf[i].rows[e] : buf[i].y->p()[e];
                 }
             size_t not_once = 0, stray = 0;
             for (int x2 : nw) not_once += reduced(i) ? x2 < 1 || x2 > a.m[i].n_slices : x2 != 1;
@@ -767,6 +802,14 @@ int main(int argc, char ** argv) {
     jobs.push_back(qkv("q/k/v mixed, partial rotary 32", qm, km, vm, 1, 2, 1, GGX_ROPE_NEOX, 32, false, true, GGX_TYPE_F16, true));
     jobs.push_back(qkv("q/k/v rows", q, k, v, 3, 2, 1, GGX_ROPE_NEOX, 64, true, false, GGX_TYPE_F16, false));
     jobs.push_back(qkv("q/k/v 8 rows", qm, km, vm, 8, 1, 3, GGX_ROPE_INTERLEAVE, 64, false, false, GGX_TYPE_F16, true));
+    // q/k/v adding into the q/k/v rows (reduced; each K-slice rotates its own sums)
+    auto qkv_rows = [&](Job j) {
+        for (JobMat & jm : j.mats) { jm.rows = true; jm.cache = false; }
+        return j;
+    };
+    jobs.push_back(qkv_rows(qkv("q/k/v rows (reduced), rope table", q, k, v, 1, 2, 3, GGX_ROPE_NEOX, 64, true, false, GGX_TYPE_F16, false)));
+    jobs.push_back(qkv_rows(qkv("q/k/v rows (reduced), interleave, bias", q, k, v, 1, 1, 1, GGX_ROPE_INTERLEAVE, 64, false, true, GGX_TYPE_F16, true)));
+    jobs.push_back(qkv_rows(qkv("q/k/v rows (reduced), mixed, rotary 32", qm, km, vm, 1, 3, 2, GGX_ROPE_NEOX, 32, false, true, GGX_TYPE_F16, true)));
     // q/k/v with the attention in the tail: one group per q tile (hd 128, G 4), two per tile (hd 64),
     // groups across two q tiles (G 6 and 8), one KV head per group of one (MHA); no keys before pos,
     // two rounds of key loads (pos past 8 x 32), and pos past the bound (the attention kernel's turn)

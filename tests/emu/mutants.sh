@@ -28,6 +28,8 @@ decode_mutants=(
     n_mine_floor 's/(n_tiles - warp + dm_warps - 1) \/ dm_warps/(n_tiles - warp) \/ dm_warps/'
     window_off1 's/lo_r\[i\] = a.window > 0 ? pv - a.window + 1 : 0;/lo_r[i] = a.window > 0 ? pv - a.window : 0;/'
     window_own 's/max(0, pv - a.window + 1) : 0);/max(0, pt - a.window + 1) : 0);/; s/lo_r\[i\] = a.window > 0 ? pv - a.window + 1 : 0;/lo_r[i] = a.window > 0 ? a.pos[r \/ G] - a.window + 1 : 0;/'
+    rows_not_stored 's/\*(uint4 \*)((half \*)a.k + off) = k8;/(void)k8;/'
+    rows_from_cache 's/if (a.rows_k \&\& r >= fresh) {/if (a.rows_k \&\& r > fresh) {/'
     ldsm_k_swap 's/ldsm_x4(b, smem_addr(Kd + (lane % 8 + (lane \/ 16) \* 8) \* C::ld + kk \* 16 + ((lane \/ 8) % 2) \* 8));/ldsm_x4(b, smem_addr(Kd + (lane % 8 + ((lane \/ 8) % 2) * 8) * C::ld + kk * 16 + (lane \/ 16) * 8));/'
 )
 prefill_mutants=(
@@ -45,6 +47,7 @@ qgemv_mutants=(
     counter_kept 's/if (threadIdx.x == 0) \*ctr = 0;   \/\/ ready for the next launch/\/\/ (counter not reset)/'
     red_bias_every_slice 's/if (slice == 0) add_bias<T>(M, n, v);/add_bias<T>(M, n, v);/'
     red_slice0_only 's/if (lead \&\& n < M.Np) ggx_red_add4(/if (lead \&\& n < M.Np \&\& slice == 0) ggx_red_add4(/'
+    rows_unrotated 's/        rope(v);   \/\/ (the q\/k\/v rows only/        \/\/ (not rotated/'
     red_not_in_place 's/M.in_place = ggx_qgemv_adds_in_place(jm);/M.in_place = jm.epi == GGX_QGEMV_ADD;/'
     no_unscale 's/for (int c = 0; c < 4; c++) v\[t\]\[c\] \*= xunscale\[t\];/for (int c = 0; c < 4; c++) v[t][c] *= 1.0f;/'
     second_half_w0 's/piece_dot<B, 1, B>(s.w, 32, xp + 32, ld, acc);/piece_dot<B, 1, 0>(s.w, 32, xp + 32, ld, acc);/'
