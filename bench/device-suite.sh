@@ -100,6 +100,10 @@
 #                   sums into the q/k/v rows the decode attention reads: the default since session 37):
 #                   tg128@16 of llama3-8b, llama3.2-1b and qwen2.5-7b 4.0 with it and without, two rounds;
 #                   llama3-8b 4.0 @4096 both ways; both traces; the test-cuda case comparing the two
+#   qkvm            tg128@16 with q/k/v in other K-slice counts (GGX_QGEMV_ROWS_FOR=q_proj:R) now that its
+#                   K-slices add into the q/k/v rows: llama3-8b 4.0 with the default (m 4, 96 blocks),
+#                   R = 96 (m 3, 132 blocks, unpaired tables), 160 (84 blocks) and 192 (72 blocks);
+#                   llama3.2-1b 4.0 with the default (m 2, 48 blocks), 32 (96 blocks) and 96 (36); twice
 #   redcost         tg128@16 with GGX_QGEMV_RED_SLICE_COST=8 (o and down, whose K-slices add into the
 #                   residual, pay 8 per slice instead of the default 4: fewer o blocks on llama3-8b and
 #                   mistral-7b 4.0, fewer o and down blocks on llama3.2-1b) against the default, two
@@ -387,6 +391,15 @@ for part in "$@"; do
                 GGX_QKV_ROWS=$v GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p
             done
             run_tests -tc='*q/k/v rows*' ;;
+        qkvm)
+            for r in 1 2; do
+                for mv in "llama3-8b " "llama3-8b q_proj:96" "llama3-8b q_proj:160" "llama3-8b q_proj:192" \
+                          "llama3.2-1b " "llama3.2-1b q_proj:32" "llama3.2-1b q_proj:96"; do
+                    read -r m v <<< "$mv"
+                    echo "-- $m 4.0 @16, round $r: ${v:+GGX_QGEMV_ROWS_FOR=}${v:-the default}"
+                    GGX_QGEMV_ROWS_FOR=$v tg --synthetic $m --bpw 4.0 --ctx 16
+                done
+            done ;;
         redcost)
             for r in 1 2; do
                 ab GGX_QGEMV_RED_SLICE_COST=8 "llama3-8b 4.0" "mistral-7b 4.0" "llama3.2-1b 2.5" "llama3.2-1b 5.0" "llama3.2-1b 8.0" \

@@ -308,7 +308,8 @@ TEST_CASE("cuda: q/k/v rows read by the decode attention give the logits of the 
     const std::pair<const char *, double> models[] = {{"llama3.2-1b", 4.0}, {"qwen2.5-7b", 3.0}};
     for (const auto & mb : models) {
         const char * name = mb.first;
-        CAPTURE(name);
+        const std::string model = name;   // (doctest prints a char pointer's address)
+        CAPTURE(model);
         const int layers = strcmp(name, "qwen2.5-7b") == 0 ? 1 : 2;
         const three_models m = load_synthetic(name, mb.second, layers, "GGX_QKV_ROWS", "0");
         compare_models(*m.cpu, *m.gpu, std::string(name) + " (q/k/v rows)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu_env.get(), 5e-3);
@@ -354,7 +355,8 @@ TEST_CASE("cuda: attention in the q/k/v GEMV's tail matches the CPU backend and 
     for (const char * bound : {"256", "42"}) {
         for (const auto & mb : models) {
             const char * name = mb.first;
-            CAPTURE(name);
+            const std::string model = name;   // (doctest prints a char pointer's address)
+            CAPTURE(model);
             CAPTURE(bound);
             const int layers = strcmp(name, "qwen2.5-7b") == 0 ? 1 : 2;
             const three_models m = load_synthetic(name, mb.second, layers, "GGX_ATTN_TAIL", bound);
