@@ -357,7 +357,8 @@ TEST_CASE("cuda: attention in the q/k/v GEMV's tail matches the CPU backend and 
             const char * name = mb.first;
             const std::string model = name;   // (doctest prints a char pointer's address)
             CAPTURE(model);
-            CAPTURE(bound);
+            const std::string keys = bound;   // (doctest prints a char pointer's address)
+            CAPTURE(keys);
             const int layers = strcmp(name, "qwen2.5-7b") == 0 ? 1 : 2;
             const three_models m = load_synthetic(name, mb.second, layers, "GGX_ATTN_TAIL", bound);
             compare_models(*m.cpu, *m.gpu_env, std::string(name) + " (attention in the q/k/v tail, bound " + bound + ")",
