@@ -104,6 +104,12 @@
 #                   K-slices add into the q/k/v rows: llama3-8b 4.0 with the default (m 4, 96 blocks),
 #                   R = 96 (m 3, 132 blocks, unpaired tables), 160 (84 blocks) and 192 (72 blocks);
 #                   llama3.2-1b 4.0 with the default (m 2, 48 blocks), 32 (96 blocks) and 96 (36); twice
+#   rowsmore        the q/k/v rows where run 185 did not look: GGX_QKV_ROWS=0 then the default for
+#                   llama3-8b 4.0 at ctx 512 and 2048 and for llama2-7b 4.0 (one query head per KV
+#                   head); then the reducing jobs' plan where the 48 MB rule decides without data,
+#                   two rounds: o in 8 K-slices (GGX_QGEMV_ROWS_FOR=o_proj:128) against the default
+#                   for llama3-8b 5.0 and 8.0 and qwen2.5-7b 4.0, and o in 4 (o_proj:512, 64 blocks
+#                   instead of 128) for 16 layers of llama3-70b 4.0
 #   redcost         tg128@16 with GGX_QGEMV_RED_SLICE_COST=8 (o and down, whose K-slices add into the
 #                   residual, pay 8 per slice instead of the default 4: fewer o blocks on llama3-8b and
 #                   mistral-7b 4.0, fewer o and down blocks on llama3.2-1b) against the default, two
@@ -399,6 +405,17 @@ for part in "$@"; do
                     echo "-- $m 4.0 @16, round $r: ${v:+GGX_QGEMV_ROWS_FOR=}${v:-the default}"
                     GGX_QGEMV_ROWS_FOR=$v tg --synthetic $m --bpw 4.0 --ctx 16
                 done
+            done ;;
+        rowsmore)
+            echo "-- llama3-8b 4.0 @512,2048: GGX_QKV_ROWS=0, then the default"
+            (export GGX_QKV_ROWS=0; tg --synthetic llama3-8b --bpw 4.0 --ctx 512,2048)
+            tg --synthetic llama3-8b --bpw 4.0 --ctx 512,2048
+            ab GGX_QKV_ROWS=0 "llama2-7b 4.0"
+            for r in 1 2; do
+                ab GGX_QGEMV_ROWS_FOR=o_proj:128 "llama3-8b 5.0" "llama3-8b 8.0" "qwen2.5-7b 4.0"
+                echo "-- llama3-70b (16 layers) 4.0 @16, round $r: GGX_QGEMV_ROWS_FOR=o_proj:512, then the default"
+                (export GGX_QGEMV_ROWS_FOR=o_proj:512; tg --synthetic llama3-70b --layers 16 --bpw 4.0 --ctx 16)
+                tg --synthetic llama3-70b --layers 16 --bpw 4.0 --ctx 16
             done ;;
         redcost)
             for r in 1 2; do
