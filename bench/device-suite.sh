@@ -110,6 +110,9 @@
 #                   two rounds: o in 8 K-slices (GGX_QGEMV_ROWS_FOR=o_proj:128) against the default
 #                   for llama3-8b 5.0 and 8.0 and qwen2.5-7b 4.0, and o in 4 (o_proj:512, 64 blocks
 #                   instead of 128) for 16 layers of llama3-70b 4.0
+#   clusterhandoff  bench/probes/cluster-handoff.cu built and run at 512 and 128 KB per block: gate/up's
+#                   2-slice split-K hand-off in a PDL chain against a thread block cluster's (the
+#                   sums through distributed shared memory) and no hand-off
 #   redcost         tg128@16 with GGX_QGEMV_RED_SLICE_COST=8 (o and down, whose K-slices add into the
 #                   residual, pay 8 per slice instead of the default 4: fewer o blocks on llama3-8b and
 #                   mistral-7b 4.0, fewer o and down blocks on llama3.2-1b) against the default, two
@@ -422,6 +425,9 @@ for part in "$@"; do
                 ab GGX_QGEMV_RED_SLICE_COST=8 "llama3-8b 4.0" "mistral-7b 4.0" "llama3.2-1b 2.5" "llama3.2-1b 5.0" "llama3.2-1b 8.0" \
                     "llama3.2-1b 4.0" "llama3-8b 2.5"
             done ;;
+        clusterhandoff)
+            nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/cluster-handoff.cu -o /tmp/cluster-handoff && /tmp/cluster-handoff 512 &&
+                /tmp/cluster-handoff 128 ;;
         handoffchain)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/handoff-chain.cu -o /tmp/handoff-chain && /tmp/handoff-chain 128 && /tmp/handoff-chain 256 ;;
         icache)

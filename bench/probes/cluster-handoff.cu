@@ -1,0 +1,170 @@
+// What gate/up's split-K hand-off costs per kernel in a PDL chain, against handing the sums over
+// inside a thread block cluster (session 37). gate/up is the one decode GEMV job left with a
+// split-K tail since q/k/v, o and down add their sums with atomics: 2 K-slices per column tile,
+// and in the trace (run 185) ~3.4 us a layer for the last block's tail. This probe prices, in
+// gate/up's shape alone (112 blocks of 512 threads, one per SM, 56 tiles x 2 K-slices):
+//   bare     no hand-off: each tile's slice-0 block stores its sums (wrong sums, the floor)
+//   split    the engine's form: partials stored, barrier, thread 0 fence.acq_rel + count, the last
+//            block fences, reads the other slice's partials (ld.cg), stores the tile's result
+//   cluster  the tile's 2 blocks are one cluster: slice 1 stores its sums into slice 0's shared
+//            memory (distributed shared memory), arrives on the cluster barrier (release) and
+//            exits; slice 0 waits on it (acquire), adds and stores
+// Each kernel: every thread loads its first two 16-byte words before griddepcontrol.wait, then
+// reads 8 floats of the previous kernel's output (the x gather), then streams the rest of its
+// block's weights (W KB per block from a 256 MB pool, so nothing comes from L2), then hands off.
+// 64 such kernels in a CUDA graph with PDL (clusters with the cluster launch attribute beside it);
+// the figure is graph time / 64.
+//
+//   nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/cluster-handoff.cu -o cluster-handoff && ./cluster-handoff [W_KB]
+//
+// W_KB defaults to 512 (58.7 MB per kernel: llama3-8b's gate/up at 4.0 bpw).
+#include <cstdio>
+#include <cstdint>
+#include <cstdlib>
+#include <cooperative_groups.h>
+
+#include "probe-handoff.cuh"
+
+namespace cg = cooperative_groups;
+
+constexpr int k_blocks = 112, k_threads = 512, k_lead = 128, k_slices = 2, k_tiles = k_blocks / k_slices;
+constexpr int k_n = k_tiles * k_lead * 4;   // output floats per kernel
+constexpr int k_chain = 64;
+constexpr size_t k_pool = 256u << 20;
+
+enum { k_bare, k_split, k_cluster };
+
+__device__ __forceinline__ uint4 ld_nc(const uint4 * p) {
+    uint4 v;
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_arrive_release() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+
+template <int MODE>
+__global__ void __launch_bounds__(k_threads, 1) k_gemv(const uint4 * w, int words /*per block*/, const float * x, float * out,
+                                                       float4 * partial, int * counters) {
+    extern __shared__ float4 pad[];   // one block per SM
+    __shared__ float4 other[k_lead];  // cluster: slice 1's sums, written by slice 1
+    __shared__ int last;
+    const int t = threadIdx.x, tile = blockIdx.x / k_slices, slice = blockIdx.x % k_slices;
+    // cluster: every block has started before any writes into another's shared memory (phase 1)
+    if (MODE == k_cluster) cluster_arrive_relaxed();
+    const uint4 * wb = w + (size_t)blockIdx.x * words;
+    const uint4 r0 = ld_nc(wb + t), r1 = ld_nc(wb + k_threads + t);   // before the wait, as the engine does
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;");
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) acc += x[(t * 8 + j + blockIdx.x * 29) % k_n];   // the x gather
+    __syncthreads();
+    uint32_t a = r0.x ^ r1.w;
+    for (int i = 2 * k_threads + t; i < words; i += k_threads) {
+        const uint4 v = ld_nc(wb + i);
+        a ^= v.x + v.w;
+    }
+    const float s = acc + (float)(a & 1) * 1e-30f;   // keeps the loads
+    const float4 p = make_float4(s, s + 1.0f, s + 2.0f, s + 3.0f);
+    const bool lead = t < k_lead;
+    float4 * o4 = (float4 *)out + tile * k_lead + t;
+    if (MODE == k_bare) {
+        if (lead && slice == 0) *o4 = p;
+    } else if (MODE == k_cluster) {
+        cluster_wait();   // phase 1: the other block runs
+        if (slice == 1) {
+            if (lead) *cg::this_cluster().map_shared_rank(other + t, 0) = p;
+            cluster_arrive_release();   // phase 2; then exit
+            return;
+        }
+        cluster_arrive_relaxed();
+        cluster_wait();   // phase 2: slice 1's sums are in `other`
+        if (lead) {
+            const float4 q = other[t];
+            *o4 = make_float4(p.x + q.x, p.y + q.y, p.z + q.z, p.w + q.w);
+        }
+    } else {
+        if (lead) partial[(size_t)blockIdx.x * k_lead + t] = p;
+        if (!arrive_last(counters + tile, k_slices, last)) return;
+        if (t == 0) counters[tile] = 0;
+        if (lead) {
+            const float4 q = __ldcg(partial + ((size_t)tile * k_slices + (1 - slice)) * k_lead + t);
+            *o4 = make_float4(p.x + q.x, p.y + q.y, p.z + q.z, p.w + q.w);
+        }
+    }
+}
+
+int main(int argc, char ** argv) {
+    const int w_kb = argc > 1 ? atoi(argv[1]) : 512;
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    if (prop.major < 9) { printf("needs sm_90 (clusters, PDL)\n"); return 1; }
+    if (prop.multiProcessorCount < k_blocks) { printf("needs %d SMs\n", k_blocks); return 1; }
+    const int words = w_kb * 1024 / 16;
+    const size_t per_kernel = (size_t)words * 16 * k_blocks;
+    const int regions = (int)(k_pool / per_kernel);
+    if (regions < 2 || words < 4 * k_threads) { printf("W_KB %d out of range\n", w_kb); return 1; }
+    printf("%s, %d SMs; %d KB per block, %.1f MB per kernel, %d kernels per graph\n", prop.name, prop.multiProcessorCount, w_kb,
+           per_kernel / 1e6, k_chain);
+    uint4 * pool; float * bufs; float4 * partial; int * counters;
+    CK(cudaMalloc(&pool, k_pool));
+    CK(cudaMemset(pool, 1, k_pool));
+    CK(cudaMalloc(&bufs, sizeof(float) * k_n * 2));
+    CK(cudaMemset(bufs, 0, sizeof(float) * k_n * 2));
+    CK(cudaMalloc(&partial, sizeof(float4) * k_blocks * k_lead));
+    CK(cudaMalloc(&counters, sizeof(int) * k_tiles));
+    CK(cudaMemset(counters, 0, sizeof(int) * k_tiles));
+    const size_t smem = (size_t)prop.sharedMemPerBlockOptin / 2 + 1024;
+    void (*kernels[3])(const uint4 *, int, const float *, float *, float4 *, int *) = {k_gemv<k_bare>, k_gemv<k_split>, k_gemv<k_cluster>};
+    const char * names[3] = {"bare", "split", "cluster"};
+    for (auto k : kernels) CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    cudaStream_t s;
+    CK(cudaStreamCreate(&s));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int round = 0; round < 2; round++)
+        for (int m = 0; m < 3; m++) {
+            cudaGraph_t g;
+            cudaGraphExec_t ge;
+            CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+            for (int i = 0; i < k_chain; i++) {
+                cudaLaunchConfig_t cfg = {};
+                cfg.gridDim = dim3(k_blocks);
+                cfg.blockDim = dim3(k_threads);
+                cfg.dynamicSmemBytes = smem;
+                cfg.stream = s;
+                cudaLaunchAttribute at[2];
+                at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+                at[0].val.programmaticStreamSerializationAllowed = 1;
+                at[1].id = cudaLaunchAttributeClusterDimension;
+                at[1].val.clusterDim.x = k_slices;
+                at[1].val.clusterDim.y = 1;
+                at[1].val.clusterDim.z = 1;
+                cfg.attrs = at;
+                cfg.numAttrs = m == k_cluster ? 2 : 1;
+                // kernel i reads buffer (i + 1) % 2 (kernel i - 1's output) and writes i % 2
+                const uint4 * w = pool + (size_t)(i % regions) * words * k_blocks;
+                CK(cudaLaunchKernelEx(&cfg, kernels[m], w, words, (const float *)(bufs + (size_t)((i + 1) % 2) * k_n),
+                                      bufs + (size_t)(i % 2) * k_n, partial, counters));
+            }
+            CK(cudaStreamEndCapture(s, &g));
+            CK(cudaGraphInstantiate(&ge, g, 0));
+            float best = 1e30f;
+            for (int r = 0; r < 6; r++) {
+                CK(cudaEventRecord(e0, s));
+                CK(cudaGraphLaunch(ge, s));
+                CK(cudaEventRecord(e1, s));
+                CK(cudaEventSynchronize(e1));
+                float ms;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                if (r > 0 && ms < best) best = ms;
+            }
+            const double us = best * 1000.0 / k_chain;
+            printf("round %d %-7s %7.2f us per kernel (%.2f TB/s of weights)\n", round + 1, names[m], us, per_kernel / (us * 1e-6) / 1e12);
+            CK(cudaGraphExecDestroy(ge));
+            CK(cudaGraphDestroy(g));
+        }
+    return 0;
+}
