@@ -113,9 +113,6 @@
 #   clusterhandoff  bench/probes/cluster-handoff.cu built and run at 512 and 128 KB per block: gate/up's
 #                   2-slice split-K hand-off in a PDL chain against a thread block cluster's (the
 #                   sums through distributed shared memory) and no hand-off
-#   rowsearly       GGX_ATTN_ROWS_EARLY=1 (the decode attention loads the q/k/v rows at pos before q, not
-#                   after q's loads are out), then the default: tg128 of llama3-8b 4.0 @16 and @4096 and
-#                   llama3.2-1b 4.0 @16, two rounds; the attention's trace both ways
 #   redcost         tg128@16 with GGX_QGEMV_RED_SLICE_COST=8 (o and down, whose K-slices add into the
 #                   residual, pay 8 per slice instead of the default 4: fewer o blocks on llama3-8b and
 #                   mistral-7b 4.0, fewer o and down blocks on llama3.2-1b) against the default, two
@@ -422,18 +419,6 @@ for part in "$@"; do
                 echo "-- llama3-70b (16 layers) 4.0 @16, round $r: GGX_QGEMV_ROWS_FOR=o_proj:512, then the default"
                 (export GGX_QGEMV_ROWS_FOR=o_proj:512; tg --synthetic llama3-70b --layers 16 --bpw 4.0 --ctx 16)
                 tg --synthetic llama3-70b --layers 16 --bpw 4.0 --ctx 16
-            done ;;
-        rowsearly)
-            for r in 1 2; do
-                ab GGX_ATTN_ROWS_EARLY=1 "llama3-8b 4.0" "llama3.2-1b 4.0"
-                echo "-- llama3-8b 4.0 @4096, round $r: GGX_ATTN_ROWS_EARLY=1, then the default"
-                (export GGX_ATTN_ROWS_EARLY=1; tg --synthetic llama3-8b --bpw 4.0 --ctx 4096)
-                tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
-            done
-            for v in 1 0; do
-                echo "-- trace, llama3-8b 4.0 @16: GGX_ATTN_ROWS_EARLY=$v"
-                GGX_ATTN_ROWS_EARLY=$v GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p |
-                    grep -E 'kernel|attn|q_proj|o_proj'
             done ;;
         redcost)
             for r in 1 2; do
