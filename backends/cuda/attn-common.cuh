@@ -40,7 +40,6 @@ struct attn_args {
     // stores into the caches at pos itself
     const float * rows_k;
     const float * rows_v;
-    int rows_early;       // GGX_ATTN_ROWS_EARLY=1 (measurements): the rows at pos loaded before q, not after
 };
 
 // True when the q/k/v GEMV's tail computed this step's result (qgemv.cu's attn_tail decides with

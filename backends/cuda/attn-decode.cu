@@ -150,14 +150,8 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
     ggx_pdl_wait();
     ggx_pdl_launch_next();
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_WAITED);
-    // The rows at pos: copies from the cache, or (q/k/v rows) loads whose values go into shared
-    // memory, so the thread waits for them there. Those wait after the q loads are out, so that
-    // the two round trips overlap (GGX_ATTN_ROWS_EARLY=1: before them, for measurements).
-    const bool rows_late = a.rows_k && !a.rows_early;
-    if (!rows_late) {
-        for (int i = 0; i < S && i < n_mine; i++) issue(i, fresh, 1 << 30, false);
-        ggx_cp_async_commit();
-    }
+    for (int i = 0; i < S && i < n_mine; i++) issue(i, fresh, 1 << 30, false);
+    ggx_cp_async_commit();
 
     // Q rows (t, g) pre-scaled, in fp16; rows past R are zero. All loads before the stores.
     {
@@ -168,10 +162,6 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
             const int e = tid + u * dm_threads, r = e / (HD / 4), c = (e % (HD / 4)) * 4;
             qv[u] = e < NV && r < R ? *(const float4 *)(a.q + ((size_t)(r / G) * a.H + kvh * G + r % G) * HD + c)
                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        }
-        if (rows_late) {
-            for (int i = 0; i < S && i < n_mine; i++) issue(i, fresh, 1 << 30, false);
-            ggx_cp_async_commit();
         }
 #pragma unroll
         for (int u = 0; u < QV; u++) {

@@ -495,8 +495,6 @@ ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst, half * x16, in
         a.q = ctx.qkv_rows + rows->q;
         a.rows_k = ctx.qkv_rows + rows->k;
         a.rows_v = ctx.qkv_rows + rows->v;
-        static const bool early = ggx_env_flag("GGX_ATTN_ROWS_EARLY");
-        a.rows_early = early;
     }
     if (decode_mma() && decode_mma_ok(a.hd, a.H / a.Hkv, a.T, (int)kc->type)) {
         a.stages = decode_stages(a);

@@ -170,7 +170,6 @@ int main(int argc, char ** argv) {
                 if (run.rows) {
                     a.rows_k = rows_k.data();
                     a.rows_v = rows_v.data();
-                    a.rows_early = run_i % 2;   // the rows at pos loaded after q (the default) or before
                     for (size_t e = 0; e < row_n; e++) in.K[row0 + e] = in.V[row0 + e] = __ushort_as_half(0x7e00);   // NaN
                 }
                 switch (c.hd) {
