@@ -113,6 +113,10 @@
 #   clusterhandoff  bench/probes/cluster-handoff.cu built and run at 512 and 128 KB per block: gate/up's
 #                   2-slice split-K hand-off in a PDL chain against a thread block cluster's (the
 #                   sums through distributed shared memory) and no hand-off
+#   downm           tg128@16 with down in more blocks (its K-slices add into the residual, no tail):
+#                   llama3-8b 4.0 with GGX_QGEMV_ROWS_FOR=down_proj:224 (m 7, 128 blocks, unpaired
+#                   tables) and llama3.2-1b 4.0 with down_proj:64 (m 2, 128 blocks), each against
+#                   the default, two rounds
 #   redcost         tg128@16 with GGX_QGEMV_RED_SLICE_COST=8 (o and down, whose K-slices add into the
 #                   residual, pay 8 per slice instead of the default 4: fewer o blocks on llama3-8b and
 #                   mistral-7b 4.0, fewer o and down blocks on llama3.2-1b) against the default, two
@@ -419,6 +423,12 @@ for part in "$@"; do
                 echo "-- llama3-70b (16 layers) 4.0 @16, round $r: GGX_QGEMV_ROWS_FOR=o_proj:512, then the default"
                 (export GGX_QGEMV_ROWS_FOR=o_proj:512; tg --synthetic llama3-70b --layers 16 --bpw 4.0 --ctx 16)
                 tg --synthetic llama3-70b --layers 16 --bpw 4.0 --ctx 16
+            done ;;
+        downm)
+            for r in 1 2; do
+                echo "-- round $r"
+                ab GGX_QGEMV_ROWS_FOR=down_proj:224 "llama3-8b 4.0"
+                ab GGX_QGEMV_ROWS_FOR=down_proj:64 "llama3.2-1b 4.0"
             done ;;
         redcost)
             for r in 1 2; do
