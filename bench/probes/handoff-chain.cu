@@ -32,33 +32,15 @@ constexpr size_t k_pool = 256u << 20;
 
 enum { k_bare, k_split, k_red };
 
-__device__ __forceinline__ uint4 ld_nc(const uint4 * p) {
-    uint4 v;
-    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-}
-
 template <int MODE>
 __global__ void __launch_bounds__(k_threads, 1) k_gemv(const uint4 * w, int words /*per block*/, const float * x, float * out,
                                                        float * zero, float4 * partial, int * counters) {
     extern __shared__ float4 pad[];   // one block per SM
     __shared__ int last;
     const int t = threadIdx.x, tile = blockIdx.x / k_slices, slice = blockIdx.x % k_slices;
-    const uint4 * wb = w + (size_t)blockIdx.x * words;
-    const uint4 r0 = ld_nc(wb + t), r1 = ld_nc(wb + k_threads + t);   // before the wait, as the engine does
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;");
-    if (MODE == k_red && zero && t < k_n / k_blocks) zero[blockIdx.x * (k_n / k_blocks) + t] = 0.0f;
-    float acc = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 8; j++) acc += x[(t * 8 + j + blockIdx.x * 29) % k_n];   // the x gather
-    __syncthreads();
-    uint32_t a = r0.x ^ r1.w;
-    for (int i = 2 * k_threads + t; i < words; i += k_threads) {
-        const uint4 v = ld_nc(wb + i);
-        a ^= v.x + v.w;
-    }
-    const float s = acc + (float)(a & 1) * 1e-30f;   // keeps the loads
+    const float s = stream_block(w + (size_t)blockIdx.x * words, words, x, k_n, [&] {
+        if (MODE == k_red && zero && t < k_n / k_blocks) zero[blockIdx.x * (k_n / k_blocks) + t] = 0.0f;
+    });
     const float4 p = make_float4(s, s + 1.0f, s + 2.0f, s + 3.0f);
     const bool lead = t < k_lead;
     float4 * o4 = (float4 *)out + tile * k_lead + t;
@@ -107,15 +89,9 @@ int main(int argc, char ** argv) {
     for (auto k : kernels) CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     cudaStream_t s;
     CK(cudaStreamCreate(&s));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
     for (int round = 0; round < 2; round++)
         for (int m = 0; m < 3; m++) {
-            cudaGraph_t g;
-            cudaGraphExec_t ge;
-            CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-            for (int i = 0; i < k_chain; i++) {
+            const double us = chain_us(s, k_chain, [&](int i) {
                 cudaLaunchConfig_t cfg = {};
                 cfg.gridDim = dim3(k_blocks);
                 cfg.blockDim = dim3(k_threads);
@@ -131,23 +107,8 @@ int main(int argc, char ** argv) {
                 const uint4 * w = pool + (size_t)(i % regions) * words * k_blocks;
                 CK(cudaLaunchKernelEx(&cfg, kernels[m], w, words, (const float *)(bufs + (size_t)((i + 2) % 3) * k_n),
                                       bufs + (size_t)(i % 3) * k_n, bufs + (size_t)((i + 1) % 3) * k_n, partial, counters));
-            }
-            CK(cudaStreamEndCapture(s, &g));
-            CK(cudaGraphInstantiate(&ge, g, 0));
-            float best = 1e30f;
-            for (int r = 0; r < 6; r++) {
-                CK(cudaEventRecord(e0, s));
-                CK(cudaGraphLaunch(ge, s));
-                CK(cudaEventRecord(e1, s));
-                CK(cudaEventSynchronize(e1));
-                float ms;
-                CK(cudaEventElapsedTime(&ms, e0, e1));
-                if (r > 0 && ms < best) best = ms;
-            }
-            const double us = best * 1000.0 / k_chain;
+            });
             printf("round %d %-5s %7.2f us per kernel (%.2f TB/s of weights)\n", round + 1, names[m], us, per_kernel / (us * 1e-6) / 1e12);
-            CK(cudaGraphExecDestroy(ge));
-            CK(cudaGraphDestroy(g));
         }
     return 0;
 }
