@@ -79,53 +79,21 @@ __global__ void __launch_bounds__(k_threads, 1) k_gemv(const uint4 * w, int word
 
 int main(int argc, char ** argv) {
     const int w_kb = argc > 1 ? atoi(argv[1]) : 512;
-    cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
-    if (prop.major < 9) { printf("needs sm_90 (clusters, PDL)\n"); return 1; }
-    if (prop.multiProcessorCount < k_blocks) { printf("needs %d SMs\n", k_blocks); return 1; }
-    const int words = w_kb * 1024 / 16;
-    const size_t per_kernel = (size_t)words * 16 * k_blocks;
-    const int regions = (int)(k_pool / per_kernel);
-    if (regions < 2 || words < 4 * k_threads) { printf("W_KB %d out of range\n", w_kb); return 1; }
-    printf("%s, %d SMs; %d KB per block, %.1f MB per kernel, %d kernels per graph\n", prop.name, prop.multiProcessorCount, w_kb,
-           per_kernel / 1e6, k_chain);
-    uint4 * pool; float * bufs; float4 * partial; int * counters;
-    CK(cudaMalloc(&pool, k_pool));
-    CK(cudaMemset(pool, 1, k_pool));
-    CK(cudaMalloc(&bufs, sizeof(float) * k_n * 2));
-    CK(cudaMemset(bufs, 0, sizeof(float) * k_n * 2));
-    CK(cudaMalloc(&partial, sizeof(float4) * k_blocks * k_lead));
-    CK(cudaMalloc(&counters, sizeof(int) * k_tiles));
-    CK(cudaMemset(counters, 0, sizeof(int) * k_tiles));
-    const size_t smem = (size_t)prop.sharedMemPerBlockOptin / 2 + 1024;
+    chain_setup c;
+    if (!chain_init(c, w_kb, k_blocks, k_threads, k_lead, k_tiles, k_n, 2, k_pool, k_chain)) return 1;
     void (*kernels[3])(const uint4 *, int, const float *, float *, float4 *, int *) = {k_gemv<k_bare>, k_gemv<k_split>, k_gemv<k_cluster>};
     const char * names[3] = {"bare", "split", "cluster"};
-    for (auto k : kernels) CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    cudaStream_t s;
-    CK(cudaStreamCreate(&s));
+    for (auto k : kernels) CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c.smem));
+    cudaStream_t s = c.s;
     for (int round = 0; round < 2; round++)
         for (int m = 0; m < 3; m++) {
             const double us = chain_us(s, k_chain, [&](int i) {
-                cudaLaunchConfig_t cfg = {};
-                cfg.gridDim = dim3(k_blocks);
-                cfg.blockDim = dim3(k_threads);
-                cfg.dynamicSmemBytes = smem;
-                cfg.stream = s;
-                cudaLaunchAttribute at[2];
-                at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-                at[0].val.programmaticStreamSerializationAllowed = 1;
-                at[1].id = cudaLaunchAttributeClusterDimension;
-                at[1].val.clusterDim.x = k_slices;
-                at[1].val.clusterDim.y = 1;
-                at[1].val.clusterDim.z = 1;
-                cfg.attrs = at;
-                cfg.numAttrs = m == k_cluster ? 2 : 1;
                 // kernel i reads buffer (i + 1) % 2 (kernel i - 1's output) and writes i % 2
-                const uint4 * w = pool + (size_t)(i % regions) * words * k_blocks;
-                CK(cudaLaunchKernelEx(&cfg, kernels[m], w, words, (const float *)(bufs + (size_t)((i + 1) % 2) * k_n),
-                                      bufs + (size_t)(i % 2) * k_n, partial, counters));
+                const uint4 * w = c.pool + (size_t)(i % c.regions) * c.words * k_blocks;
+                chain_launch(c, k_blocks, k_threads, m == k_cluster ? k_slices : 1, kernels[m], w, c.words, (const float *)(c.bufs + (size_t)((i + 1) % 2) * k_n),
+                                      c.bufs + (size_t)(i % 2) * k_n, c.partial, c.counters);
             });
-            printf("round %d %-7s %7.2f us per kernel (%.2f TB/s of weights)\n", round + 1, names[m], us, per_kernel / (us * 1e-6) / 1e12);
+            printf("round %d %-7s %7.2f us per kernel (%.2f TB/s of weights)\n", round + 1, names[m], us, c.per_kernel / (us * 1e-6) / 1e12);
         }
     return 0;
 }

@@ -82,3 +82,64 @@ double chain_us(cudaStream_t s, int k, Launch launch) {
     CK(cudaGraphDestroy(g));
     return best * 1000.0 / k;
 }
+
+// What a chain probe sets up: `blocks` blocks of `threads` (one per SM: shared memory past half an
+// SM's), W KB of weights per block from a pool of pool_bytes (so nothing comes from L2), n_bufs
+// outputs of n_out floats, a partial per lead thread of each block and a counter per tile.
+struct chain_setup {
+    int words = 0;             // 16-byte words per block
+    size_t per_kernel = 0;     // weight bytes per kernel
+    int regions = 0;           // kernels' weights in the pool before it wraps
+    uint4 * pool = nullptr;
+    float * bufs = nullptr;
+    float4 * partial = nullptr;
+    int * counters = nullptr;
+    size_t smem = 0;
+    cudaStream_t s = nullptr;
+};
+
+// False (with a message) when the device is not sm_90 with `blocks` SMs or W KB does not fit.
+inline bool chain_init(chain_setup & c, int w_kb, int blocks, int threads, int lead, int tiles, int n_out, int n_bufs,
+                       size_t pool_bytes, int chain) {
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    if (prop.major < 9) { printf("needs sm_90 (PDL, float4 atomics, clusters)\n"); return false; }
+    if (prop.multiProcessorCount < blocks) { printf("needs %d SMs\n", blocks); return false; }
+    c.words = w_kb * 1024 / 16;
+    c.per_kernel = (size_t)c.words * 16 * blocks;
+    c.regions = (int)(pool_bytes / c.per_kernel);
+    if (c.regions < 2 || c.words < 4 * threads) { printf("W_KB %d out of range\n", w_kb); return false; }
+    printf("%s, %d SMs; %d KB per block, %.1f MB per kernel, %d kernels per graph\n", prop.name, prop.multiProcessorCount, w_kb,
+           c.per_kernel / 1e6, chain);
+    CK(cudaMalloc(&c.pool, pool_bytes));
+    CK(cudaMemset(c.pool, 1, pool_bytes));
+    CK(cudaMalloc(&c.bufs, sizeof(float) * n_out * n_bufs));
+    CK(cudaMemset(c.bufs, 0, sizeof(float) * n_out * n_bufs));
+    CK(cudaMalloc(&c.partial, sizeof(float4) * blocks * lead));
+    CK(cudaMalloc(&c.counters, sizeof(int) * tiles));
+    CK(cudaMemset(c.counters, 0, sizeof(int) * tiles));
+    c.smem = (size_t)prop.sharedMemPerBlockOptin / 2 + 1024;
+    CK(cudaStreamCreate(&c.s));
+    return true;
+}
+
+// A launch of `kernel` as the chain's kernels run: the setup's grid and shared memory on its stream,
+// with PDL, and in clusters of `cluster` blocks when cluster > 1.
+template <class Kernel, class... Args>
+void chain_launch(const chain_setup & c, int blocks, int threads, int cluster, Kernel kernel, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = c.smem;
+    cfg.stream = c.s;
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    at[1].id = cudaLaunchAttributeClusterDimension;
+    at[1].val.clusterDim.x = cluster;
+    at[1].val.clusterDim.y = 1;
+    at[1].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = cluster > 1 ? 2 : 1;
+    CK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
