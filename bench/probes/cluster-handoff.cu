@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(k_threads, 1) k_gemv(const uint4 * w, int word
     const int t = threadIdx.x, tile = blockIdx.x / k_slices, slice = blockIdx.x % k_slices;
     // cluster: every block has started before any writes into another's shared memory (phase 1)
     if (MODE == k_cluster) cluster_arrive_relaxed();
-    const float s = stream_block(w + (size_t)blockIdx.x * words, words, x, k_n, [] {});
+    const float s = stream_block<k_threads, k_n>(w + (size_t)blockIdx.x * words, words, x, [] {});
     const float4 p = make_float4(s, s + 1.0f, s + 2.0f, s + 3.0f);
     const bool lead = t < k_lead;
     float4 * o4 = (float4 *)out + tile * k_lead + t;

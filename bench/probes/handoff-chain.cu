@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(k_threads, 1) k_gemv(const uint4 * w, int word
     extern __shared__ float4 pad[];   // one block per SM
     __shared__ int last;
     const int t = threadIdx.x, tile = blockIdx.x / k_slices, slice = blockIdx.x % k_slices;
-    const float s = stream_block(w + (size_t)blockIdx.x * words, words, x, k_n, [&] {
+    const float s = stream_block<k_threads, k_n>(w + (size_t)blockIdx.x * words, words, x, [&] {
         if (MODE == k_red && zero && t < k_n / k_blocks) zero[blockIdx.x * (k_n / k_blocks) + t] = 0.0f;
     });
     const float4 p = make_float4(s, s + 1.0f, s + 2.0f, s + 3.0f);
