@@ -314,6 +314,10 @@ bool decode_mma() {
     return v;
 }
 
+// The dispatch's choice for a decode ATTN node: the tensor-core kernel (k_attn_decode) where it
+// applies and is not turned off. ggx_cuda_attn_reads_rows asks the same.
+bool decode_on_mma(int hd, int G, int T, int cache_type) { return decode_mma() && decode_mma_ok(hd, G, T, cache_type); }
+
 // Blocks per KV head in k_attn_split (GGX_ATTN_QSPLIT, measurements): each takes G / qsplit of
 // the KV head's query heads, so K/V tiles are read qsplit times (from L2) and a block's chain is
 // shorter. 1 unless the variable names a divisor of G.
@@ -432,8 +436,8 @@ bool ggx_cuda_attn_is_prefill(const ggx_tensor * dst) { return dst->op == GGX_OP
 // The tensor-core decode kernel (k_attn_decode) reads the q/k/v rows, and only for one query row.
 bool ggx_cuda_attn_reads_rows(const ggx_tensor * dst) {
     const ggx_tensor * q = dst->src[0], * kc = dst->src[1];
-    return dst->op == GGX_OP_ATTN && ggx_cuda_supports_attn(dst) && !prefill_ok(dst) && q->ne[2] * q->ne[3] == 1 && decode_mma() &&
-           decode_mma_ok((int)q->ne[0], (int)(q->ne[1] / kc->ne[1]), 1, (int)kc->type);
+    return dst->op == GGX_OP_ATTN && ggx_cuda_supports_attn(dst) && !prefill_ok(dst) && q->ne[2] * q->ne[3] == 1 &&
+           decode_on_mma((int)q->ne[0], (int)(q->ne[1] / kc->ne[1]), 1, (int)kc->type);
 }
 
 size_t ggx_cuda_attn_scratch(const ggx_tensor * dst) {
@@ -496,7 +500,7 @@ ggx_status ggx_cuda_op_attn(ggx_cuda_ctx & ctx, ggx_tensor * dst, half * x16, in
         a.rows_k = ctx.qkv_rows + rows->k;
         a.rows_v = ctx.qkv_rows + rows->v;
     }
-    if (decode_mma() && decode_mma_ok(a.hd, a.H / a.Hkv, a.T, (int)kc->type)) {
+    if (decode_on_mma(a.hd, a.H / a.Hkv, a.T, (int)kc->type)) {
         a.stages = decode_stages(a);
         a.smem_stages = decode_smem_stages();
         return decode_mma_launch(ctx, a);

@@ -322,9 +322,9 @@ void plan_attn_tail(const graph_index & gi, ggx_cuda_plan & plan, int bound) {
         if (!find_qkv_attn(gi, plan, p, r)) continue;
         ggx_qgemv_job & job = plan.jobs[plan.action[p]];
         if (job.head_dim != 64 && job.head_dim != 128) continue;
-        const ggx_tensor * at = gi.node(r.node);
+        ggx_tensor * at = ggx_graph_node(gi.g, r.node);
         const int rows = (int)(ggx_nelements(job.m[r.k].cache) / ((int64_t)r.Hkv * job.head_dim));
-        job.attn.out = ggx_graph_node(gi.g, r.node);
+        job.attn.out = at;
         job.attn.q = r.q;
         job.attn.k = r.k;
         job.attn.v = r.v;

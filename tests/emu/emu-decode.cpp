@@ -145,9 +145,11 @@ int main(int argc, char ** argv) {
         // rows: k and v at pos as f32 rows (their values are halves: the reference is unchanged)
         const size_t row0 = (size_t)pos[0] * c.Hkv * c.hd, row_n = (size_t)c.Hkv * c.hd;
         std::vector<float> rows_k, rows_v;
-        const std::vector<half> K0 = in.K, V0 = in.V;
+        std::vector<half> K0, V0;   // rows: the caches the grid must leave
         if (run.rows) {
             if (c.T != 1) { fprintf(stderr, "emu-decode: rows need one query row\n"); return 2; }
+            K0 = in.K;
+            V0 = in.V;
             rows_k.assign(in.Kf.begin() + row0, in.Kf.begin() + row0 + row_n);
             rows_v.assign(in.Vf.begin() + row0, in.Vf.begin() + row0 + row_n);
         }
