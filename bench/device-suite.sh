@@ -117,6 +117,13 @@
 #                   llama3-8b 4.0 with GGX_QGEMV_ROWS_FOR=down_proj:224 (m 7, 128 blocks, unpaired
 #                   tables) and llama3.2-1b 4.0 with down_proj:64 (m 2, 128 blocks), each against
 #                   the default, two rounds
+#   queuedepth      bench/probes/queue-depth.cu built and run: the stream's bandwidth and a dependent L2
+#                   hit's (and DRAM miss's) latency under it, per bytes in flight per SM (threads x
+#                   16-byte loads each): does a hit wait behind the stream's loads in flight?
+#   onedeep         GGX_QGEMV_ONE_DEEP=1 (one piece per thread in flight in the one-row decode GEMV,
+#                   not two: half the bytes queued ahead of the layer's L2 round trips) against the
+#                   default, two rounds: llama3-8b 4.0, 8.0 and 2.5, llama3.2-1b 4.0 @16; llama3-8b
+#                   4.0 @4096 both ways; the trace with it
 #   redcost         tg128@16 with GGX_QGEMV_RED_SLICE_COST=8 (o and down, whose K-slices add into the
 #                   residual, pay 8 per slice instead of the default 4: fewer o blocks on llama3-8b and
 #                   mistral-7b 4.0, fewer o and down blocks on llama3.2-1b) against the default, two
@@ -435,6 +442,15 @@ for part in "$@"; do
                 ab GGX_QGEMV_RED_SLICE_COST=8 "llama3-8b 4.0" "mistral-7b 4.0" "llama3.2-1b 2.5" "llama3.2-1b 5.0" "llama3.2-1b 8.0" \
                     "llama3.2-1b 4.0" "llama3-8b 2.5"
             done ;;
+        queuedepth)
+            nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/queue-depth.cu -o /tmp/queue-depth && /tmp/queue-depth ;;
+        onedeep)
+            for r in 1 2; do ab GGX_QGEMV_ONE_DEEP=1 "llama3-8b 4.0" "llama3-8b 8.0" "llama3-8b 2.5" "llama3.2-1b 4.0"; done
+            echo "-- llama3-8b 4.0 @4096: GGX_QGEMV_ONE_DEEP=1, then the default"
+            (export GGX_QGEMV_ONE_DEEP=1; tg --synthetic llama3-8b --bpw 4.0 --ctx 4096)
+            tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
+            echo "-- trace, llama3-8b 4.0 @16: GGX_QGEMV_ONE_DEEP=1"
+            GGX_QGEMV_ONE_DEEP=1 GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p ;;
         clusterhandoff)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/cluster-handoff.cu -o /tmp/cluster-handoff && /tmp/cluster-handoff 512 &&
                 /tmp/cluster-handoff 128 ;;

@@ -109,7 +109,9 @@ struct gemv_args {
     ggx_params_rope rope;
     int head_dim, act;
     int prefetch;
-    int red;             // one-row ADD epilogues in place add every K-slice's sums into y (GGX_QGEMV_RED, default 1)
+    int red;             // bit 0: one-row ADD epilogues in place add every K-slice's sums into y (GGX_QGEMV_RED,
+                         // default 1); bit 1: one piece per thread in flight (GGX_QGEMV_ONE_DEEP, measurements;
+                         // a field of its own made k_qgemv<2,4> spill 8 bytes more)
     float evict_first;   // fraction of the weight loads marked L2 evict-first (GGX_QGEMV_EVICT_FIRST)
     int * counters;
     gemv_attn attn;
@@ -618,7 +620,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     piece_regs A, B;
     if (work) {
         piece_load(M, p_begin, n, A, a.evict_first);
-        if (p_begin + 1 < p_end) piece_load(M, p_begin + 1, n, B, a.evict_first);
+        if (p_begin + 1 < p_end && !(T == 1 && (a.red & 2))) piece_load(M, p_begin + 1, n, B, a.evict_first);
         if (a.prefetch > 0 && p_begin + 2 < p_end) {
             const int4 pf = M.pieces[p_begin + 2], pl = M.pieces[p_end - 1];
             const int q1 = min(pl.y + pl.w * (pl.z & 15) / 32, pf.y + a.prefetch);
@@ -685,7 +687,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     // storing k and v into the caches itself. A probe (run 184, H100: every K-slice storing or
     // adding its own sums, wrong results) put removing q/k/v's tail at +3.5% on llama3-8b 4.0 and
     // +5.3% on llama3.2-1b.
-    const bool reduce = T == 1 && ((a.red && M.in_place) || M.rows);
+    const bool reduce = T == 1 && (((a.red & 1) && M.in_place) || M.rows);
     float rinv[T];
 #pragma unroll
     for (int t = 0; t < T; t++) rinv[t] = 1.0f;
@@ -757,6 +759,14 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     if (work) {
         // two pieces in flight: the next one's words load while this one is multiplied
         const half * xb = xh - k_begin;
+        // GGX_QGEMV_ONE_DEEP: half the stream's loads in flight, so that fewer bytes queue in the
+        // memory system ahead of the layer's dependent L2 round trips (bench/probes/queue-depth.cu)
+        if (T == 1 && (a.red & 2))
+            for (int p = p_begin; p < p_end; p++) {
+                piece_apply<T>(A, xb, ldx, v);
+                if (p + 1 < p_end) piece_load(M, p + 1, n, A, a.evict_first);
+            }
+        else
         for (int p = p_begin; p < p_end; p += 2) {
             piece_apply<T>(A, xb, ldx, v);
             if (p + 2 < p_end) piece_load(M, p + 2, n, A, a.evict_first);
@@ -1044,6 +1054,12 @@ int prefetch_rows() {
     return v;
 }
 
+// GGX_QGEMV_ONE_DEEP=1: one piece per thread in flight in the loop (and before the PDL wait).
+int one_deep() {
+    static const int v = ggx_env_flag("GGX_QGEMV_ONE_DEEP") ? 1 : 0;
+    return v;
+}
+
 // GGX_QGEMV_EVICT_FIRST=P: P percent of the weight loads are marked L2 evict-first (default all:
 // +3.7% decode on the H200, RESULTS.md; 0 turns it off).
 float evict_first_fraction() {
@@ -1242,7 +1258,7 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
                       job.m[0].w->name, job.T, job.head_dim);
         return GGX_STATUS_FAILED;
     }
-    a.red = ctx.red;
+    a.red = (ctx.red ? 1 : 0) | one_deep() << 1;
     const size_t smem = smem_bytes(job.T, m, L.rope, job.attn.bound, job.head_dim);
     if (smem > (size_t)k_max_smem) {
         ggx_set_error("cuda: decode matmul of %s needs %zu bytes of shared memory (at most %d)", job.m[0].w->name, smem, k_max_smem);
