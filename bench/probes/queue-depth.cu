@@ -9,8 +9,9 @@
 // The probe: 128 blocks of 512 threads (one per SM) stream their own 24 MB with A active threads
 // each holding U 16-byte loads in flight (A x U x 16 bytes per SM), while 4 more blocks' thread 0
 // walk a chain of dependent ld.cg over lines already in L2 (the hit) and, separately, over lines
-// never touched (a DRAM miss). Printed per (A, U): the stream's bandwidth, and the median hit and
-// miss latencies taken while every streaming block was running.
+// never touched (a DRAM miss). The stream's loads are L2 evict-first, as the engine's weights.
+// Printed per (A, U): the stream's bandwidth, and the median hit and miss latencies taken while
+// every streaming block was running.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/queue-depth.cu -o /tmp/queue-depth && /tmp/queue-depth
 #include <algorithm>
@@ -24,7 +25,7 @@
 constexpr int k_stream_blocks = 128, k_ping_blocks = 4, k_threads = 512;
 constexpr size_t k_block_bytes = 24u << 20;        // streamed per block
 constexpr int k_pings = 4096;                      // per pinging block at most
-constexpr int k_hit_lines = 256;                   // 32 KB of chain (64 lines per pinger): stays in L2
+constexpr int k_hit_lines = 32;                    // 8 lines per pinger, touched every few us: they stay in L2
 constexpr size_t k_miss_span = 1u << 30;           // cold lines for the miss chain
 
 __device__ __forceinline__ uint64_t gtime() {
@@ -47,13 +48,15 @@ __device__ void stream(const uint4 * p, int active, uint4 * sink) {
     if (t >= active) return;
     const size_t n = k_block_bytes / 16, step = (size_t)active * U;
     uint32_t acc = 0;
+    uint64_t pol;   // L2 evict-first, as the engine's weight loads: the chains' lines stay in L2
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
     for (size_t base = 0; base + step <= n; base += step) {
         uint4 v[U];
 #pragma unroll
         for (int j = 0; j < U; j++)
-            asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+            asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
                          : "=r"(v[j].x), "=r"(v[j].y), "=r"(v[j].z), "=r"(v[j].w)
-                         : "l"(p + base + (size_t)j * active + t));
+                         : "l"(p + base + (size_t)j * active + t), "l"(pol));
 #pragma unroll
         for (int j = 0; j < U; j++) acc ^= v[j].x ^ v[j].w;
     }
@@ -130,13 +133,11 @@ int main() {
     uint4 * data;
     CK(cudaMalloc(&data, k_stream_blocks * k_block_bytes));
     CK(cudaMemset(data, 1, k_stream_blocks * k_block_bytes));
-    // hit chain: pinger b walks its 64 lines (128 bytes, 32 ints each) in a cycle
+    // hit chain: pinger b walks its lines (128 bytes, 32 ints each) in a cycle
+    constexpr int lines = k_hit_lines / k_ping_blocks;
     std::vector<int> hit_host(k_hit_lines * 32);
     for (int b = 0; b < k_ping_blocks; b++)
-        for (int l = 0; l < 64; l++) {
-            const int at = b * 64 * 32 + l * 32;
-            hit_host[at] = b * 64 * 32 + ((l + 1) % 64) * 32;
-        }
+        for (int l = 0; l < lines; l++) hit_host[(b * lines + l) * 32] = (b * lines + (l + 1) % lines) * 32;
     int * hit;
     CK(cudaMalloc(&hit, hit_host.size() * sizeof(int)));
     CK(cudaMemcpy(hit, hit_host.data(), hit_host.size() * sizeof(int), cudaMemcpyHostToDevice));
