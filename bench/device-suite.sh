@@ -124,6 +124,9 @@
 #                   not two: half the bytes queued ahead of the layer's L2 round trips) against the
 #                   default, two rounds: llama3-8b 4.0, 8.0 and 2.5, llama3.2-1b 4.0 @16; llama3-8b
 #                   4.0 @4096 both ways; the trace with it
+#   deterministic   the test-cuda cases of deterministic mode (a model's logits and the GPTQ GEMV repeat
+#                   bit for bit; how often the default order's runs differ is printed), then tg128@16
+#                   of llama3-8b and llama3.2-1b 4.0 with bench --deterministic and without, two rounds
 #   redcost         tg128@16 with GGX_QGEMV_RED_SLICE_COST=8 (o and down, whose K-slices add into the
 #                   residual, pay 8 per slice instead of the default 4: fewer o blocks on llama3-8b and
 #                   mistral-7b 4.0, fewer o and down blocks on llama3.2-1b) against the default, two
@@ -441,6 +444,17 @@ for part in "$@"; do
             for r in 1 2; do
                 ab GGX_QGEMV_RED_SLICE_COST=8 "llama3-8b 4.0" "mistral-7b 4.0" "llama3.2-1b 2.5" "llama3.2-1b 5.0" "llama3.2-1b 8.0" \
                     "llama3.2-1b 4.0" "llama3-8b 2.5"
+            done ;;
+        deterministic)
+            build-dev/test-cuda -tc='*deterministic*' > /tmp/test-det.log 2>&1
+            grep -E -A3 'differed|MESSAGE|ERROR|FAILED|rel err' /tmp/test-det.log | head -40
+            grep -E 'test cases|assertions|Status' /tmp/test-det.log
+            for r in 1 2; do
+                for m in llama3-8b llama3.2-1b; do
+                    echo "-- $m 4.0 @16, round $r: --deterministic, then the default"
+                    tg --synthetic $m --bpw 4.0 --ctx 16 --deterministic
+                    tg --synthetic $m --bpw 4.0 --ctx 16
+                done
             done ;;
         queuedepth)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/queue-depth.cu -o /tmp/queue-depth && /tmp/queue-depth ;;

@@ -50,16 +50,23 @@ struct exl2_model_params exl2_model_default_params(void) {
     p.device = "cpu";
     p.n_threads = 0;
     p.verbose = 0;
+    p.deterministic = 0;
+    return p;
+}
+
+exl2::ModelParams exl2_model_params_internal(const struct exl2_model_params & params) {
+    exl2::ModelParams p;
+    p.device = params.device ? params.device : "cpu";
+    p.n_threads = params.n_threads;
+    p.verbose = params.verbose != 0;
+    p.deterministic = params.deterministic != 0;
     return p;
 }
 
 exl2_model * exl2_model_load(const char * dir, struct exl2_model_params params) {
     API_BEGIN
     if (!dir) exl2::fail("exl2_model_load: dir is NULL");
-    exl2::ModelParams p;
-    p.device = params.device ? params.device : "cpu";
-    p.n_threads = params.n_threads;
-    p.verbose = params.verbose != 0;
+    const exl2::ModelParams p = exl2_model_params_internal(params);
     auto h = std::make_unique<exl2_model>();
     h->m = exl2::Model::load(dir, p, false);
     h->tok = exl2_tokenizer_load(dir);

@@ -24,10 +24,7 @@ exl2_model * exl2_model_load_synthetic(const char * name, float bpw, int32_t n_l
     try {
         if (!name) exl2::fail("exl2_model_load_synthetic: name is NULL");
         exl2::SyntheticModel sm = exl2::synthetic_build(name, bpw, n_layers, seed);
-        exl2::ModelParams p;
-        p.device = params.device ? params.device : "cpu";
-        p.n_threads = params.n_threads;
-        p.verbose = params.verbose != 0;
+        const exl2::ModelParams p = exl2_model_params_internal(params);
         auto m = exl2::Model::load_tensors(std::move(sm.st), sm.config, p);
         exl2_model * h = exl2_model_from_internal(std::move(m), nullptr);
         if (!h) exl2::fail("exl2_model_load_synthetic: out of memory");

@@ -192,6 +192,7 @@ std::unique_ptr<Model> Model::load_tensors(std::unique_ptr<SafeTensors> st, cons
              architecture_list().c_str());
     m->backend = backend_open(p.device, p.n_threads, &m->device_note);
     if (!m->backend) fail("%s", ggx_last_error());
+    if (ggx_backend_set_deterministic(m->backend, p.deterministic) != GGX_STATUS_OK) fail("%s", ggx_last_error());
     m->st_ = std::move(st);
     m->arch->load(*m);
     m->finish_load();

@@ -22,6 +22,7 @@ struct ModelParams {
     std::string device = "cpu";   // "cpu", "cuda", "cuda:N", "hip", "auto" (the GPU if one answers, else the CPU)
     int n_threads = 0;            // CPU threads, 0 = all cores
     bool verbose = false;         // progress on stderr
+    bool deterministic = false;   // results that repeat bit for bit (ggx_backend_set_deterministic)
 };
 
 // A linear layer: weight (f32/f16/bf16 {K, N}, or an EXL2/GPTQ tensor) and optional bias {N}.

@@ -115,6 +115,14 @@ enum ggx_status ggx_backend_synchronize(struct ggx_backend * be) {
     return be->iface.synchronize ? be->iface.synchronize(be) : GGX_STATUS_OK;
 }
 
+enum ggx_status ggx_backend_set_deterministic(struct ggx_backend * be, int on) {
+    if (!be) {
+        ggx_set_error("ggx_backend_set_deterministic: null backend");
+        return GGX_STATUS_FAILED;
+    }
+    return be->iface.set_deterministic ? be->iface.set_deterministic(be, on) : GGX_STATUS_OK;
+}
+
 int ggx_backend_can_read_ahead(const struct ggx_backend * be) {
     return be && be->iface.get_begin && be->iface.get_end;
 }

@@ -79,6 +79,10 @@ struct ggx_backend_i {
     enum ggx_status (*top_n_begin)(struct ggx_backend * be, const void * src, int64_t count, int n, const struct ggx_draw * draw,
                                    void * id_dst);
     enum ggx_status (*top_n_end)(struct ggx_backend * be, int32_t * ids, float * values, int32_t * drawn);
+    // optional: on != 0 makes every result repeat bit for bit from one run of a graph to the next
+    // (sums split over blocks added in a fixed order, at some cost in speed); 0 returns to the
+    // fastest order. A backend whose results always repeat leaves it NULL.
+    enum ggx_status (*set_deterministic)(struct ggx_backend * be, int on);
 };
 
 #define GGX_BACKEND_MAILBOX_BYTES 64
@@ -133,6 +137,9 @@ enum ggx_status ggx_backend_tensor_set(struct ggx_backend * be, struct ggx_tenso
 enum ggx_status ggx_backend_tensor_get(struct ggx_backend * be, const struct ggx_tensor * t, void * dst, size_t offset, size_t n);
 enum ggx_status ggx_backend_graph_compute(struct ggx_backend * be, struct ggx_graph * g);
 enum ggx_status ggx_backend_synchronize(struct ggx_backend * be);
+// Results that repeat bit for bit from run to run (on != 0) or the fastest order of sums (0, the
+// default): see ggx_backend_i::set_deterministic. OK where the backend always repeats.
+enum ggx_status ggx_backend_set_deterministic(struct ggx_backend * be, int on);
 // Whether the backend has get_begin / get_end (reads that overlap queued work).
 int             ggx_backend_can_read_ahead(const struct ggx_backend * be);
 // The mailbox read of n bytes of t at offset (n <= GGX_BACKEND_MAILBOX_BYTES); one at a time.

@@ -6,6 +6,7 @@
 #include "exl2/json.h"
 #include "exl2/sampler.h"
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,30 @@ TEST_CASE("c api: device auto takes the GPU when one answers, else the CPU and s
     CHECK(tot > 0);
     CHECK(fr <= tot);
     CHECK(exl2_device_memory("nonsense", &fr, &tot) < 0);
+}
+
+// exl2_model_params.deterministic defaults to off; on the CPU, whose sums always repeat, a model
+// loaded with it gives the logits of one loaded without, bit for bit (on a GPU, test-cuda checks
+// that it makes the logits repeat).
+TEST_CASE("c api: deterministic model parameter") {
+    exl2_model_params mp = exl2_model_default_params();
+    CHECK(mp.deterministic == 0);
+    mp.n_threads = 2;
+    std::vector<float> logits[2];
+    for (int det = 0; det < 2; det++) {
+        mp.deterministic = det;
+        exl2_model * model = exl2_model_load("models/kjv-6m", mp);
+        REQUIRE_MESSAGE(model, exl2_last_error());
+        exl2_context * ctx = exl2_context_new(model, exl2_context_default_params());
+        REQUIRE_MESSAGE(ctx, exl2_last_error());
+        const int32_t ids[] = {1, 306, 337, 5, 99, 1200};
+        REQUIRE(exl2_decode(ctx, ids, 6, 1) == EXL2_OK);
+        for (int t = 0; t < 6; t++) logits[det].insert(logits[det].end(), exl2_get_logits(ctx, t), exl2_get_logits(ctx, t) + 4096);
+        exl2_context_free(ctx);
+        exl2_model_free(model);
+    }
+    REQUIRE(logits[0].size() == logits[1].size());
+    CHECK(memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)) == 0);
 }
 
 TEST_CASE("c api: generate greedily, context full, truncate") {

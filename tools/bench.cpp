@@ -27,6 +27,7 @@ struct Options {
     int layers = 0, n_gen = 128, reps = 3, threads = 0;
     int run_ahead = 0;   // exl2_context_params.run_ahead
     bool sample = false; // decode tests draw with main's default sampler instead of greedy
+    bool deterministic = false;   // exl2_model_params.deterministic
     uint64_t seed = 1;
     std::vector<int> pp = {512, 2048};
     std::vector<int> depths = {16, 4096};
@@ -49,6 +50,8 @@ void usage() {
         "  --run-ahead N        greedy run-ahead: 0 = on for GPUs (default), 1 = on, -1 = off\n"
         "  --sample             decode tests draw tokens as main does by default (temperature 0.8,\n"
         "                       top-k 40, top-p 0.95, min-p 0.05) instead of greedily\n"
+        "  --deterministic      logits that repeat bit for bit from run to run (GPU sums in a\n"
+        "                       fixed order; slower decode)\n"
         "  -t N                 CPU threads (default all)\n"
         "  -o md|json           output format (default md)\n"
         "  -h, --help           this text\n",
@@ -112,6 +115,7 @@ Options parse(int argc, char ** argv) {
         else if (a == "--ctx") o.depths = parse_list(a, val(), 0, 1 << 22, true);
         else if (a == "--run-ahead") { if (!parse_int(val(), -1, 1, &x)) die("bad --run-ahead (-1, 0 or 1)"); o.run_ahead = (int)x; }
         else if (a == "--sample") o.sample = true;
+        else if (a == "--deterministic") o.deterministic = true;
         else if (a == "-r") { if (!parse_int(val(), 1, 1000, &x)) die("bad -r (1..1000)"); o.reps = (int)x; }
         else if (a == "-t") { if (!parse_int(val(), 0, 1024, &x)) die("bad -t (0..1024)"); o.threads = (int)x; }
         else if (a == "-o") { o.output = val(); if (o.output != "md" && o.output != "json") die("bad -o '" + o.output + "' (md or json)"); }
@@ -171,6 +175,7 @@ int main(int argc, char ** argv) {
     struct exl2_model_params mp = exl2_model_default_params();
     mp.device = o.device.c_str();
     mp.n_threads = o.threads;
+    mp.deterministic = o.deterministic;
     const double t_load0 = now_s();
     exl2_model * model = o.synthetic.empty() ? exl2_model_load(o.model_dir.c_str(), mp)
                                              : exl2_model_load_synthetic(o.synthetic.c_str(), o.bpw, o.layers, o.seed, mp);
@@ -262,7 +267,7 @@ int main(int argc, char ** argv) {
         printf("{\n  \"model\": \"%s\",\n  \"desc\": \"%s\",\n  \"device\": \"%s\",\n", json_escape(name).c_str(),
                json_escape(exl2_model_desc(model)).c_str(), json_escape(o.device).c_str());
         if (!o.synthetic.empty()) printf("  \"bpw\": %.3f,\n  \"layers\": %d,\n", o.bpw, exl2_model_n_layer(model));
-        printf("  \"run_ahead\": %d,\n", o.run_ahead);
+        printf("  \"run_ahead\": %d,\n  \"deterministic\": %s,\n", o.run_ahead, o.deterministic ? "true" : "false");
         printf("  \"load_s\": %.3f,\n  \"weight_bytes_per_token\": %llu,\n  \"weights_device_bytes\": %llu,\n"
                "  \"kv_cache_bytes\": %llu,\n  \"compute_buffer_bytes\": %llu,\n  \"vram_used_bytes\": %.0f,\n"
                "  \"vram_model_bytes\": %.0f,\n  \"vram_after_tests_bytes\": %.0f,\n  \"copy_bandwidth_bytes_per_s\": %.0f,\n"
@@ -283,8 +288,8 @@ int main(int argc, char ** argv) {
         printf("  ]\n}\n");
     } else {
         printf("model:   %s\n", exl2_model_desc(model));
-        printf("device:  %s   load %.1f s   run-ahead %s\n", o.device.c_str(), t_load,
-               o.run_ahead < 0 ? "off" : o.run_ahead > 0 ? "on" : "auto (GPUs only)");
+        printf("device:  %s   load %.1f s   run-ahead %s%s\n", o.device.c_str(), t_load,
+               o.run_ahead < 0 ? "off" : o.run_ahead > 0 ? "on" : "auto (GPUs only)", o.deterministic ? "   deterministic" : "");
         printf("weights: %.1f MiB read per token", wbytes / 1048576.0);
         if (have_mem1) printf("   VRAM used (model + context): %.1f MiB of %.1f GiB", vram / 1048576.0, total / 1073741824.0);
         if (have_mem2 && o.device != "cpu") printf(", %.1f MiB after the tests (with scratch)", vram_after / 1048576.0);

@@ -30,6 +30,8 @@ static void usage() {
         "  -c, --ctx-size N       context length (default: the model's, at most 4096)\n"
         "  -b, --batch-size N     tokens per prompt chunk (default 512)\n"
         "  -t, --threads N        CPU threads (default: all cores)\n"
+        "      --deterministic    logits that repeat bit for bit from run to run on a GPU (sums in a\n"
+        "                         fixed order; a few percent slower)\n"
         "      --device DEV       %s\n"
         "      --cache TYPE       KV cache type: f16 (default) or f32\n"
         "      --no-bos           do not add the BOS token to the prompt\n"
@@ -44,7 +46,7 @@ static void usage() {
 int main(int argc, char ** argv) {
     cli::set_tool_name("main");
     std::string model_dir, prompt, prompt_file, prompt_ids_str, device = "auto", cache = "f16";
-    bool have_prompt = false, have_ids = false, no_bos = false, ignore_eos = false, echo = false, print_ids = false, verbose = false;
+    bool have_prompt = false, have_ids = false, no_bos = false, ignore_eos = false, echo = false, print_ids = false, verbose = false, deterministic = false;
     int n_predict = 128, n_ctx = 0, n_batch = 512, n_threads = 0;
     exl2_sampler_params sp = exl2_sampler_default_params();
     sp.seed = (uint64_t)time(nullptr);
@@ -70,6 +72,7 @@ int main(int argc, char ** argv) {
         else if (f == "-t" || f == "--threads") n_threads = (int)a.value_int(1, 1024);
         else if (f == "--device") device = a.value();
         else if (f == "--cache") cache = a.value();
+        else if (f == "--deterministic") deterministic = true;
         else if (f == "--no-bos") no_bos = true;
         else if (f == "--ignore-eos") ignore_eos = true;
         else if (f == "--echo") echo = true;
@@ -92,6 +95,7 @@ int main(int argc, char ** argv) {
     mp.device = device.c_str();
     mp.n_threads = n_threads;
     mp.verbose = verbose;
+    mp.deterministic = deterministic;
     const double t_load0 = cli::now_seconds();
     exl2_model * model = cli::load_model(model_dir, mp);
     if (verbose) fprintf(stderr, "model: %s (%.2f s)\n", exl2_model_desc(model), cli::now_seconds() - t_load0);

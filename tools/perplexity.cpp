@@ -27,6 +27,8 @@ static void usage() {
         "      --chunks N       stop after N windows (default: all)\n"
         "  -b, --batch-size N   tokens per forward pass (default 512)\n"
         "  -t, --threads N      CPU threads (default: all cores)\n"
+        "      --deterministic  logits that repeat bit for bit from run to run on a GPU (sums in a\n"
+        "                       fixed order; a few percent slower)\n"
         "      --device DEV     %s\n"
         "      --cache TYPE     KV cache type: f16 (default) or f32\n"
         "      --nll-out FILE   write each scored token's id and negative log-likelihood\n"
@@ -46,6 +48,7 @@ int main(int argc, char ** argv) {
     cli::set_tool_name("perplexity");
     std::string model_dir, file, device = "auto", nll_out, cache = "f16";
     int n_ctx = 512, stride = 0, n_batch = 512, n_threads = 0, max_chunks = 0;
+    bool deterministic = false;
     cli::Args a(argc, argv);
     while (a.next()) {
         const std::string & f = a.flag();
@@ -60,6 +63,7 @@ int main(int argc, char ** argv) {
         else if (f == "--device") device = a.value();
         else if (f == "--nll-out") nll_out = a.value();
         else if (f == "--cache") cache = a.value();
+        else if (f == "--deterministic") deterministic = true;
         else cli::die("unknown argument '%s' (see --help)", f.c_str());
     }
     if (model_dir.empty()) cli::die("no model given (-m DIR; see --help)");
@@ -74,6 +78,7 @@ int main(int argc, char ** argv) {
     exl2_model_params mp = exl2_model_default_params();
     mp.device = device.c_str();
     mp.n_threads = n_threads;
+    mp.deterministic = deterministic;
     exl2_model * model = cli::load_model(model_dir, mp);
     const exl2_tokenizer * tok = exl2_model_tokenizer(model);
     if (!tok) cli::die("%s: the model has no tokenizer", model_dir.c_str());

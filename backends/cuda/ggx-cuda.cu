@@ -187,6 +187,7 @@ std::vector<void *> graph_signature(const ggx_cuda_ctx & ctx, ggx_graph * g) {
     std::vector<void *> sig;
     sig.push_back(ctx.scratch);
     sig.push_back(ctx.qkv_rows);
+    sig.push_back((void *)(uintptr_t)ctx.deterministic);   // the plan and the GEMVs' sums depend on it
     for (int i = 0; i < ggx_graph_n_nodes(g); i++) {
         const ggx_tensor * n = ggx_graph_node(g, i);
         sig.push_back(n->data);
@@ -502,6 +503,17 @@ ggx_status be_top_n_end(ggx_backend * be, int32_t * ids, float * values, int32_t
     return ggx_cuda_top_n_end(*ctx_of(be), ids, values, drawn);
 }
 
+// Repeatable results: no K-slice adds its sums with atomics (the EXL2 decode GEMV's o, down and
+// q/k/v rows take the split-K hand-off, whose last block adds the partials in order; the GPTQ
+// GEMV sums its slices' partials in order). Graphs planned the other way are captured again (the
+// signature holds the mode).
+ggx_status be_set_deterministic(ggx_backend * be, int on) {
+    ggx_cuda_ctx & ctx = *ctx_of(be);
+    ctx.deterministic = on != 0;
+    ctx.red = ctx.red_env && !ctx.deterministic;
+    return GGX_STATUS_OK;
+}
+
 ggx_status be_synchronize(ggx_backend * be) {
     GGX_CUDA_CHECK(cudaStreamSynchronize(ctx_of(be)->stream));
     return GGX_STATUS_OK;
@@ -616,7 +628,7 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->tile_warps = ggx_tile_step_warps(ggx_env_int_in("GGX_CUDA_STEP_TILE_WARPS", 12, 16, 16));
     ctx->tile_split = ggx_env_int_in("GGX_CUDA_STEP_TILE_QKV", 0, 1, 1) != 0;
     ctx->attn_tail = ggx_env_int_in("GGX_ATTN_TAIL", 0, GGX_ATTN_TAIL_MAX_KEYS, 0);
-    ctx->red = ggx_env_int_in("GGX_QGEMV_RED", 0, 1, 1) != 0;
+    ctx->red = ctx->red_env = ggx_env_int_in("GGX_QGEMV_RED", 0, 1, 1) != 0;
     ctx->qkv_rows_on = ggx_env_int_in("GGX_QKV_ROWS", 0, 1, 1) != 0;
 #if defined(GGX_USE_HIP)
     // its units are 32 lanes wide, one per slice: not written for 64-wide wavefronts, never run on AMD
@@ -681,6 +693,7 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     be->iface.copy = be_copy;
     be->iface.get_begin = be_get_begin;
     be->iface.get_end = be_get_end;
+    be->iface.set_deterministic = be_set_deterministic;
     // GGX_CUDA_NO_TOP_N=1: samplers read the whole row of logits instead (measurements)
     be->iface.top_n = ggx_env_flag("GGX_CUDA_NO_TOP_N") ? nullptr : be_top_n;
     // Sampled run-ahead (Context::sample_ahead): the draw made on the device, the next step queued

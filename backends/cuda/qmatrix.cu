@@ -39,7 +39,8 @@ k_gptq_gemv(const uint32_t * __restrict__ q_weight,   // [K/8][N]
             const uint32_t * __restrict__ qzeros,     // [G][N/8]
             const half * __restrict__ scales,         // [G][N]
             const int32_t * __restrict__ q_perm,      // [K] or null
-            const float * __restrict__ x, float * __restrict__ y, int K, int N, int R, int gs) {
+            const float * __restrict__ x, float * __restrict__ y, int K, int N, int R, int gs,
+            float * __restrict__ partial) {           // [slices][T][N]: the sums stored, or null: added into y
     __shared__ float xs[T * k_max_slice];
     const int k_begin = blockIdx.y * R;
     const int k_n = min(R, K - k_begin);
@@ -83,10 +84,27 @@ k_gptq_gemv(const uint32_t * __restrict__ q_weight,   // [K/8][N]
             for (int t = 0; t < T; t++) total[t][c] = fmaf(acc[t][c] - dz * sx[t], sc, total[t][c]);
         }
     }
+    if (partial) {   // repeatable results: k_sum_slices adds the slices in order
+        float * p = partial + (size_t)blockIdx.y * T * N;
+#pragma unroll
+        for (int c = 0; c < 4; c++)
+#pragma unroll
+            for (int t = 0; t < T; t++) p[(size_t)t * N + n + c] = total[t][c];
+        return;
+    }
 #pragma unroll
     for (int c = 0; c < 4; c++)
 #pragma unroll
         for (int t = 0; t < T; t++) atomicAdd(&y[(size_t)t * N + n + c], total[t][c]);
+}
+
+// y[i] = the sum of partial[s][i] over s = 0 .. slices - 1, in that order.
+__global__ void k_sum_slices(const float * __restrict__ partial, int slices, int64_t n, float * __restrict__ y) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float s = 0.0f;
+        for (int j = 0; j < slices; j++) s += partial[j * n + i];
+        y[i] = s;
+    }
 }
 
 // ---- prefill: dequantize to fp16 -------------------------------------------------------------
@@ -502,7 +520,10 @@ void ggx_cuda_qmatrix_release(ggx_cuda_ctx & ctx, ggx_tensor * t) {
 size_t ggx_cuda_qmatmul_scratch(const ggx_cuda_ctx & ctx, const ggx_tensor * dst) {
     const ggx_qmatrix * q = (const ggx_qmatrix *)dst->src[0]->extra;
     const int64_t T = ggx_nrows(dst->src[1]);
-    if (T <= GGX_CUDA_QGEMV_MAX_T) return 0;
+    if (T <= GGX_CUDA_QGEMV_MAX_T) {   // the GPTQ GEMV's partials when the sums must repeat
+        const qextra * e = dst->src[0]->type == GGX_TYPE_GPTQ ? (const qextra *)q->backend_extra : nullptr;
+        return ctx.deterministic && e ? (size_t)e->n_slices * T * q->N * sizeof(float) : 0;
+    }
     return (((size_t)T * q->K * 2 + 255) & ~(size_t)255) + round8(prefill_cols(q)) * q->K * 2;
 }
 
@@ -545,11 +566,30 @@ ggx_status ggx_cuda_op_qmatmul(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
         return ggx_cuda_qgemv_run(ctx, ggx_cuda_qgemv_single(dst));
     }
     if (T <= GGX_CUDA_QGEMV_MAX_T) {
-        GGX_CUDA_CHECK(cudaMemsetAsync(y, 0, (size_t)T * N * sizeof(float), ctx.stream));
+        // the K-slices add into a zeroed y in whatever order they finish, or, for results that
+        // repeat bit for bit, store their partials for one in-order sum
+        float * partial = nullptr;
+        if (ctx.deterministic) {
+            const size_t need = ggx_cuda_qmatmul_scratch(ctx, dst);
+            if (ctx.scratch_size < need) {
+                ggx_set_error("cuda: scratch too small for %s (%zu < %zu)", w->name, ctx.scratch_size, need);
+                return GGX_STATUS_FAILED;
+            }
+            partial = (float *)ctx.scratch;
+        } else {
+            GGX_CUDA_CHECK(cudaMemsetAsync(y, 0, (size_t)T * N * sizeof(float), ctx.stream));
+        }
         dim3 grid((N + k_cols_per_block - 1) / k_cols_per_block, e->n_slices);
         launch_t<gptq_gemv_l>((int)T, grid, ctx.stream, (const uint32_t *)q->q_weight, (const uint32_t *)q->qzeros,
-                              (const half *)q->scales, (const int32_t *)q->q_perm, x, y, K, N, e->slice_rows, q->group_size);
+                              (const half *)q->scales, (const int32_t *)q->q_perm, x, y, K, N, e->slice_rows, q->group_size,
+                              partial);
         GGX_CUDA_LAUNCH_CHECK();
+        if (partial) {
+            const int64_t n = T * N;
+            const unsigned blocks = (unsigned)std::min<int64_t>((n + 255) / 256, 4 * ctx.n_sm);
+            k_sum_slices<<<blocks, 256, 0, ctx.stream>>>(partial, e->n_slices, n, y);
+            GGX_CUDA_LAUNCH_CHECK();
+        }
         return GGX_STATUS_OK;
     }
 

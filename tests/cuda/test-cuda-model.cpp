@@ -318,6 +318,65 @@ TEST_CASE("cuda: q/k/v rows read by the decode attention give the logits of the 
     }
 }
 
+namespace {
+
+// The logits of every row of a fixed token stream: a 24-token prefill, then 12 single-token steps
+// (the captured one-token graph), each step's token the previous step's argmax.
+std::vector<float> stream_logits(Model & m) {
+    const int V = m.cfg.n_vocab;
+    ContextParams cp;
+    cp.n_ctx = 64;
+    cp.n_batch = 32;
+    Context c(m, cp);
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 24; i++) ids.push_back((int32_t)((i * 53 + 5) % std::min(V, 500)));
+    std::vector<float> out;
+    REQUIRE(c.decode(ids.data(), (int)ids.size(), true));
+    for (int t = 0; t < (int)ids.size(); t++) out.insert(out.end(), c.logits(t), c.logits(t) + V);
+    for (int s = 0; s < 12; s++) {
+        const int32_t next = argmax(c.logits(-1), V);
+        REQUIRE(c.decode(&next, 1, true));
+        out.insert(out.end(), c.logits(0), c.logits(0) + V);
+    }
+    return out;
+}
+
+bool same_bits(const std::vector<float> & a, const std::vector<float> & b) {
+    return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+// ModelParams::deterministic (exl2_model_params.deterministic, ggx_backend_set_deterministic): no
+// decode GEMV adds its K-slices' sums with atomics (o and down take the split-K hand-off, q/k/v no
+// rows), so a whole model's logits are the same bits on every run of the same token stream. The
+// default order's runs are counted where they differ (reported, not required), which shows the
+// check can fail. Against the default order the fused-vs-unfused bound (5e-3: the sums' order
+// moves an fp16 rounding now and then, as in the reduced-into-the-residual case).
+TEST_CASE("cuda: a deterministic model's logits repeat bit for bit") {
+    REQUIRE_CUDA();
+    ModelParams p;
+    p.device = "cuda:0";
+    SyntheticModel a = synthetic_build("llama3.2-1b", 4.0, 2, 3), b = synthetic_build("llama3.2-1b", 4.0, 2, 3);
+    auto fast = Model::load_tensors(std::move(a.st), a.config, p, "", false);
+    p.deterministic = true;
+    auto det = Model::load_tensors(std::move(b.st), b.config, p, "", false);
+    const std::vector<float> det0 = stream_logits(*det), fast0 = stream_logits(*fast);
+    int det_differ = 0, fast_differ = 0;
+    for (int r = 0; r < 3; r++) {
+        det_differ += !same_bits(stream_logits(*det), det0);
+        fast_differ += !same_bits(stream_logits(*fast), fast0);
+    }
+    CHECK_MESSAGE(det_differ == 0, det_differ << " of 3 deterministic runs differed from the first");
+    MESSAGE("llama3.2-1b: " << fast_differ << " of 3 runs in the default order differed from its first");
+    CHECK(ggx_backend_cuda_qkv_rows_jobs(det->backend) == 0);
+    CHECK(ggx_backend_cuda_qkv_rows_jobs(fast->backend) >= 2);
+    const int V = det->cfg.n_vocab;
+    double worst = 0;
+    for (size_t row = 0; row < det0.size() / V; row++) worst = std::max(worst, rel_err(det0.data() + row * V, fast0.data() + row * V, V));
+    CHECK_MESSAGE(worst < 5e-3, "deterministic against the default order: rel err " << worst);
+}
+
 // GGX_ATTN_FA_ROWS=32 (read per launch) in a model: the prefill attention with two row tiles per
 // warp writing the o matmul's fp16 x, against the CPU with the fused path's bound.
 TEST_CASE("cuda: prefill attention with 32 query rows per warp in a model matches the CPU backend") {

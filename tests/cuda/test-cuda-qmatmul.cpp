@@ -19,6 +19,7 @@
 #include "exl2/quant/synthetic.h"
 #include "exl2/safetensors.h"
 
+#include <cstring>
 #include <memory>
 
 using namespace cudatest;
@@ -113,16 +114,21 @@ void add_ref_product(const QCase & c, const std::vector<float> & x, int T, std::
         }
 }
 
-// Runs y = x W on CUDA (and on the CPU when `with_cpu`), checks both bounds.
-void check_qmatmul(const QCase & c, int T, bool with_cpu, const std::string & what) {
+// The graph y = x W of a case, x given as bytes (T rows of K floats).
+Builder qmatmul_graph(const QCase & c, int T, const std::vector<uint8_t> & xb) {
+    return [&c, T, &xb](GraphRun & r) {
+        ggx_tensor * w = r.qweight(c.L);
+        ggx_tensor * xt = r.input(GGX_TYPE_F32, {c.L.K, T}, xb);
+        return ggx_mul_mat(r.ctx, w, xt);
+    };
+}
+
+// Runs y = x W on CUDA (and on the CPU when `with_cpu`), checks both bounds; returns the GPU's y.
+std::vector<float> check_qmatmul(const QCase & c, int T, bool with_cpu, const std::string & what) {
     const int K = c.L.K, N = c.L.N;
     const std::vector<float> x = random_x(T, K, K * 31 + N * 7 + T);
     const std::vector<uint8_t> xb = bytes_of(x);
-    Builder build = [&](GraphRun & r) {
-        ggx_tensor * w = r.qweight(c.L);
-        ggx_tensor * xt = r.input(GGX_TYPE_F32, {K, T}, xb);
-        return ggx_mul_mat(r.ctx, w, xt);
-    };
+    const Builder build = qmatmul_graph(c, T, xb);
     Output gpu = run_graph(cuda_backend(), build);
     std::vector<double> ref, mag;
     add_ref_product(c, x, T, ref, mag);
@@ -137,6 +143,7 @@ void check_qmatmul(const QCase & c, int T, bool with_cpu, const std::string & wh
         std::vector<double> cpud(cpu.f.begin(), cpu.f.end());
         check_bound(gpu.f, cpud, bound2, what + " vs cpu backend");
     }
+    return gpu.f;
 }
 
 }  // namespace
@@ -318,6 +325,43 @@ TEST_CASE("cuda: GPTQ matmul with and without act-order, GEMV and prefill") {
             for (int T : {1, 5, 8, 20})
                 check_qmatmul(c, T, T == 1 || T == 20, "gptq g" + std::to_string(gs) + " act " + std::to_string(act) + " T " + std::to_string(T));
         }
+}
+
+// The backend asked for repeatable results (ggx_backend_set_deterministic, exl2_model_params::
+// deterministic): the GPTQ GEMV's K-slices store their partial sums and one kernel adds them in
+// slice order, instead of adding into y with atomics in whatever order the blocks finish. At a
+// real shape (4096 rows: 16 K-slices of 256) the result must be the same bits on every run and
+// within the double reference's bound; the default path's runs are counted where they differ
+// (reported, not required: atomics may happen to agree), which shows the check can fail.
+TEST_CASE("cuda: GPTQ GEMV with deterministic sums gives the same bits every run") {
+    REQUIRE_CUDA();
+    struct Deterministic {
+        Deterministic() { REQUIRE(ggx_backend_set_deterministic(cuda_backend(), 1) == GGX_STATUS_OK); }
+        ~Deterministic() { ggx_backend_set_deterministic(cuda_backend(), 0); }
+    };
+    const QCase c = make_gptq(4096, 1024, 128, true, 91);
+    for (int T : {1, 8}) {
+        const std::vector<float> x = random_x(T, c.L.K, 5 + T);
+        const std::vector<uint8_t> xb = bytes_of(x);
+        const Builder build = qmatmul_graph(c, T, xb);
+        const std::vector<float> fast0 = run_graph(cuda_backend(), build).f;
+        int fast_differ = 0, det_differ = 0;
+        {
+            const Deterministic det;
+            check_qmatmul(c, T, false, "gptq deterministic T " + std::to_string(T));
+            const std::vector<float> det0 = run_graph(cuda_backend(), build).f;
+            for (int r = 0; r < 6; r++) {
+                const std::vector<float> y = run_graph(cuda_backend(), build).f;
+                det_differ += memcmp(y.data(), det0.data(), y.size() * sizeof(float)) != 0;
+            }
+        }
+        for (int r = 0; r < 6; r++) {
+            const std::vector<float> y = run_graph(cuda_backend(), build).f;
+            fast_differ += memcmp(y.data(), fast0.data(), y.size() * sizeof(float)) != 0;
+        }
+        CHECK_MESSAGE(det_differ == 0, "T " << T << ": " << det_differ << " of 6 deterministic runs differed from the first");
+        MESSAGE("GPTQ GEMV T " << T << ": " << fast_differ << " of 6 runs in the default order differed from its first");
+    }
 }
 
 TEST_CASE("cuda: matmul with f32/f16/bf16 weights, GEMV and cuBLAS paths") {
