@@ -51,6 +51,9 @@ constexpr int k_red_slice_cost = 8;           // the same for a job whose K-slic
 constexpr int64_t k_large_next = 48 << 20;    // a next job of at least these weight bytes is large (ditto)
 constexpr int k_stage = k_max_rows / k_group; // rows of x each thread stages (see the kernel's step 2)
 constexpr int k_max_smem = 96 * 1024;         // dynamic shared memory at most: T = 8 with RoPE (see ggx_cuda_qgemv_run)
+// gemv_args::flags: one-row ADD epilogues in place add every K-slice's sums into y (GGX_QGEMV_RED,
+// default on); a one-row job keeps one piece per thread in flight instead of two (one_deep)
+constexpr int k_flag_red = 1, k_flag_one_deep = 2;
 constexpr int k_prefetch_rows = 2;            // L2 warm-up rows per thread (see prefetch_rows; measured)
 
 // Warp groups per block for T rows: shared memory holds T * W fine slices of x.
@@ -109,9 +112,7 @@ struct gemv_args {
     ggx_params_rope rope;
     int head_dim, act;
     int prefetch;
-    int red;             // bit 0: one-row ADD epilogues in place add every K-slice's sums into y (GGX_QGEMV_RED,
-                         // default 1); bit 1: one piece per thread in flight (GGX_QGEMV_ONE_DEEP, measurements;
-                         // a field of its own made k_qgemv<2,4> spill 8 bytes more)
+    int flags;           // k_flag_red, k_flag_one_deep (a field of each made k_qgemv<2,4> spill more)
     float evict_first;   // fraction of the weight loads marked L2 evict-first (GGX_QGEMV_EVICT_FIRST)
     int * counters;
     gemv_attn attn;
@@ -620,7 +621,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     piece_regs A, B;
     if (work) {
         piece_load(M, p_begin, n, A, a.evict_first);
-        if (p_begin + 1 < p_end && !(T == 1 && (a.red & 2))) piece_load(M, p_begin + 1, n, B, a.evict_first);
+        if (p_begin + 1 < p_end && !(T == 1 && (a.flags & k_flag_one_deep))) piece_load(M, p_begin + 1, n, B, a.evict_first);
         if (a.prefetch > 0 && p_begin + 2 < p_end) {
             const int4 pf = M.pieces[p_begin + 2], pl = M.pieces[p_end - 1];
             const int q1 = min(pl.y + pl.w * (pl.z & 15) / 32, pf.y + a.prefetch);
@@ -675,7 +676,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     for (int j = 0; j < k_stage; j++)
 #pragma unroll
         for (int t = 0; t < T; t++) xv[j][t] = src[j] >= 0 ? a.x[(size_t)t * K + src[j]] : 0.0f;
-    // With a.red (one row, an ADD epilogue in place: y holds the residual), every K-slice adds its
+    // With k_flag_red (one row, an ADD epilogue in place: y holds the residual), every K-slice adds its
     // sums into y with vector reductions and exits: no partials, no counter, no last block, so the
     // tile's tail and its two L2 round trips (the count, the partials) leave the layer's chain;
     // the next kernel's PDL wait returns once the reductions are done. The probe handoff-chain.cu
@@ -687,7 +688,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     // storing k and v into the caches itself. A probe (run 184, H100: every K-slice storing or
     // adding its own sums, wrong results) put removing q/k/v's tail at +3.5% on llama3-8b 4.0 and
     // +5.3% on llama3.2-1b.
-    const bool reduce = T == 1 && (((a.red & 1) && M.in_place) || M.rows);
+    const bool reduce = T == 1 && (((a.flags & k_flag_red) && M.in_place) || M.rows);
     float rinv[T];
 #pragma unroll
     for (int t = 0; t < T; t++) rinv[t] = 1.0f;
@@ -759,9 +760,8 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     if (work) {
         // two pieces in flight: the next one's words load while this one is multiplied
         const half * xb = xh - k_begin;
-        // GGX_QGEMV_ONE_DEEP: half the stream's loads in flight, so that fewer bytes queue in the
-        // memory system ahead of the layer's dependent L2 round trips (bench/probes/queue-depth.cu)
-        if (T == 1 && (a.red & 2))
+        // one piece in flight (one_deep: jobs of fewer than 4 bits per weight measured faster so)
+        if (T == 1 && (a.flags & k_flag_one_deep))
             for (int p = p_begin; p < p_end; p++) {
                 piece_apply<T>(A, xb, ldx, v);
                 if (p + 1 < p_end) piece_load(M, p + 1, n, A, a.evict_first);
@@ -1054,10 +1054,23 @@ int prefetch_rows() {
     return v;
 }
 
-// GGX_QGEMV_ONE_DEEP=1: one piece per thread in flight in the loop (and before the PDL wait).
-int one_deep() {
-    static const int v = ggx_env_flag("GGX_QGEMV_ONE_DEEP") ? 1 : 0;
-    return v;
+// Whether a one-row job keeps one piece per thread in flight instead of two (in its loop and
+// before the PDL wait): where its weights average fewer than 4 bits. Runs 194-195 (H100, tg128@16,
+// every job one deep against none): llama3-8b 2.5 bpw +1.7%, 3.0 +4.5%, 3.5 +1.5%, llama3.2-1b 2.5
+// +1.8%; 4.0 -0.4% on llama3-8b and +0.7% on llama3.2-1b, 8.0 -1.3%. Why the narrower widths gain
+// is not measured (their pieces are 2-3 loads per thread, their loops spend more instructions per
+// byte). GGX_QGEMV_ONE_DEEP=0: never, =1: every one-row job.
+bool one_deep(const ggx_qgemv_job & job) {
+    static const int mode = ggx_env_int_in("GGX_QGEMV_ONE_DEEP", 0, 1, -1);
+    if (job.T != 1 || mode == 0) return false;
+    if (mode == 1) return true;
+    int64_t bits = 0, weights = 0;
+    for (int i = 0; i < job.n_mat; i++) {
+        const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
+        bits += (int64_t)q->qrows * 32 * q->N;   // a column's packed words cover its K weights
+        weights += (int64_t)q->K * q->N;
+    }
+    return bits < 4 * weights;
 }
 
 // GGX_QGEMV_EVICT_FIRST=P: P percent of the weight loads are marked L2 evict-first (default all:
@@ -1258,7 +1271,7 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
                       job.m[0].w->name, job.T, job.head_dim);
         return GGX_STATUS_FAILED;
     }
-    a.red = (ctx.red ? 1 : 0) | one_deep() << 1;
+    a.flags = (ctx.red ? k_flag_red : 0) | (one_deep(job) ? k_flag_one_deep : 0);
     const size_t smem = smem_bytes(job.T, m, L.rope, job.attn.bound, job.head_dim);
     if (smem > (size_t)k_max_smem) {
         ggx_set_error("cuda: decode matmul of %s needs %zu bytes of shared memory (at most %d)", job.m[0].w->name, smem, k_max_smem);

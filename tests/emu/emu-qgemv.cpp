@@ -537,11 +537,11 @@ static int run_job(const Job & job, int idx) {
             for (int k = 0; k < K; k++) norm_tables[i][k] = norm_w[a.m[i].perm ? a.m[i].perm[k] : k];
             a.m[i].norm_wp = norm_tables[i].data();
         }
-    a.red = 1;                // (GGX_QGEMV_RED: one-row ADD jobs in place add their K-slices' sums into y)
-    if (idx % 2) a.red |= 2;  // odd jobs: one piece per thread in flight (GGX_QGEMV_ONE_DEEP; one-row only)
+    a.flags = emu::k_flag_red;                     // (one-row ADD jobs in place add their K-slices' sums into y)
+    if (idx % 2) a.flags |= emu::k_flag_one_deep;  // odd jobs: one piece per thread in flight (one-row only)
     // whether matrix i's sums are added into y by every K-slice (no fixed order: no bit-identity
     // across block orders, and each element changed by up to one block per K-slice)
-    auto reduced = [&](int i) { return T == 1 && (((a.red & 1) && a.m[i].in_place) || a.m[i].rows); };
+    auto reduced = [&](int i) { return T == 1 && (((a.flags & emu::k_flag_red) && a.m[i].in_place) || a.m[i].rows); };
     const size_t smem = emu::smem_bytes(T, job.m, lay.rope, gj.attn.bound, hd);
     if (smem > (size_t)emu::k_max_smem) { fprintf(stderr, "emu-qgemv: job %s needs %zu bytes of shared memory\n", job.what, smem); exit(2); }
     constexpr size_t smem_guard = 4096;
