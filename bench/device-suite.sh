@@ -122,11 +122,10 @@
 #                   16-byte loads each): does a hit wait behind the stream's loads in flight?
 #   onedeep         GGX_QGEMV_ONE_DEEP=1 (one piece per thread in flight in every one-row decode GEMV,
 #                   not two) against the default, two rounds: llama3-8b 4.0, 8.0 and 2.5, llama3.2-1b
-#                   4.0 @16; llama3-8b 4.0 @4096 both ways; the trace with it (runs 194-195; since
-#                   then the default takes one deep for jobs below 4 bits per weight)
-#   onedeep-rule    the GEMV and model cases of test-cuda (one-deep jobs now in them), then tg128@16
-#                   with GGX_QGEMV_ONE_DEEP=0 (never) against the default (jobs below 4 bits):
-#                   llama3-8b 3.0, 2.5 and 4.0, llama3.2-1b 2.5
+#                   4.0 @16; llama3-8b 4.0 @4096 both ways; the trace with it (runs 194-195)
+#   onedeep-rule    with GGX_QGEMV_ONE_DEEP=2 (one deep for one-row jobs below 4 bits per weight, the
+#                   default to be): the GEMV and model cases of test-cuda, then tg128@16 against the
+#                   default (none one deep): llama3-8b 3.0, 2.5, 3.5 and 4.0, llama3.2-1b 2.5, twice
 #   deterministic   the test-cuda cases of deterministic mode (a model's logits and the GPTQ GEMV repeat
 #                   bit for bit; how often the default order's runs differ is printed), then tg128@16
 #                   of llama3-8b and llama3.2-1b 4.0 with bench --deterministic and without, two rounds
@@ -460,8 +459,8 @@ for part in "$@"; do
                 done
             done ;;
         onedeep-rule)
-            run_tests -tc='*EXL2*,*synthetic*,*q/k/v rows*,*deterministic*,*logits*'
-            ab GGX_QGEMV_ONE_DEEP=0 "llama3-8b 3.0" "llama3-8b 2.5" "llama3-8b 4.0" "llama3.2-1b 2.5" ;;
+            (export GGX_QGEMV_ONE_DEEP=2; run_tests -tc='*EXL2*,*synthetic*,*q/k/v rows*,*deterministic*,*logits*')
+            for r in 1 2; do ab GGX_QGEMV_ONE_DEEP=2 "llama3-8b 3.0" "llama3-8b 2.5" "llama3-8b 3.5" "llama3-8b 4.0" "llama3.2-1b 2.5"; done ;;
         queuedepth)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/queue-depth.cu -o /tmp/queue-depth && /tmp/queue-depth ;;
         onedeep)
