@@ -51,7 +51,7 @@ void usage() {
         "  --sample             decode tests draw tokens as main does by default (temperature 0.8,\n"
         "                       top-k 40, top-p 0.95, min-p 0.05) instead of greedily\n"
         "  --deterministic      logits that repeat bit for bit from run to run (GPU sums in a\n"
-        "                       fixed order; slower decode)\n"
+        "                       fixed order; decode 8-15%% slower)\n"
         "  -t N                 CPU threads (default all)\n"
         "  -o md|json           output format (default md)\n"
         "  -h, --help           this text\n",

@@ -31,7 +31,7 @@ static void usage() {
         "  -b, --batch-size N     tokens per prompt chunk (default 512)\n"
         "  -t, --threads N        CPU threads (default: all cores)\n"
         "      --deterministic    logits that repeat bit for bit from run to run on a GPU (sums in a\n"
-        "                         fixed order; a few percent slower)\n"
+        "                         fixed order; decode 8-15%% slower)\n"
         "      --device DEV       %s\n"
         "      --cache TYPE       KV cache type: f16 (default) or f32\n"
         "      --no-bos           do not add the BOS token to the prompt\n"

@@ -28,7 +28,7 @@ static void usage() {
         "  -b, --batch-size N   tokens per forward pass (default 512)\n"
         "  -t, --threads N      CPU threads (default: all cores)\n"
         "      --deterministic  logits that repeat bit for bit from run to run on a GPU (sums in a\n"
-        "                       fixed order; a few percent slower)\n"
+        "                       fixed order; decode 8-15%% slower)\n"
         "      --device DEV     %s\n"
         "      --cache TYPE     KV cache type: f16 (default) or f32\n"
         "      --nll-out FILE   write each scored token's id and negative log-likelihood\n"
