@@ -9,7 +9,8 @@
 // The probe: 128 blocks of 512 threads (one per SM) stream their own 24 MB with A active threads
 // each holding U 16-byte loads in flight (A x U x 16 bytes per SM), while 4 more blocks' thread 0
 // walk a chain of dependent ld.cg over lines already in L2 (the hit) and, separately, over lines
-// never touched (a DRAM miss). The stream's loads are L2 evict-first, as the engine's weights.
+// no launch touched before (a DRAM miss: each launch walks its own lane of lines). The stream's
+// loads are L2 evict-first, as the engine's weights.
 // Printed per (A, U): the stream's bandwidth, and the median hit and miss latencies taken while
 // every streaming block was running.
 //
@@ -26,7 +27,8 @@ constexpr int k_stream_blocks = 128, k_ping_blocks = 4, k_threads = 512;
 constexpr size_t k_block_bytes = 24u << 20;        // streamed per block
 constexpr int k_pings = 4096;                      // per pinging block at most
 constexpr int k_hit_lines = 32;                    // 8 lines per pinger, touched every few us: they stay in L2
-constexpr size_t k_miss_span = 1u << 30;           // cold lines for the miss chain
+constexpr size_t k_miss_span = 1u << 30;           // cold lines for the miss chains
+constexpr int k_miss_lanes = 512;                  // chains 128 bytes apart within a 64 KB + 128 B stride
 
 __device__ __forceinline__ uint64_t gtime() {
     uint64_t t;
@@ -65,7 +67,7 @@ __device__ void stream(const uint4 * p, int active, uint4 * sink) {
 
 template <int U>
 __global__ void __launch_bounds__(k_threads, 1) k_probe(const uint4 * data, int active, const int * hit, const int * miss,
-                                                        int use_miss, probe_out * out, int * done, uint4 * sink) {
+                                                        int use_miss, int lane, probe_out * out, int * done, uint4 * sink) {
     extern __shared__ uint4 pad[];   // one block per SM
     if (blockIdx.x < k_stream_blocks) {
         __syncthreads();
@@ -81,7 +83,8 @@ __global__ void __launch_bounds__(k_threads, 1) k_probe(const uint4 * data, int 
     if (threadIdx.x != 0) return;
     const int b = blockIdx.x - k_stream_blocks;
     const int * chain = use_miss ? miss : hit;
-    int j = use_miss ? b * (int)(k_miss_span / 4 / k_ping_blocks) + 32 : b * k_hit_lines / k_ping_blocks * 32;   // each pinger its own lines
+    // each pinger its own lines; each launch its own lane of the miss chains
+    int j = use_miss ? b * (int)(k_miss_span / 4 / k_ping_blocks) + 32 * (lane + 1) : b * k_hit_lines / k_ping_blocks * 32;
     int i = 0;
     for (; i < k_pings; i++) {
         if ((i & 15) == 0 && *(volatile int *)done >= k_stream_blocks) break;
@@ -96,11 +99,11 @@ __global__ void __launch_bounds__(k_threads, 1) k_probe(const uint4 * data, int 
 }
 
 template <int U>
-void run_case(const uint4 * data, int active, const int * hit, const int * miss, int use_miss, probe_out * d_out,
+void run_case(const uint4 * data, int active, const int * hit, const int * miss, int use_miss, int lane, probe_out * d_out,
               int * d_done, uint4 * sink, size_t smem, double & tbs, double & ping_med, double & ping_p90) {
     CK(cudaFuncSetAttribute(k_probe<U>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     CK(cudaMemset(d_done, 0, sizeof(int)));
-    k_probe<U><<<k_stream_blocks + k_ping_blocks, k_threads, smem>>>(data, active, hit, miss, use_miss, d_out, d_done, sink);
+    k_probe<U><<<k_stream_blocks + k_ping_blocks, k_threads, smem>>>(data, active, hit, miss, use_miss, lane, d_out, d_done, sink);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     static probe_out h;
@@ -141,20 +144,17 @@ int main() {
     int * hit;
     CK(cudaMalloc(&hit, hit_host.size() * sizeof(int)));
     CK(cudaMemcpy(hit, hit_host.data(), hit_host.size() * sizeof(int), cudaMemcpyHostToDevice));
-    // miss chain: pinger b jumps by 64 KB + 128 B through 1 GB it alone reads, never twice
+    // miss chains: pinger b's lane L jumps by 64 KB + 128 B through the 256 MB it alone reads,
+    // starting 128 (L + 1) bytes in; at the end it returns to its start (reached only if a stream
+    // outlasts ~4000 misses)
     const size_t miss_ints = k_miss_span / 4;
     std::vector<int> miss_host(miss_ints, 0);
     const size_t stride = (65536 + 128) / 4;
-    for (int b = 0; b < k_ping_blocks; b++) {
-        const size_t span = miss_ints / k_ping_blocks, lo = (size_t)b * span;
-        size_t at = lo + 32;
-        for (int i = 0; i < k_pings + 16; i++) {
-            size_t nx = at + stride;
-            if (nx >= lo + span) nx = lo + 32 + (size_t)(i % 64) * 32;
-            miss_host[at] = (int)nx;
-            at = nx;
+    for (int b = 0; b < k_ping_blocks; b++)
+        for (int lane = 0; lane < k_miss_lanes; lane++) {
+            const size_t span = miss_ints / k_ping_blocks, lo = (size_t)b * span, start = lo + 32 * (size_t)(lane + 1);
+            for (size_t at = start; at < lo + span; at += stride) miss_host[at] = (int)(at + stride < lo + span ? at + stride : start);
         }
-    }
     int * miss;
     CK(cudaMalloc(&miss, miss_ints * sizeof(int)));
     CK(cudaMemcpy(miss, miss_host.data(), miss_ints * sizeof(int), cudaMemcpyHostToDevice));
@@ -171,13 +171,14 @@ int main() {
                             {512, 2}, {512, 4}, {512, 8}, {512, 16}};
     printf("%8s %4s %10s | %9s %8s %8s | %9s %8s %8s\n", "threads", "U", "KB/SM", "hit TB/s", "hit ns", "p90", "miss TB/s",
            "miss ns", "p90");
+    int lane = 0;
     for (const shape & s : shapes) {
         double r[2][3];
         for (int use_miss = 0; use_miss < 2; use_miss++) {
             auto go = [&](auto u) {
                 constexpr int U = decltype(u)::value;
-                run_case<U>(data, s.active, hit, miss, use_miss, d_out, d_done, sink, smem, r[use_miss][0], r[use_miss][1],
-                            r[use_miss][2]);
+                run_case<U>(data, s.active, hit, miss, use_miss, use_miss ? lane++ % k_miss_lanes : 0, d_out, d_done, sink, smem,
+                            r[use_miss][0], r[use_miss][1], r[use_miss][2]);
             };
             for (int rep = 0; rep < 2; rep++) {   // the first run warms the hit chain's lines into L2
                 switch (s.u) {
