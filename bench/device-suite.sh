@@ -126,8 +126,9 @@
 #   onedeep-rule    with GGX_QGEMV_ONE_DEEP=2 (one deep for one-row jobs below 4 bits per weight, the
 #                   default to be): the GEMV and model cases of test-cuda, then tg128@16 against the
 #                   default (none one deep): llama3-8b 3.0, 2.5, 3.5 and 4.0, llama3.2-1b 2.5, twice; then
-#                   GGX_QGEMV_ONE_DEEP=1 against the default at 4.25 and 4.5 (mixed 4/5-bit layers: the
-#                   widths measured so far confound "below 4 bits" with "mixed widths")
+#                   GGX_QGEMV_ONE_DEEP=3 (one deep where a job holds more than one width) against the
+#                   default at 4.25, 4.5, 3.0 and 4.0 (the widths measured so far confound "below 4
+#                   bits" with "mixed widths"; 4.25 and 4.5 are mixed 4/5-bit layouts, 4.0 uniform)
 #   deterministic   the test-cuda cases of deterministic mode (a model's logits and the GPTQ GEMV repeat
 #                   bit for bit; how often the default order's runs differ is printed), then tg128@16
 #                   of llama3-8b and llama3.2-1b 4.0 with bench --deterministic and without, two rounds
@@ -463,7 +464,7 @@ for part in "$@"; do
         onedeep-rule)
             (export GGX_QGEMV_ONE_DEEP=2; run_tests -tc='*EXL2*,*synthetic*,*q/k/v rows*,*deterministic*,*logits*')
             for r in 1 2; do ab GGX_QGEMV_ONE_DEEP=2 "llama3-8b 3.0" "llama3-8b 2.5" "llama3-8b 3.5" "llama3-8b 4.0" "llama3.2-1b 2.5"; done
-            for r in 1 2; do ab GGX_QGEMV_ONE_DEEP=1 "llama3-8b 4.25" "llama3-8b 4.5"; done ;;
+            for r in 1 2; do ab GGX_QGEMV_ONE_DEEP=3 "llama3-8b 4.25" "llama3-8b 4.5" "llama3-8b 3.0" "llama3-8b 4.0"; done ;;
         queuedepth)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/queue-depth.cu -o /tmp/queue-depth && /tmp/queue-depth ;;
         onedeep)

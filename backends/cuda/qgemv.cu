@@ -1055,24 +1055,29 @@ int prefetch_rows() {
 }
 
 // Whether a one-row job keeps one piece per thread in flight instead of two (in its loop and
-// before the PDL wait). GGX_QGEMV_ONE_DEEP=2: where its weights average fewer than 4 bits; =1:
-// every one-row job; 0 (the default until test-cuda has run with =2 on a GPU: the emulator runs
-// the loop, the device has only timed it): none. Runs 194-195 (H100, tg128@16,
+// before the PDL wait). GGX_QGEMV_ONE_DEEP=2: where its weights average fewer than 4 bits; =3:
+// where its matrices hold more than one width; =1: every one-row job; 0 (the default until
+// test-cuda has run with it on a GPU: the emulator runs the loop, the device has only timed it):
+// none. Every width measured below 4 bits is a mix and every one at 4 or more uniform, so the data
+// cannot yet tell the two rules apart (bench/NOTES-cuda-decode.md, session 38). Runs 194-195 (H100, tg128@16,
 // every job one deep against none): llama3-8b 2.5 bpw +1.7%, 3.0 +4.5%, 3.5 +1.5%, llama3.2-1b 2.5
 // +1.8%; 4.0 -0.4% on llama3-8b and +0.7% on llama3.2-1b, 8.0 -1.3%. Why the narrower widths gain
 // is not measured (their pieces are 2-3 loads per thread, their loops spend more instructions per
 // byte).
 bool one_deep(const ggx_qgemv_job & job) {
-    static const int mode = ggx_env_int_in("GGX_QGEMV_ONE_DEEP", 0, 2, 0);
+    static const int mode = ggx_env_int_in("GGX_QGEMV_ONE_DEEP", 0, 3, 0);
     if (job.T != 1 || mode == 0) return false;
     if (mode == 1) return true;
     int64_t bits = 0, weights = 0;
+    unsigned widths = 0;   // one bit per width present
     for (int i = 0; i < job.n_mat; i++) {
         const ggx_qmatrix * q = (const ggx_qmatrix *)job.m[i].w->extra;
         bits += (int64_t)q->qrows * 32 * q->N;   // a column's packed words cover its K weights
         weights += (int64_t)q->K * q->N;
+        for (int w = 0; w < GGX_EXL2_N_WIDTHS; w++)
+            if (q->rows_per_width[w] > 0) widths |= 1u << w;
     }
-    return bits < 4 * weights;
+    return mode == 2 ? bits < 4 * weights : (widths & (widths - 1)) != 0;
 }
 
 // GGX_QGEMV_EVICT_FIRST=P: P percent of the weight loads are marked L2 evict-first (default all:
