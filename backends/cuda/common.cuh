@@ -127,12 +127,11 @@ struct ggx_cuda_ctx {
     int            attn_tail = 0;
     // One-row o and down GEMVs (ADD in place) add each K-slice's sums into the residual with vector
     // reductions instead of the split-K hand-off (qgemv.cu; GGX_QGEMV_RED=0 turns it off for logits
-    // that are the same bits from run to run). red_env: the environment's choice; red is that
-    // unless the backend was asked for repeatable results (deterministic: also the GPTQ GEMV's
-    // K-slices summed in order, qmatrix.cu).
+    // that are the same bits from run to run). Asked for repeatable results (deterministic), the
+    // backend adds no K-slice with atomics (adds_slices) and sums the GPTQ GEMV's in order too.
     bool           red = true;
-    bool           red_env = true;
     bool           deterministic = false;
+    bool           adds_slices() const { return red && !deterministic; }
     // The q/k/v rows (decode-plan.h, ggx_attn_rows): one-row q/k/v jobs add their K-slices' sums
     // there and the decode attention reads them, instead of the split-K hand-off (with red;
     // GGX_QKV_ROWS=0 turns it off). Cleared at the start of each run; grows only, like the

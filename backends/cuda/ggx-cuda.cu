@@ -330,7 +330,7 @@ ggx_status prepare(ggx_backend * be, ggx_graph * g, ggx_cuda_plan & plan) {
         need = std::max(need, node_scratch(ctx, n));
     }
     // the steps (GGX_CUDA_STEP) run their own q/k/v stages, without the attention tail
-    ggx_cuda_plan_graph(ctx.fuse, g, plan, ctx.strip_step ? 0 : ctx.attn_tail, !ctx.strip_step && ctx.red && ctx.qkv_rows_on);
+    ggx_cuda_plan_graph(ctx.fuse, g, plan, ctx.strip_step ? 0 : ctx.attn_tail, !ctx.strip_step && ctx.adds_slices() && ctx.qkv_rows_on);
     GGX_RETURN_IF_ERR(ggx_cuda_rope_table_prepare(ctx, plan));   // (before the capture: it allocates)
     GGX_RETURN_IF_ERR(ensure_qkv_rows(ctx, plan.rows_floats));   // (likewise)
     GGX_RETURN_IF_ERR(ggx_cuda_norm_tables_prepare(ctx, plan));  // (likewise)
@@ -508,9 +508,7 @@ ggx_status be_top_n_end(ggx_backend * be, int32_t * ids, float * values, int32_t
 // GEMV sums its slices' partials in order). Graphs planned the other way are captured again (the
 // signature holds the mode).
 ggx_status be_set_deterministic(ggx_backend * be, int on) {
-    ggx_cuda_ctx & ctx = *ctx_of(be);
-    ctx.deterministic = on != 0;
-    ctx.red = ctx.red_env && !ctx.deterministic;
+    ctx_of(be)->deterministic = on != 0;
     return GGX_STATUS_OK;
 }
 
@@ -628,7 +626,7 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->tile_warps = ggx_tile_step_warps(ggx_env_int_in("GGX_CUDA_STEP_TILE_WARPS", 12, 16, 16));
     ctx->tile_split = ggx_env_int_in("GGX_CUDA_STEP_TILE_QKV", 0, 1, 1) != 0;
     ctx->attn_tail = ggx_env_int_in("GGX_ATTN_TAIL", 0, GGX_ATTN_TAIL_MAX_KEYS, 0);
-    ctx->red = ctx->red_env = ggx_env_int_in("GGX_QGEMV_RED", 0, 1, 1) != 0;
+    ctx->red = ggx_env_int_in("GGX_QGEMV_RED", 0, 1, 1) != 0;
     ctx->qkv_rows_on = ggx_env_int_in("GGX_QKV_ROWS", 0, 1, 1) != 0;
 #if defined(GGX_USE_HIP)
     // its units are 32 lanes wide, one per slice: not written for 64-wide wavefronts, never run on AMD

@@ -758,21 +758,22 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
 #pragma unroll
     for (int t = 0; t < T; t++) v[t][0] = v[t][1] = v[t][2] = v[t][3] = 0.0f;
     if (work) {
-        // two pieces in flight: the next one's words load while this one is multiplied
         const half * xb = xh - k_begin;
-        // one piece in flight (one_deep: jobs of fewer than 4 bits per weight measured faster so)
-        if (T == 1 && (a.flags & k_flag_one_deep))
+        if (T == 1 && (a.flags & k_flag_one_deep)) {
+            // one piece in flight (one_deep)
             for (int p = p_begin; p < p_end; p++) {
                 piece_apply<T>(A, xb, ldx, v);
                 if (p + 1 < p_end) piece_load(M, p + 1, n, A, a.evict_first);
             }
-        else
-        for (int p = p_begin; p < p_end; p += 2) {
-            piece_apply<T>(A, xb, ldx, v);
-            if (p + 2 < p_end) piece_load(M, p + 2, n, A, a.evict_first);
-            if (p + 1 >= p_end) break;
-            piece_apply<T>(B, xb, ldx, v);
-            if (p + 3 < p_end) piece_load(M, p + 3, n, B, a.evict_first);
+        } else {
+            // two pieces in flight: the next one's words load while this one is multiplied
+            for (int p = p_begin; p < p_end; p += 2) {
+                piece_apply<T>(A, xb, ldx, v);
+                if (p + 2 < p_end) piece_load(M, p + 2, n, A, a.evict_first);
+                if (p + 1 >= p_end) break;
+                piece_apply<T>(B, xb, ldx, v);
+                if (p + 3 < p_end) piece_load(M, p + 3, n, B, a.evict_first);
+            }
         }
 #pragma unroll
         for (int t = 0; t < T; t++)
@@ -1058,12 +1059,10 @@ int prefetch_rows() {
 // before the PDL wait). GGX_QGEMV_ONE_DEEP=2: where its weights average fewer than 4 bits; =3:
 // where its matrices hold more than one width; =1: every one-row job; 0 (the default until
 // test-cuda has run with it on a GPU: the emulator runs the loop, the device has only timed it):
-// none. Every width measured below 4 bits is a mix and every one at 4 or more uniform, so the data
-// cannot yet tell the two rules apart (bench/NOTES-cuda-decode.md, session 38). Runs 194-195 (H100, tg128@16,
-// every job one deep against none): llama3-8b 2.5 bpw +1.7%, 3.0 +4.5%, 3.5 +1.5%, llama3.2-1b 2.5
-// +1.8%; 4.0 -0.4% on llama3-8b and +0.7% on llama3.2-1b, 8.0 -1.3%. Why the narrower widths gain
-// is not measured (their pieces are 2-3 loads per thread, their loops spend more instructions per
-// byte).
+// none. Runs 194-195 (H100, tg128@16, every job one deep against none): llama3-8b 2.5 bpw +1.7%,
+// 3.0 +4.5%, 3.5 +1.5%, llama3.2-1b 2.5 +1.8%; 4.0 -0.4% on llama3-8b and +0.7% on llama3.2-1b,
+// 8.0 -1.3%. Every width measured below 4 bits is a mix and every one at 4 or more uniform, so the
+// data cannot yet tell the two rules apart (bench/NOTES-cuda-decode.md, session 38).
 bool one_deep(const ggx_qgemv_job & job) {
     static const int mode = ggx_env_int_in("GGX_QGEMV_ONE_DEEP", 0, 3, 0);
     if (job.T != 1 || mode == 0) return false;
@@ -1233,7 +1232,7 @@ int ggx_cuda_qgemv_blocks(const ggx_qgemv_job & job, int m) {
 }
 
 size_t ggx_cuda_qgemv_scratch(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
-    const int m = ggx_cuda_qgemv_group_slices(job, ctx.n_sm, ctx.red);
+    const int m = ggx_cuda_qgemv_group_slices(job, ctx.n_sm, ctx.adds_slices());
     size_t total = 0;
     for (int i = 0; i < job.n_mat; i++) total += partial_bytes(qextra_of(job.m[i]), job.T, ((const ggx_qmatrix *)job.m[i].w->extra)->Np, m);
     return total + attn_state_bytes(job);
@@ -1249,7 +1248,7 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
             ggx_set_error("cuda: %s: quantized matrix not prepared for this backend", job.m[i].w->name);
             return GGX_STATUS_FAILED;
         }
-    const int m = ggx_cuda_qgemv_group_slices(job, ctx.n_sm, ctx.red);
+    const int m = ggx_cuda_qgemv_group_slices(job, ctx.n_sm, ctx.adds_slices());
     const bool pairs = pairs_allowed() && job.T == 1 && m % 2 == 0;
     gemv_args a = {};
     for (int i = 0; i < job.n_mat; i++)
@@ -1278,7 +1277,7 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
                       job.m[0].w->name, job.T, job.head_dim);
         return GGX_STATUS_FAILED;
     }
-    a.flags = (ctx.red ? k_flag_red : 0) | (one_deep(job) ? k_flag_one_deep : 0);
+    a.flags = (ctx.adds_slices() ? k_flag_red : 0) | (one_deep(job) ? k_flag_one_deep : 0);
     const size_t smem = smem_bytes(job.T, m, L.rope, job.attn.bound, job.head_dim);
     if (smem > (size_t)k_max_smem) {
         ggx_set_error("cuda: decode matmul of %s needs %zu bytes of shared memory (at most %d)", job.m[0].w->name, smem, k_max_smem);

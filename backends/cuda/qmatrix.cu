@@ -544,6 +544,15 @@ template <int T> struct gptq_gemv_l {
     template <typename... A> static void launch(dim3 g, cudaStream_t s, A... a) { k_gptq_gemv<T><<<g, k_gemv_threads, 0, s>>>(a...); }
 };
 
+// The node's scratch (ggx_cuda_qmatmul_scratch bytes at its start), or null with the error set when
+// the buffer prepared for the graph is smaller.
+static void * qmatmul_scratch_at(const ggx_cuda_ctx & ctx, const ggx_tensor * dst) {
+    const size_t need = ggx_cuda_qmatmul_scratch(ctx, dst);
+    if (ctx.scratch_size >= need) return ctx.scratch;
+    ggx_set_error("cuda: scratch too small for %s (%zu < %zu)", dst->src[0]->name, ctx.scratch_size, need);
+    return nullptr;
+}
+
 bool ggx_cuda_qmatmul_is_prefill(const ggx_tensor * dst) {
     return dst->op == GGX_OP_MUL_MAT && dst->src[0]->extra && ggx_nrows(dst->src[1]) > GGX_CUDA_QGEMV_MAX_T &&
            (dst->src[0]->type == GGX_TYPE_EXL2 || dst->src[0]->type == GGX_TYPE_GPTQ);
@@ -570,12 +579,8 @@ ggx_status ggx_cuda_op_qmatmul(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
         // repeat bit for bit, store their partials for one in-order sum
         float * partial = nullptr;
         if (ctx.deterministic) {
-            const size_t need = ggx_cuda_qmatmul_scratch(ctx, dst);
-            if (ctx.scratch_size < need) {
-                ggx_set_error("cuda: scratch too small for %s (%zu < %zu)", w->name, ctx.scratch_size, need);
-                return GGX_STATUS_FAILED;
-            }
-            partial = (float *)ctx.scratch;
+            partial = (float *)qmatmul_scratch_at(ctx, dst);
+            if (!partial) return GGX_STATUS_FAILED;
         } else {
             GGX_CUDA_CHECK(cudaMemsetAsync(y, 0, (size_t)T * N * sizeof(float), ctx.stream));
         }
@@ -594,13 +599,9 @@ ggx_status ggx_cuda_op_qmatmul(ggx_cuda_ctx & ctx, ggx_tensor * dst) {
     }
 
     // prefill: x16 = f16(x) once, then per column slice: dequantize (rows permuted), GEMM into y[:, n0:n0+nc]
-    const size_t need = ggx_cuda_qmatmul_scratch(ctx, dst);
-    if (ctx.scratch_size < need) {
-        ggx_set_error("cuda: scratch too small for %s (%zu < %zu)", w->name, ctx.scratch_size, need);
-        return GGX_STATUS_FAILED;
-    }
-    half * x16 = (half *)ctx.scratch;
-    half * w16 = (half *)((char *)ctx.scratch + (((size_t)T * K * 2 + 255) & ~(size_t)255));
+    half * x16 = (half *)qmatmul_scratch_at(ctx, dst);
+    if (!x16) return GGX_STATUS_FAILED;
+    half * w16 = (half *)((char *)x16 + (((size_t)T * K * 2 + 255) & ~(size_t)255));
     if (ctx.x16_of != xt) {   // else the previous matmul read the same x (run_nodes keeps this honest)
         const int64_t nx = T * K;
         const unsigned cblocks = (unsigned)std::min<int64_t>((nx / 4 + 255) / 256, 8 * ctx.n_sm);
