@@ -84,16 +84,10 @@ int main(int argc, char ** argv) {
     void (*kernels[3])(const uint4 *, int, const float *, float *, float4 *, int *) = {k_gemv<k_bare>, k_gemv<k_split>, k_gemv<k_cluster>};
     const char * names[3] = {"bare", "split", "cluster"};
     for (auto k : kernels) CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c.smem));
-    cudaStream_t s = c.s;
-    for (int round = 0; round < 2; round++)
-        for (int m = 0; m < 3; m++) {
-            const double us = chain_us(s, k_chain, [&](int i) {
-                // kernel i reads buffer (i + 1) % 2 (kernel i - 1's output) and writes i % 2
-                const uint4 * w = c.pool + (size_t)(i % c.regions) * c.words * k_blocks;
-                chain_launch(c, k_blocks, k_threads, m == k_cluster ? k_slices : 1, kernels[m], w, c.words, (const float *)(c.bufs + (size_t)((i + 1) % 2) * k_n),
-                                      c.bufs + (size_t)(i % 2) * k_n, c.partial, c.counters);
-            });
-            printf("round %d %-7s %7.2f us per kernel (%.2f TB/s of weights)\n", round + 1, names[m], us, c.per_kernel / (us * 1e-6) / 1e12);
-        }
+    chain_rounds(c, k_blocks, k_chain, 3, names, [&](int m, int i, const uint4 * w) {
+        // kernel i reads buffer (i + 1) % 2 (kernel i - 1's output) and writes i % 2
+        chain_launch(c, k_blocks, k_threads, m == k_cluster ? k_slices : 1, kernels[m], w, c.words,
+                     (const float *)(c.bufs + (size_t)((i + 1) % 2) * k_n), c.bufs + (size_t)(i % 2) * k_n, c.partial, c.counters);
+    });
     return 0;
 }

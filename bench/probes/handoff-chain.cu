@@ -70,17 +70,11 @@ int main(int argc, char ** argv) {
     void (*kernels[3])(const uint4 *, int, const float *, float *, float *, float4 *, int *) = {k_gemv<k_bare>, k_gemv<k_split>, k_gemv<k_red>};
     const char * names[3] = {"bare", "split", "red"};
     for (auto k : kernels) CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c.smem));
-    cudaStream_t s = c.s;
-    for (int round = 0; round < 2; round++)
-        for (int m = 0; m < 3; m++) {
-            const double us = chain_us(s, k_chain, [&](int i) {
-                // kernel i reads buffer (i + 2) % 3, writes (or adds into) i % 3, zeroes (i + 1) % 3 for
-                // kernel i + 1 (its input, kernel i - 2's output... read by kernel i - 1, done)
-                const uint4 * w = c.pool + (size_t)(i % c.regions) * c.words * k_blocks;
-                chain_launch(c, k_blocks, k_threads, 1, kernels[m], w, c.words, (const float *)(c.bufs + (size_t)((i + 2) % 3) * k_n),
-                                      c.bufs + (size_t)(i % 3) * k_n, c.bufs + (size_t)((i + 1) % 3) * k_n, c.partial, c.counters);
-            });
-            printf("round %d %-5s %7.2f us per kernel (%.2f TB/s of weights)\n", round + 1, names[m], us, c.per_kernel / (us * 1e-6) / 1e12);
-        }
+    chain_rounds(c, k_blocks, k_chain, 3, names, [&](int m, int i, const uint4 * w) {
+        // kernel i reads buffer (i + 2) % 3, writes (or adds into) i % 3, zeroes (i + 1) % 3 for
+        // kernel i + 1 (its input, kernel i - 2's output... read by kernel i - 1, done)
+        chain_launch(c, k_blocks, k_threads, 1, kernels[m], w, c.words, (const float *)(c.bufs + (size_t)((i + 2) % 3) * k_n),
+                     c.bufs + (size_t)(i % 3) * k_n, c.bufs + (size_t)((i + 1) % 3) * k_n, c.partial, c.counters);
+    });
     return 0;
 }

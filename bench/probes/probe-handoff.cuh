@@ -3,8 +3,10 @@
 // what the two chain probes share (a GEMV-shaped block's stream, the chain's timing).
 #pragma once
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); exit(1); } } while (0)
 
@@ -144,4 +146,19 @@ void chain_launch(const chain_setup & c, int blocks, int threads, int cluster, K
     cfg.attrs = at;
     cfg.numAttrs = cluster > 1 ? 2 : 1;
     CK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
+// The chain probes' measurement: two rounds of each of the n modes, a chain of `chain` kernels per
+// mode (launch(m, i, w) enqueues kernel i of mode m, whose weights are the pool's at w), printed in
+// us per kernel and TB/s of weights, the modes named by names[m].
+template <class Launch>
+void chain_rounds(const chain_setup & c, int blocks, int chain, int n, const char * const * names, Launch launch) {
+    int width = 0;
+    for (int m = 0; m < n; m++) width = std::max(width, (int)strlen(names[m]));
+    for (int round = 0; round < 2; round++)
+        for (int m = 0; m < n; m++) {
+            const double us = chain_us(c.s, chain, [&](int i) { launch(m, i, c.pool + (size_t)(i % c.regions) * c.words * blocks); });
+            printf("round %d %-*s %7.2f us per kernel (%.2f TB/s of weights)\n", round + 1, width, names[m], us,
+                   c.per_kernel / (us * 1e-6) / 1e12);
+        }
 }
