@@ -117,6 +117,10 @@
 #                   llama3-8b 4.0 with GGX_QGEMV_ROWS_FOR=down_proj:224 (m 7, 128 blocks, unpaired
 #                   tables) and llama3.2-1b 4.0 with down_proj:64 (m 2, 128 blocks), each against
 #                   the default, two rounds
+#   prefetchfor     GGX_QGEMV_PREFETCH_FOR=o_proj:0 (o's blocks warm their whole slice in L2 before the PDL
+#                   wait, during the decode attention, when DRAM idles) against the default, two rounds:
+#                   llama3-8b 4.0 and 2.5, llama3.2-1b 4.0 @16, llama3-8b 4.0 @4096; then once each the
+#                   whole slice for gate_proj, down_proj and q_proj, and o_proj:8 (eight rows)
 #   queuedepth      bench/probes/queue-depth.cu built and run: the stream's bandwidth and a dependent L2
 #                   hit's (and DRAM miss's) latency under it, per bytes in flight per SM (threads x
 #                   16-byte loads each): does a hit wait behind the stream's loads in flight?
@@ -465,6 +469,14 @@ for part in "$@"; do
             (export GGX_QGEMV_ONE_DEEP=2; run_tests -tc='*EXL2*,*synthetic*,*q/k/v rows*,*deterministic*,*logits*')
             for r in 1 2; do ab GGX_QGEMV_ONE_DEEP=2 "llama3-8b 3.0" "llama3-8b 2.5" "llama3-8b 3.5" "llama3-8b 4.0" "llama3.2-1b 2.5"; done
             for r in 1 2; do ab GGX_QGEMV_ONE_DEEP=3 "llama3-8b 4.25" "llama3-8b 4.5" "llama3-8b 3.0" "llama3-8b 4.0"; done ;;
+        prefetchfor)
+            for r in 1 2; do
+                ab GGX_QGEMV_PREFETCH_FOR=o_proj:0 "llama3-8b 4.0" "llama3.2-1b 4.0" "llama3-8b 2.5"
+                echo "-- llama3-8b 4.0 @4096: GGX_QGEMV_PREFETCH_FOR=o_proj:0, then the default"
+                (export GGX_QGEMV_PREFETCH_FOR=o_proj:0; tg --synthetic llama3-8b --bpw 4.0 --ctx 4096)
+                tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
+            done
+            for v in gate_proj:0 down_proj:0 q_proj:0 o_proj:8; do ab GGX_QGEMV_PREFETCH_FOR=$v "llama3-8b 4.0"; done ;;
         queuedepth)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/queue-depth.cu -o /tmp/queue-depth && /tmp/queue-depth ;;
         onedeep)

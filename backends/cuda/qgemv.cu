@@ -1115,13 +1115,11 @@ static const ggx_cuda_qextra * qextra_of(const ggx_qgemv_job_mat & jm) { return 
 // so that a test can compare both): when their warp groups own whole pairs of fine slices (even m).
 static bool pairs_allowed() { return ggx_env_int("GGX_QGEMV_PAIRS", 1) != 0; }
 
-// GGX_QGEMV_ROWS_FOR=NAME:R[,NAME:R...] (measurements): R rows per warp group for the jobs whose
-// first matrix's name contains NAME, e.g. "o_proj:128" runs o in 8 K-slices of 512 rows per tile
-// (64 blocks) instead of the planned 16 of 256 (128 blocks), with half the partials to sum in
-// its tail and 68 SMs left to gate/up's early blocks. 0 when no entry matches.
-static int rows_for(const ggx_qgemv_job & job) {
-    const char * v = getenv("GGX_QGEMV_ROWS_FOR");
-    if (!v || !*v) return 0;
+// The value that a list NAME:V[,NAME:V...] in the environment variable `var` gives a job: the
+// first entry whose NAME the job's first matrix's name contains; `none` when no entry matches.
+static int value_for(const char * var, const ggx_qgemv_job & job, int none) {
+    const char * v = getenv(var);
+    if (!v || !*v) return none;
     const std::string spec(v), name = job.m[0].w->name;
     for (size_t at = 0; at < spec.size();) {
         size_t end = spec.find(',', at);
@@ -1132,7 +1130,24 @@ static int rows_for(const ggx_qgemv_job & job) {
             return atoi(item.c_str() + colon + 1);
         at = end + 1;
     }
-    return 0;
+    return none;
+}
+
+// GGX_QGEMV_ROWS_FOR=NAME:R[,NAME:R...] (measurements): R rows per warp group for the jobs whose
+// first matrix's name contains NAME, e.g. "o_proj:128" runs o in 8 K-slices of 512 rows per tile
+// (64 blocks) instead of the planned 16 of 256 (128 blocks), with half the partials to sum in
+// its tail and 68 SMs left to gate/up's early blocks. 0 when no entry matches.
+static int rows_for(const ggx_qgemv_job & job) { return value_for("GGX_QGEMV_ROWS_FOR", job, 0); }
+
+// GGX_QGEMV_PREFETCH_FOR=NAME:R[,NAME:R...] (measurements): R rows of packed words (0: the whole
+// slice) that each thread of the jobs whose first matrix's name contains NAME warms in L2 before
+// its PDL wait, in place of prefetch_rows(). The question it asks: a job whose blocks are resident
+// while DRAM idles (o during the decode attention: 8 blocks on 132 SMs at ctx 16) could pull its
+// whole slice into L2 there, where every job's whole slice at once lost 4-7% (run 123).
+static int prefetch_for(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
+    if (!ctx.prefetch) return 0;
+    const int r = value_for("GGX_QGEMV_PREFETCH_FOR", job, -1);
+    return r < 0 ? prefetch_rows() : r > 0 ? r : 1 << 30;
 }
 
 // Fine slices per warp group for a job. The blocks run in waves of n_sm (one block per SM: the
@@ -1261,7 +1276,7 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     a.rope_table = ggx_cuda_rope_table_for(ctx, job);
     for (int i = 0; i < job.n_mat; i++) a.m[i].norm_wp = ggx_cuda_norm_table_for(ctx, job, i);
     a.counters = ctx.counters;
-    a.prefetch = ctx.prefetch ? prefetch_rows() : 0;
+    a.prefetch = prefetch_for(ctx, job);
     a.evict_first = evict_first_fraction();
     if (ctx.trace) a.trace = ggx_cuda_trace_launch(ctx, std::string(job.m[0].w->name) + (job.n_mat > 1 ? " +" + std::to_string(job.n_mat - 1) : ""));
     if (L.partial_bytes > ctx.scratch_size) {
