@@ -1056,15 +1056,18 @@ int prefetch_rows() {
 }
 
 // Whether a one-row job keeps one piece per thread in flight instead of two (in its loop and
-// before the PDL wait). GGX_QGEMV_ONE_DEEP=2: where its weights average fewer than 4 bits; =3:
-// where its matrices hold more than one width; =1: every one-row job; 0 (the default until
-// test-cuda has run with it on a GPU: the emulator runs the loop, the device has only timed it):
-// none. Runs 194-195 (H100, tg128@16, every job one deep against none): llama3-8b 2.5 bpw +1.7%,
-// 3.0 +4.5%, 3.5 +1.5%, llama3.2-1b 2.5 +1.8%; 4.0 -0.4% on llama3-8b and +0.7% on llama3.2-1b,
-// 8.0 -1.3%. Every width measured below 4 bits is a mix and every one at 4 or more uniform, so the
-// data cannot yet tell the two rules apart (bench/NOTES-cuda-decode.md, session 38).
+// before the PDL wait). GGX_QGEMV_ONE_DEEP=3 (the default): where its matrices hold more than one
+// width; =2: where its weights average fewer than 4 bits; =1: every one-row job; 0: none.
+// Runs 194-195 (H100, tg128@16, every job one deep against none): llama3-8b 2.5 bpw +1.7%, 3.0
+// +4.5%, 3.5 +1.5%, llama3.2-1b 2.5 +1.8%; 4.0 -0.4% on llama3-8b and +0.7% on llama3.2-1b, 8.0
+// -1.3%. Those widths below 4 bits are all mixed layouts and those at 4 or more uniform; run 196
+// told the two rules apart: rule 3 gains at 4.25 (8/4, +1.5%) and 4.5 (8/5/4, +0.9%) as well, so
+// what pays is one copy of several widths' piece code in the loop, not the bit count. In the
+// traces of 3.0 (run 199) the slowest gate/up block finishes 0.9 us sooner and the kernels after
+// the one-deep ones (attention, o) run 0.4-0.7 us shorter: half the pieces loaded before the
+// wait load less under the previous kernel's tail.
 bool one_deep(const ggx_qgemv_job & job) {
-    static const int mode = ggx_env_int_in("GGX_QGEMV_ONE_DEEP", 0, 3, 0);
+    static const int mode = ggx_env_int_in("GGX_QGEMV_ONE_DEEP", 0, 3, 3);
     if (job.T != 1 || mode == 0) return false;
     if (mode == 1) return true;
     int64_t bits = 0, weights = 0;
