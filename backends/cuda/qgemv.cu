@@ -1045,6 +1045,24 @@ ggx_status launch(ggx_cuda_ctx & ctx, const gemv_args & a, int blocks, size_t sm
     return ggx_cuda_launch(ctx, kernel, dim3((unsigned)blocks), dim3(k_group * W), smem, a);
 }
 
+// The value that a list NAME:V[,NAME:V...] in the environment variable `var` gives a job: the
+// first entry whose NAME the job's first matrix's name contains; `none` when no entry matches.
+static int value_for(const char * var, const ggx_qgemv_job & job, int none) {
+    const char * v = getenv(var);
+    if (!v || !*v) return none;
+    const std::string spec(v), name = job.m[0].w->name;
+    for (size_t at = 0; at < spec.size();) {
+        size_t end = spec.find(',', at);
+        if (end == std::string::npos) end = spec.size();
+        const std::string item = spec.substr(at, end - at);
+        const size_t colon = item.rfind(':');
+        if (colon != std::string::npos && colon > 0 && name.find(item.substr(0, colon)) != std::string::npos)
+            return atoi(item.c_str() + colon + 1);
+        at = end + 1;
+    }
+    return none;
+}
+
 // Rows of packed words each thread warms in L2 before the PDL wait (GGX_QGEMV_PREFETCH, for
 // measurements; 0 = the whole slice).
 int prefetch_rows() {
@@ -1066,9 +1084,15 @@ int prefetch_rows() {
 // traces of 3.0 (run 199) the slowest gate/up block finishes 0.9 us sooner and the kernels after
 // the one-deep ones (attention, o) run 0.4-0.7 us shorter: half the pieces loaded before the
 // wait load less under the previous kernel's tail.
+// GGX_QGEMV_ONE_DEEP_FOR=NAME:D[,NAME:D...] (measurements): D = 1 one deep, 0 two deep for the
+// one-row jobs whose first matrix's name contains NAME, whatever the rule says: which job's depth
+// (its own loop, or the loads before its wait under the previous kernel's tail) moves the step.
 bool one_deep(const ggx_qgemv_job & job) {
     static const int mode = ggx_env_int_in("GGX_QGEMV_ONE_DEEP", 0, 3, 3);
-    if (job.T != 1 || mode == 0) return false;
+    if (job.T != 1) return false;
+    const int forced = value_for("GGX_QGEMV_ONE_DEEP_FOR", job, -1);
+    if (forced >= 0) return forced != 0;
+    if (mode == 0) return false;
     if (mode == 1) return true;
     int64_t bits = 0, weights = 0;
     unsigned widths = 0;   // one bit per width present
@@ -1117,24 +1141,6 @@ static const ggx_cuda_qextra * qextra_of(const ggx_qgemv_job_mat & jm) { return 
 // Whether one-row jobs may walk the paired piece tables (GGX_QGEMV_PAIRS=0: never; read per job
 // so that a test can compare both): when their warp groups own whole pairs of fine slices (even m).
 static bool pairs_allowed() { return ggx_env_int("GGX_QGEMV_PAIRS", 1) != 0; }
-
-// The value that a list NAME:V[,NAME:V...] in the environment variable `var` gives a job: the
-// first entry whose NAME the job's first matrix's name contains; `none` when no entry matches.
-static int value_for(const char * var, const ggx_qgemv_job & job, int none) {
-    const char * v = getenv(var);
-    if (!v || !*v) return none;
-    const std::string spec(v), name = job.m[0].w->name;
-    for (size_t at = 0; at < spec.size();) {
-        size_t end = spec.find(',', at);
-        if (end == std::string::npos) end = spec.size();
-        const std::string item = spec.substr(at, end - at);
-        const size_t colon = item.rfind(':');
-        if (colon != std::string::npos && colon > 0 && name.find(item.substr(0, colon)) != std::string::npos)
-            return atoi(item.c_str() + colon + 1);
-        at = end + 1;
-    }
-    return none;
-}
 
 // GGX_QGEMV_ROWS_FOR=NAME:R[,NAME:R...] (measurements): R rows per warp group for the jobs whose
 // first matrix's name contains NAME, e.g. "o_proj:128" runs o in 8 K-slices of 512 rows per tile
