@@ -123,7 +123,7 @@
 #                   whole slice for gate_proj, down_proj and q_proj, and o_proj:8 (eight rows)
 #   onedeepfor      which job's depth moves the step: GGX_QGEMV_ONE_DEEP_FOR=NAME:1 for each of q_proj,
 #                   o_proj, gate_proj, down_proj on llama3-8b 4.0 (uniform: none one deep by default),
-#                   NAME:0 for each on 3.0 (mixed: all one deep by default), two rounds; then traces of
+#                   NAME:0 for each on 3.0 (mixed: all one deep by default), two rounds (ROUNDS=N); then traces of
 #                   4.0 with GGX_QGEMV_PREFETCH_FOR=o_proj:0 and without (does o's loop run faster from L2?)
 #   queuedepth      bench/probes/queue-depth.cu built and run: the stream's bandwidth and a dependent L2
 #                   hit's (and DRAM miss's) latency under it, per bytes in flight per SM (threads x
@@ -482,7 +482,7 @@ for part in "$@"; do
             done
             for v in gate_proj:0 down_proj:0 q_proj:0 o_proj:8; do ab GGX_QGEMV_PREFETCH_FOR=$v "llama3-8b 4.0"; done ;;
         onedeepfor)
-            for r in 1 2; do
+            for r in $(seq "${ROUNDS:-2}"); do
                 for j in q_proj o_proj gate_proj down_proj; do ab GGX_QGEMV_ONE_DEEP_FOR=$j:1 "llama3-8b 4.0"; done
                 for j in q_proj o_proj gate_proj down_proj; do ab GGX_QGEMV_ONE_DEEP_FOR=$j:0 "llama3-8b 3.0"; done
             done
