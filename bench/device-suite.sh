@@ -125,6 +125,11 @@
 #                   o_proj, gate_proj, down_proj on llama3-8b 4.0 (uniform: none one deep by default),
 #                   NAME:0 for each on 3.0 (mixed: all one deep by default), two rounds (ROUNDS=N); then traces of
 #                   4.0 with GGX_QGEMV_PREFETCH_FOR=o_proj:0 and without (does o's loop run faster from L2?)
+#   late            the test-cuda case of GGX_QGEMV_LATE_FOR (first pieces after the PDL wait); then
+#                   GGX_QGEMV_LATE_FOR=o_proj:1 (o loads nothing during the decode attention) against the
+#                   default, ROUNDS (2) rounds: llama3-8b 4.0 and 3.0, llama3.2-1b 4.0, llama3-8b 4.0 @4096;
+#                   one round each of q_proj:1, gate_proj:1, down_proj:1 at 4.0; traces of 4.0 with o late
+#                   and without
 #   queuedepth      bench/probes/queue-depth.cu built and run: the stream's bandwidth and a dependent L2
 #                   hit's (and DRAM miss's) latency under it, per bytes in flight per SM (threads x
 #                   16-byte loads each): does a hit wait behind the stream's loads in flight?
@@ -489,6 +494,19 @@ for part in "$@"; do
             for v in o_proj:0 o_proj:2; do
                 echo "-- trace, llama3-8b 4.0 @16: GGX_QGEMV_PREFETCH_FOR=$v"
                 GGX_QGEMV_PREFETCH_FOR=$v GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p
+            done ;;
+        late)
+            run_tests -tc='*load their first pieces*'
+            for r in $(seq "${ROUNDS:-2}"); do
+                ab GGX_QGEMV_LATE_FOR=o_proj:1 "llama3-8b 4.0" "llama3-8b 3.0" "llama3.2-1b 4.0"
+                echo "-- llama3-8b 4.0 @4096: GGX_QGEMV_LATE_FOR=o_proj:1, then the default"
+                (export GGX_QGEMV_LATE_FOR=o_proj:1; tg --synthetic llama3-8b --bpw 4.0 --ctx 4096)
+                tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
+            done
+            for j in q_proj gate_proj down_proj; do ab GGX_QGEMV_LATE_FOR=$j:1 "llama3-8b 4.0"; done
+            for v in o_proj:1 o_proj:0; do
+                echo "-- trace, llama3-8b 4.0 @16: GGX_QGEMV_LATE_FOR=$v"
+                GGX_QGEMV_LATE_FOR=$v GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p
             done ;;
         queuedepth)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/queue-depth.cu -o /tmp/queue-depth && /tmp/queue-depth ;;
