@@ -130,6 +130,10 @@
 #                   default, ROUNDS (2) rounds: llama3-8b 4.0 and 3.0, llama3.2-1b 4.0, llama3-8b 4.0 @4096;
 #                   one round each of q_proj:1, gate_proj:1, down_proj:1 at 4.0; traces of 4.0 with o late
 #                   and without
+#   l2miss          ncu (eager, --cache-control none: L2 as the step left it) on 10 decode GEMV / attention
+#                   launches of llama3-8b 4.0 at ctx 16 and 4096: L2 read sectors, their lookup hits and
+#                   misses, DRAM bytes read: which kernels' loads miss L2 (under the stream a dependent
+#                   miss costs ~1 us, run 197)
 #   queuedepth      bench/probes/queue-depth.cu built and run: the stream's bandwidth and a dependent L2
 #                   hit's (and DRAM miss's) latency under it, per bytes in flight per SM (threads x
 #                   16-byte loads each): does a hit wait behind the stream's loads in flight?
@@ -507,6 +511,14 @@ for part in "$@"; do
             for v in o_proj:1 o_proj:0; do
                 echo "-- trace, llama3-8b 4.0 @16: GGX_QGEMV_LATE_FOR=$v"
                 GGX_QGEMV_LATE_FOR=$v GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p
+            done ;;
+        l2miss)
+            for c in 16 4096; do
+                echo "-- llama3-8b 4.0 @$c: L2 lookups per launch (ncu, eager)"
+                GGX_CUDA_NO_GRAPH=1 timeout 240 /usr/local/cuda/bin/ncu --cache-control none --clock-control none \
+                    --metrics gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum,lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum \
+                    -k regex:'k_qgemv|k_attn_decode' -s 200 -c 10 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 4 -r 1 --ctx $c 2>&1 |
+                    grep -E 'k_qgemv|k_attn_decode|duration|dram__|lts__' | head -70
             done ;;
         queuedepth)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/queue-depth.cu -o /tmp/queue-depth && /tmp/queue-depth ;;
