@@ -1087,7 +1087,7 @@ int prefetch_rows() {
 // Runs 194-195 (H100, tg128@16, every job one deep against none): llama3-8b 2.5 bpw +1.7%, 3.0
 // +4.5%, 3.5 +1.5%, llama3.2-1b 2.5 +1.8%; 4.0 -0.4% on llama3-8b and +0.7% on llama3.2-1b, 8.0
 // -1.3%. Those widths below 4 bits are all mixed layouts and those at 4 or more uniform; run 196
-// told the two rules apart: rule 3 gains at 4.25 (8/4, +1.5%) and 4.5 (8/5/4, +0.9%) as well, so
+// told the two rules apart: rule 3 gains at 4.25 (8/4, +1.5%) and 4.5 (8/5/4, +0.8%) as well, so
 // what pays is one copy of several widths' piece code in the loop, not the bit count. In the
 // traces of 3.0 (run 199) the slowest gate/up block finishes 0.9 us sooner and the kernels after
 // the one-deep ones (attention, o) run 0.4-0.7 us shorter: half the pieces loaded before the
