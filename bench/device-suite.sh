@@ -246,16 +246,23 @@ fi
 export EXL2_REQUIRE_GPU=1   # test-cuda fails, not skips, when the GPU does not come up
 B=bench/bench
 tg() { $B "$@" -p 0 -n 128 -r 3 2>&1 | grep -E '^\| tg|^copy bandwidth'; }
-# tg128@16 of each "model bpw" with the environment setting $1 (VAR=VALUE), then without it
+# tg128 at context CTX (default 16) of each "model bpw" with the environment setting $1
+# (VAR=VALUE), then without it
 ab() {
-    local setting=$1
+    local setting=$1 ctx=${CTX:-16}
     shift
     for mb in "$@"; do
         read -r model bpw <<< "$mb"
-        echo "-- $model $bpw @16: $setting, then the default"
-        (export "$setting"; tg --synthetic "$model" --bpw "$bpw" --ctx 16)
-        tg --synthetic "$model" --bpw "$bpw" --ctx 16
+        echo "-- $model $bpw @$ctx: $setting, then the default"
+        (export "$setting"; tg --synthetic "$model" --bpw "$bpw" --ctx "$ctx")
+        tg --synthetic "$model" --bpw "$bpw" --ctx "$ctx"
     done
+}
+# the per-layer lines of a GGX_CUDA_TRACE=4 summary of llama3-8b 4.0 @16 with the environment
+# setting $1 (VAR=VALUE)
+layer_trace() {
+    echo "-- trace, llama3-8b 4.0 @16: $1"
+    (export "$1"; GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p)
 }
 # test-cuda (TC, default build-dev/test-cuda) with each failure's case, values and messages (run
 # 143 printed only the ERROR lines)
@@ -377,9 +384,7 @@ for part in "$@"; do
                 echo "-- round $r: GGX_QGEMV_PIECE_COSTS=0 is rows only, the plan before session 30"
                 ab GGX_QGEMV_PIECE_COSTS=0 "llama3-8b 4.0" "qwen2.5-7b 4.0" "qwen2.5-7b 4.25"
             done
-            echo "-- llama3-8b 4.0 @4096: GGX_QGEMV_PIECE_COSTS=0, then the default"
-            GGX_QGEMV_PIECE_COSTS=0 tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
-            tg --synthetic llama3-8b --bpw 4.0 --ctx 4096 ;;
+            CTX=4096 ab GGX_QGEMV_PIECE_COSTS=0 "llama3-8b 4.0" ;;
         smemconfig|smem-driver)
             # the L1/shared split each decode kernel launched with (ncu: kernels of one eager step)
             (if [ $part = smem-driver ]; then export GGX_CUDA_CARVEOUT=-1; fi
@@ -419,21 +424,15 @@ for part in "$@"; do
         partialrt)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/partial-rt.cu -o /tmp/partial-rt && /tmp/partial-rt ;;
         red)
-            echo "-- trace, llama3-8b 4.0 @16: GGX_QGEMV_RED=0"
-            GGX_QGEMV_RED=0 GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p
+            layer_trace GGX_QGEMV_RED=0
             for r in 1 2; do ab GGX_QGEMV_RED=0 "llama3-8b 4.0" "llama3.2-1b 4.0"; done
-            echo "-- llama3-8b 4.0 @4096: GGX_QGEMV_RED=0, then the default"
-            (export GGX_QGEMV_RED=0; tg --synthetic llama3-8b --bpw 4.0 --ctx 4096)
-            tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
+            CTX=4096 ab GGX_QGEMV_RED=0 "llama3-8b 4.0"
             run_tests -tc='*reduced into the residual*' ;;
         qkvrows)
             for r in 1 2; do ab GGX_QKV_ROWS=0 "llama3-8b 4.0" "llama3.2-1b 4.0" "qwen2.5-7b 4.0"; done
-            echo "-- llama3-8b 4.0 @4096: GGX_QKV_ROWS=0, then the default"
-            (export GGX_QKV_ROWS=0; tg --synthetic llama3-8b --bpw 4.0 --ctx 4096)
-            tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
+            CTX=4096 ab GGX_QKV_ROWS=0 "llama3-8b 4.0"
             for v in 0 1; do
-                echo "-- trace, llama3-8b 4.0 @16: GGX_QKV_ROWS=$v"
-                GGX_QKV_ROWS=$v GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p
+                layer_trace GGX_QKV_ROWS=$v
             done
             run_tests -tc='*q/k/v rows*' ;;
         qkvm)
@@ -485,9 +484,7 @@ for part in "$@"; do
         prefetchfor)
             for r in 1 2; do
                 ab GGX_QGEMV_PREFETCH_FOR=o_proj:0 "llama3-8b 4.0" "llama3.2-1b 4.0" "llama3-8b 2.5"
-                echo "-- llama3-8b 4.0 @4096: GGX_QGEMV_PREFETCH_FOR=o_proj:0, then the default"
-                (export GGX_QGEMV_PREFETCH_FOR=o_proj:0; tg --synthetic llama3-8b --bpw 4.0 --ctx 4096)
-                tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
+                CTX=4096 ab GGX_QGEMV_PREFETCH_FOR=o_proj:0 "llama3-8b 4.0"
             done
             for v in gate_proj:0 down_proj:0 q_proj:0 o_proj:8; do ab GGX_QGEMV_PREFETCH_FOR=$v "llama3-8b 4.0"; done ;;
         onedeepfor)
@@ -496,21 +493,17 @@ for part in "$@"; do
                 for j in q_proj o_proj gate_proj down_proj; do ab GGX_QGEMV_ONE_DEEP_FOR=$j:0 "llama3-8b 3.0"; done
             done
             for v in o_proj:0 o_proj:2; do
-                echo "-- trace, llama3-8b 4.0 @16: GGX_QGEMV_PREFETCH_FOR=$v"
-                GGX_QGEMV_PREFETCH_FOR=$v GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p
+                layer_trace GGX_QGEMV_PREFETCH_FOR=$v
             done ;;
         late)
             run_tests -tc='*load their first pieces*'
             for r in $(seq "${ROUNDS:-2}"); do
                 ab GGX_QGEMV_LATE_FOR=o_proj:1 "llama3-8b 4.0" "llama3-8b 3.0" "llama3.2-1b 4.0"
-                echo "-- llama3-8b 4.0 @4096: GGX_QGEMV_LATE_FOR=o_proj:1, then the default"
-                (export GGX_QGEMV_LATE_FOR=o_proj:1; tg --synthetic llama3-8b --bpw 4.0 --ctx 4096)
-                tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
+                CTX=4096 ab GGX_QGEMV_LATE_FOR=o_proj:1 "llama3-8b 4.0"
             done
             for j in q_proj gate_proj down_proj; do ab GGX_QGEMV_LATE_FOR=$j:1 "llama3-8b 4.0"; done
             for v in o_proj:1 o_proj:0; do
-                echo "-- trace, llama3-8b 4.0 @16: GGX_QGEMV_LATE_FOR=$v"
-                GGX_QGEMV_LATE_FOR=$v GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p
+                layer_trace GGX_QGEMV_LATE_FOR=$v
             done ;;
         l2miss)
             for c in 16 4096; do
@@ -524,11 +517,8 @@ for part in "$@"; do
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/queue-depth.cu -o /tmp/queue-depth && /tmp/queue-depth ;;
         onedeep)
             for r in 1 2; do ab GGX_QGEMV_ONE_DEEP=1 "llama3-8b 4.0" "llama3-8b 8.0" "llama3-8b 2.5" "llama3.2-1b 4.0"; done
-            echo "-- llama3-8b 4.0 @4096: GGX_QGEMV_ONE_DEEP=1, then the default"
-            (export GGX_QGEMV_ONE_DEEP=1; tg --synthetic llama3-8b --bpw 4.0 --ctx 4096)
-            tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
-            echo "-- trace, llama3-8b 4.0 @16: GGX_QGEMV_ONE_DEEP=1"
-            GGX_QGEMV_ONE_DEEP=1 GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p ;;
+            CTX=4096 ab GGX_QGEMV_ONE_DEEP=1 "llama3-8b 4.0"
+            layer_trace GGX_QGEMV_ONE_DEEP=1 ;;
         clusterhandoff)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/cluster-handoff.cu -o /tmp/cluster-handoff && /tmp/cluster-handoff 512 &&
                 /tmp/cluster-handoff 128 ;;

@@ -1072,12 +1072,9 @@ static int value_for(const char * var, const ggx_qgemv_job & job, int none) {
 }
 
 // Rows of packed words each thread warms in L2 before the PDL wait (GGX_QGEMV_PREFETCH, for
-// measurements; 0 = the whole slice).
+// measurements; 0 or less = the whole slice: prefetch_for reads it so).
 int prefetch_rows() {
-    static const int v = [] {
-        const int i = ggx_env_int("GGX_QGEMV_PREFETCH", k_prefetch_rows);
-        return i > 0 ? i : 1 << 30;
-    }();
+    static const int v = ggx_env_int("GGX_QGEMV_PREFETCH", k_prefetch_rows);
     return v;
 }
 
@@ -1171,8 +1168,9 @@ static int rows_for(const ggx_qgemv_job & job) { return value_for("GGX_QGEMV_ROW
 // whole slice into L2 there, where every job's whole slice at once lost 4-7% (run 123).
 static int prefetch_for(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     if (!ctx.prefetch) return 0;
-    const int r = value_for("GGX_QGEMV_PREFETCH_FOR", job, -1);
-    return r < 0 ? prefetch_rows() : r > 0 ? r : 1 << 30;
+    int r = value_for("GGX_QGEMV_PREFETCH_FOR", job, -1);
+    if (r < 0) r = prefetch_rows();
+    return r > 0 ? r : 1 << 30;   // 0 (or less from GGX_QGEMV_PREFETCH): the whole slice
 }
 
 // Fine slices per warp group for a job. The blocks run in waves of n_sm (one block per SM: the
