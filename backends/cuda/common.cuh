@@ -132,6 +132,11 @@ struct ggx_cuda_ctx {
     bool           red = true;
     bool           deterministic = false;
     bool           adds_slices() const { return red && !deterministic; }
+    // The strip and tile steps (GGX_CUDA_STEP) add their warps' sums into shared memory with
+    // atomics, in whatever order the warps get there, so repeatable results run without them: the
+    // fused decode GEMVs take their jobs. (Their matrices stay prepared for them: the mode can be
+    // switched off again.)
+    bool           steps_on() const { return strip_step && !deterministic; }
     // The q/k/v rows (decode-plan.h, ggx_attn_rows): one-row q/k/v jobs add their K-slices' sums
     // there and the decode attention reads them, instead of the split-K hand-off (with red;
     // GGX_QKV_ROWS=0 turns it off). Cleared at the start of each run; grows only, like the

@@ -252,7 +252,7 @@ ggx_status compute_x16(ggx_cuda_ctx & ctx, ggx_tensor * node) {
 std::vector<const ggx_qgemv_job *> strip_run_at(const ggx_cuda_ctx & ctx, ggx_graph * g, const ggx_cuda_plan & plan, int i,
                                                 int * last) {
     std::vector<const ggx_qgemv_job *> run;
-    if (!ctx.strip_step) return run;
+    if (!ctx.steps_on()) return run;
     for (int j = i; j < ggx_graph_n_nodes(g) && (int)run.size() < GGX_STRIP_MAX_STAGES; j++) {
         const int act = plan.action[j];
         if (act == ggx_cuda_plan::SKIP) continue;
@@ -330,13 +330,13 @@ ggx_status prepare(ggx_backend * be, ggx_graph * g, ggx_cuda_plan & plan) {
         need = std::max(need, node_scratch(ctx, n));
     }
     // the steps (GGX_CUDA_STEP) run their own q/k/v stages, without the attention tail
-    ggx_cuda_plan_graph(ctx.fuse, g, plan, ctx.strip_step ? 0 : ctx.attn_tail, !ctx.strip_step && ctx.adds_slices() && ctx.qkv_rows_on);
+    ggx_cuda_plan_graph(ctx.fuse, g, plan, ctx.steps_on() ? 0 : ctx.attn_tail, !ctx.steps_on() && ctx.adds_slices() && ctx.qkv_rows_on);
     GGX_RETURN_IF_ERR(ggx_cuda_rope_table_prepare(ctx, plan));   // (before the capture: it allocates)
     GGX_RETURN_IF_ERR(ensure_qkv_rows(ctx, plan.rows_floats));   // (likewise)
     GGX_RETURN_IF_ERR(ggx_cuda_norm_tables_prepare(ctx, plan));  // (likewise)
     for (const ggx_qgemv_job & job : plan.jobs) {
         need = std::max(need, ggx_cuda_qgemv_scratch(ctx, job));
-        if (ctx.step_tile) GGX_RETURN_IF_ERR(ggx_cuda_tile_fit(ctx, job));   // (before the capture: it allocates)
+        if (ctx.steps_on() && ctx.step_tile) GGX_RETURN_IF_ERR(ggx_cuda_tile_fit(ctx, job));   // (before the capture: it allocates)
     }
     return ensure_scratch(ctx, need);
 }
@@ -505,10 +505,13 @@ ggx_status be_top_n_end(ggx_backend * be, int32_t * ids, float * values, int32_t
 
 // Repeatable results: no K-slice adds its sums with atomics (the EXL2 decode GEMV's o, down and
 // q/k/v rows take the split-K hand-off, whose last block adds the partials in order; the GPTQ
-// GEMV sums its slices' partials in order). Graphs planned the other way are captured again (the
-// signature holds the mode).
+// GEMV sums its slices' partials in order), and the GGX_CUDA_STEP steps are not used (steps_on).
+// Graphs planned the other way are captured again (the signature holds the mode).
 ggx_status be_set_deterministic(ggx_backend * be, int on) {
-    ctx_of(be)->deterministic = on != 0;
+    ggx_cuda_ctx * ctx = ctx_of(be);
+    if (on && ctx->strip_step && !ctx->deterministic)
+        fprintf(stderr, "ggx-cuda: GGX_CUDA_STEP is ignored while results must repeat (its steps add sums in no fixed order)\n");
+    ctx->deterministic = on != 0;
     return GGX_STATUS_OK;
 }
 

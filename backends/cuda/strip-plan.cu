@@ -386,7 +386,7 @@ static bool split_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
 }
 
 bool ggx_cuda_strip_job_ok(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
-    if (!ctx.strip_step || job.T != 1 || !job.x || job.x->type != GGX_TYPE_F32 || !ggx_aligned16(job.x->data)) return false;
+    if (!ctx.steps_on() || job.T != 1 || !job.x || job.x->type != GGX_TYPE_F32 || !ggx_aligned16(job.x->data)) return false;
     // norm weights are read four at a time
     if (job.norm_w && (!ggx_cuda_is_ftype(job.norm_w->type) || ((uintptr_t)job.norm_w->data & (job.norm_w->type == GGX_TYPE_F32 ? 15 : 7))))
         return false;

@@ -377,6 +377,24 @@ TEST_CASE("cuda: a deterministic model's logits repeat bit for bit") {
     CHECK_MESSAGE(worst < 5e-3, "deterministic against the default order: rel err " << worst);
 }
 
+// The strip and tile steps (GGX_CUDA_STEP) add warps' sums with shared-memory atomics in no fixed
+// order, so a deterministic model runs without them (ggx_cuda_ctx::steps_on): no stage is
+// counted, and the logits repeat bit for bit with the variable set.
+TEST_CASE("cuda: a deterministic model takes no GGX_CUDA_STEP step and its logits repeat") {
+    REQUIRE_CUDA();
+    const ScopedEnv step("GGX_CUDA_STEP", "tile");
+    ModelParams p;
+    p.device = "cuda:0";
+    p.deterministic = true;
+    SyntheticModel a = synthetic_build("llama3.2-1b", 4.0, 2, 3);
+    auto det = Model::load_tensors(std::move(a.st), a.config, p, "", false);
+    const std::vector<float> det0 = stream_logits(*det);
+    int differ = 0;
+    for (int r = 0; r < 2; r++) differ += !same_bits(stream_logits(*det), det0);
+    CHECK_MESSAGE(differ == 0, differ << " of 2 deterministic runs differed from the first");
+    CHECK(ggx_backend_cuda_strip_stages(det->backend) == 0);
+}
+
 // GGX_ATTN_FA_ROWS=32 (read per launch) in a model: the prefill attention with two row tiles per
 // warp writing the o matmul's fp16 x, against the CPU with the fused path's bound.
 TEST_CASE("cuda: prefill attention with 32 query rows per warp in a model matches the CPU backend") {
