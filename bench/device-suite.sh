@@ -130,6 +130,8 @@
 #                   default, ROUNDS (2) rounds: llama3-8b 4.0 and 3.0, llama3.2-1b 4.0, llama3-8b 4.0 @4096;
 #                   one round each of q_proj:1, gate_proj:1, down_proj:1 at 4.0; traces of 4.0 with o late
 #                   and without
+#   late-o          the short form of late: one round of o_proj:1 against the default at llama3-8b 4.0 and
+#                   3.0 (for a call with little device time left)
 #   l2miss          ncu (eager, --cache-control none: L2 as the step left it) on 10 decode GEMV / attention
 #                   launches of llama3-8b 4.0 at ctx 16 and 4096: L2 read sectors, their lookup hits and
 #                   misses, DRAM bytes read: which kernels' loads miss L2 (under the stream a dependent
@@ -505,6 +507,7 @@ for part in "$@"; do
             for v in o_proj:1 o_proj:0; do
                 layer_trace GGX_QGEMV_LATE_FOR=$v
             done ;;
+        late-o) ab GGX_QGEMV_LATE_FOR=o_proj:1 "llama3-8b 4.0" "llama3-8b 3.0" ;;
         l2miss)
             for c in 16 4096; do
                 echo "-- llama3-8b 4.0 @$c: L2 lookups per launch (ncu, eager)"
