@@ -121,17 +121,6 @@
 #                   wait, during the decode attention, when DRAM idles) against the default, two rounds:
 #                   llama3-8b 4.0 and 2.5, llama3.2-1b 4.0 @16, llama3-8b 4.0 @4096; then once each the
 #                   whole slice for gate_proj, down_proj and q_proj, and o_proj:8 (eight rows)
-#   onedeepfor      which job's depth moves the step: GGX_QGEMV_ONE_DEEP_FOR=NAME:1 for each of q_proj,
-#                   o_proj, gate_proj, down_proj on llama3-8b 4.0 (uniform: none one deep by default),
-#                   NAME:0 for each on 3.0 (mixed: all one deep by default), two rounds (ROUNDS=N); then traces of
-#                   4.0 with GGX_QGEMV_PREFETCH_FOR=o_proj:0 and without (does o's loop run faster from L2?)
-#   late            the test-cuda case of GGX_QGEMV_LATE_FOR (first pieces after the PDL wait); then
-#                   GGX_QGEMV_LATE_FOR=o_proj:1 (o loads nothing during the decode attention) against the
-#                   default, ROUNDS (2) rounds: llama3-8b 4.0 and 3.0, llama3.2-1b 4.0, llama3-8b 4.0 @4096;
-#                   one round each of q_proj:1, gate_proj:1, down_proj:1 at 4.0; traces of 4.0 with o late
-#                   and without
-#   late-o          the short form of late: one round of o_proj:1 against the default at llama3-8b 4.0 and
-#                   3.0 (for a call with little device time left)
 #   l2miss          ncu (eager, --cache-control none: L2 as the step left it) on 10 decode GEMV / attention
 #                   launches of llama3-8b 4.0 at ctx 16 and 4096: L2 read sectors, their lookup hits and
 #                   misses, DRAM bytes read: which kernels' loads miss L2 (under the stream a dependent
@@ -489,25 +478,6 @@ for part in "$@"; do
                 CTX=4096 ab GGX_QGEMV_PREFETCH_FOR=o_proj:0 "llama3-8b 4.0"
             done
             for v in gate_proj:0 down_proj:0 q_proj:0 o_proj:8; do ab GGX_QGEMV_PREFETCH_FOR=$v "llama3-8b 4.0"; done ;;
-        onedeepfor)
-            for r in $(seq "${ROUNDS:-2}"); do
-                for j in q_proj o_proj gate_proj down_proj; do ab GGX_QGEMV_ONE_DEEP_FOR=$j:1 "llama3-8b 4.0"; done
-                for j in q_proj o_proj gate_proj down_proj; do ab GGX_QGEMV_ONE_DEEP_FOR=$j:0 "llama3-8b 3.0"; done
-            done
-            for v in o_proj:0 o_proj:2; do
-                layer_trace GGX_QGEMV_PREFETCH_FOR=$v
-            done ;;
-        late)
-            run_tests -tc='*load their first pieces*'
-            for r in $(seq "${ROUNDS:-2}"); do
-                ab GGX_QGEMV_LATE_FOR=o_proj:1 "llama3-8b 4.0" "llama3-8b 3.0" "llama3.2-1b 4.0"
-                CTX=4096 ab GGX_QGEMV_LATE_FOR=o_proj:1 "llama3-8b 4.0"
-            done
-            for j in q_proj gate_proj down_proj; do ab GGX_QGEMV_LATE_FOR=$j:1 "llama3-8b 4.0"; done
-            for v in o_proj:1 o_proj:0; do
-                layer_trace GGX_QGEMV_LATE_FOR=$v
-            done ;;
-        late-o) ab GGX_QGEMV_LATE_FOR=o_proj:1 "llama3-8b 4.0" "llama3-8b 3.0" ;;
         l2miss)
             for c in 16 4096; do
                 echo "-- llama3-8b 4.0 @$c: L2 lookups per launch (ncu, eager)"

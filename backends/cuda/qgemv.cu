@@ -52,9 +52,8 @@ constexpr int64_t k_large_next = 48 << 20;    // a next job of at least these we
 constexpr int k_stage = k_max_rows / k_group; // rows of x each thread stages (see the kernel's step 2)
 constexpr int k_max_smem = 96 * 1024;         // dynamic shared memory at most: T = 8 with RoPE (see ggx_cuda_qgemv_run)
 // gemv_args::flags: one-row ADD epilogues in place add every K-slice's sums into y (GGX_QGEMV_RED,
-// default on); a one-row job keeps one piece per thread in flight instead of two (one_deep); a
-// one-row job loads its first pieces after the PDL wait, not before (late; measurements)
-constexpr int k_flag_red = 1, k_flag_one_deep = 2, k_flag_late = 4;
+// default on); a one-row job keeps one piece per thread in flight instead of two (one_deep)
+constexpr int k_flag_red = 1, k_flag_one_deep = 2;
 constexpr int k_prefetch_rows = 2;            // L2 warm-up rows per thread (see prefetch_rows; measured)
 
 // Warp groups per block for T rows: shared memory holds T * W fine slices of x.
@@ -113,7 +112,7 @@ struct gemv_args {
     ggx_params_rope rope;
     int head_dim, act;
     int prefetch;
-    int flags;           // k_flag_red, k_flag_one_deep, k_flag_late (a field of each made k_qgemv<2,4> spill more)
+    int flags;           // k_flag_red, k_flag_one_deep (a field of each made k_qgemv<2,4> spill more)
     float evict_first;   // fraction of the weight loads marked L2 evict-first (GGX_QGEMV_EVICT_FIRST)
     int * counters;
     gemv_attn attn;
@@ -617,18 +616,17 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
 
     // 1. static data first, before waiting for the previous kernel: the first two pieces into
     //    registers, and the next a.prefetch rows of packed words into L2 (the whole slice
-    //    overflowed L2 on the head, 546 MB read for 394 MB of weights)
+    //    overflowed L2 on the head, 546 MB read for 394 MB of weights). Loading the first pieces
+    //    after the wait instead, so that none of them runs under the previous kernel's last round
+    //    trips, loses for every job (run 200, H100, llama3-8b 4.0: o -4.4%, down -5.4%, gate/up
+    //    -2.8%, q/k/v -0.4%): the trips hit L2 (ncu: each GEMV reads from DRAM little beyond its
+    //    weights), and the loads' head start is worth more.
     const bool work = n < M.Np && p_begin < p_end;
-    const bool one_piece = T == 1 && (a.flags & k_flag_one_deep), late = T == 1 && (a.flags & k_flag_late);
+    const bool one_piece = T == 1 && (a.flags & k_flag_one_deep);
     piece_regs A, B;
-    // (late: no weight traffic before the wait, so that none slows the previous kernel's last
-    // round trips; the first pieces load right after it)
-    auto first_pieces = [&] {
+    if (work) {
         piece_load(M, p_begin, n, A, a.evict_first);
         if (p_begin + 1 < p_end && !one_piece) piece_load(M, p_begin + 1, n, B, a.evict_first);
-    };
-    if (work && !late) {
-        first_pieces();
         if (a.prefetch > 0 && p_begin + 2 < p_end) {
             const int4 pf = M.pieces[p_begin + 2], pl = M.pieces[p_end - 1];
             const int q1 = min(pl.y + pl.w * (pl.z & 15) / 32, pf.y + a.prefetch);
@@ -673,7 +671,6 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     }
     ggx_pdl_wait();
     ggx_pdl_launch_next();
-    if (work && late) first_pieces();
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_WAITED);
 
     // 2. x rows of this block (through q_perm), optionally RMS-normalised; the rows' loads go out
@@ -1089,14 +1086,12 @@ int prefetch_rows() {
 // traces of 3.0 (run 199) the slowest gate/up block finishes 0.9 us sooner and the kernels after
 // the one-deep ones (attention, o) run 0.4-0.7 us shorter: half the pieces loaded before the
 // wait load less under the previous kernel's tail.
-// GGX_QGEMV_ONE_DEEP_FOR=NAME:D[,NAME:D...] (measurements): D = 1 one deep, 0 two deep for the
-// one-row jobs whose first matrix's name contains NAME, whatever the rule says: which job's depth
-// (its own loop, or the loads before its wait under the previous kernel's tail) moves the step.
+// Per job, the rule is right on both sides (run 201, H100, one round each): at 4.0 bpw (uniform)
+// any one job made one deep alone loses (q -1.4%, o -3.1%, gate/up -1.2%, down -2.5%), and at 3.0
+// (mixed) any one job made two deep alone loses (q -1.2%, o -1.8%, gate/up -4.6%, down -0.5%).
 bool one_deep(const ggx_qgemv_job & job) {
     static const int mode = ggx_env_int_in("GGX_QGEMV_ONE_DEEP", 0, 3, 3);
     if (job.T != 1) return false;
-    const int forced = value_for("GGX_QGEMV_ONE_DEEP_FOR", job, -1);
-    if (forced >= 0) return forced != 0;
     if (mode == 0) return false;
     if (mode == 1) return true;
     int64_t bits = 0, weights = 0;
@@ -1110,14 +1105,6 @@ bool one_deep(const ggx_qgemv_job & job) {
     }
     return mode == 2 ? bits < 4 * weights : (widths & (widths - 1)) != 0;
 }
-
-// GGX_QGEMV_LATE_FOR=NAME:1[,NAME:1...] (measurements): the one-row jobs whose first matrix's name
-// contains NAME load their first pieces (and warm no rows in L2) after the PDL wait instead of
-// before. The question: do the pieces that o's blocks load during the decode attention (a burst of
-// ~8 MB at 4 bits) slow the attention's dependent round trips? Under a stream with 64 KB in
-// flight per SM a DRAM miss took ~1 us against 0.32 idle (queue-depth.cu, run 197), and in run
-// 199's traces the attention ran 0.6 us shorter when o loaded one piece per thread, not two.
-static bool loads_late(const ggx_qgemv_job & job) { return job.T == 1 && value_for("GGX_QGEMV_LATE_FOR", job, 0) != 0; }
 
 // GGX_QGEMV_EVICT_FIRST=P: P percent of the weight loads are marked L2 evict-first (default all:
 // +3.7% decode on the H200, RESULTS.md; 0 turns it off).
@@ -1315,7 +1302,7 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
                       job.m[0].w->name, job.T, job.head_dim);
         return GGX_STATUS_FAILED;
     }
-    a.flags = (ctx.adds_slices() ? k_flag_red : 0) | (one_deep(job) ? k_flag_one_deep : 0) | (loads_late(job) ? k_flag_late : 0);
+    a.flags = (ctx.adds_slices() ? k_flag_red : 0) | (one_deep(job) ? k_flag_one_deep : 0);
     const size_t smem = smem_bytes(job.T, m, L.rope, job.attn.bound, job.head_dim);
     if (smem > (size_t)k_max_smem) {
         ggx_set_error("cuda: decode matmul of %s needs %zu bytes of shared memory (at most %d)", job.m[0].w->name, smem, k_max_smem);

@@ -416,21 +416,6 @@ TEST_CASE("cuda: decode GEMV jobs with their rows per warp group forced by name 
     compare_models(*m.cpu, *m.gpu, "llama3.2-1b (GGX_QGEMV_ROWS_FOR)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu_env.get());
 }
 
-// GGX_QGEMV_LATE_FOR (read per job when a graph is captured; "proj:1" names every one-row job):
-// the first pieces load after the PDL wait instead of before, at 4.0 bpw (two pieces in flight)
-// and 3.0 (mixed widths: one). Loading later changes no arithmetic, so the bounds are
-// compare_synthetic's: the CPU 5e-2, the unfused path 5e-3 (its single-matrix jobs load late too).
-// A piece never loaded, or loaded twice, moves logits by O(1).
-TEST_CASE("cuda: decode GEMV jobs that load their first pieces after the wait match the CPU backend") {
-    REQUIRE_CUDA();
-    const ScopedEnv late("GGX_QGEMV_LATE_FOR", "proj:1");
-    for (double bpw : {4.0, 3.0}) {
-        CAPTURE(bpw);
-        const three_models m = load_synthetic("llama3.2-1b", bpw, 2, "GGX_CUDA_NO_FUSE");
-        compare_models(*m.cpu, *m.gpu, "llama3.2-1b (GGX_QGEMV_LATE_FOR)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu_env.get());
-    }
-}
-
 // GGX_ATTN_TAIL=N (read when the backend starts): each layer's one-row q/k/v job computes the
 // attention in its tail while pos + 1 <= N (qgemv.cu, attn_tail; checked against a double reference
 // in tests/emu, every block order). Here through whole models: llama3.2-1b (heads of 64, two groups

@@ -539,7 +539,6 @@ static int run_job(const Job & job, int idx) {
         }
     a.flags = emu::k_flag_red;                     // (one-row ADD jobs in place add their K-slices' sums into y)
     if (idx % 2) a.flags |= emu::k_flag_one_deep;  // odd jobs: one piece per thread in flight (one-row only)
-    if (idx % 4 >= 2) a.flags |= emu::k_flag_late;  // half the jobs load their first pieces after the PDL wait (one-row only)
     // whether matrix i's sums are added into y by every K-slice (no fixed order: no bit-identity
     // across block orders, and each element changed by up to one block per K-slice)
     auto reduced = [&](int i) { return T == 1 && (((a.flags & emu::k_flag_red) && a.m[i].in_place) || a.m[i].rows); };

@@ -50,7 +50,6 @@ qgemv_mutants=(
     rows_unrotated 's/        rope(v);   \/\/ (the q\/k\/v rows only/        \/\/ (not rotated/'
     red_not_in_place 's/M.in_place = ggx_qgemv_adds_in_place(jm);/M.in_place = jm.epi == GGX_QGEMV_ADD;/'
     no_unscale 's/for (int c = 0; c < 4; c++) v\[t\]\[c\] \*= xunscale\[t\];/for (int c = 0; c < 4; c++) v[t][c] *= 1.0f;/'
-    late_not_loaded 's/    if (work \&\& late) first_pieces();/    \/\/ (late: first pieces never loaded)/'
     one_deep_short 's/if (p + 1 < p_end) piece_load(M, p + 1, n, A, a.evict_first);/if (p + 2 < p_end) piece_load(M, p + 1, n, A, a.evict_first);/'
     second_half_w0 's/piece_dot<B, 1, B>(s.w, 32, xp + 32, ld, acc);/piece_dot<B, 1, 0>(s.w, 32, xp + 32, ld, acc);/'
     slices_short 's/sum_partials<T, 1>(one, ns, n, s);/sum_partials<T, 1>(one, ns - 1, n, s);/'
