@@ -65,6 +65,7 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
     half * KV = (half *)(smraw + C::q_bytes);    // warp w, stage s: K at (2 (S w + s)) tile, V after it
     __shared__ float wsum[dm_rows], wmax[dm_rows];
     __shared__ int trace_slot;
+    __shared__ unsigned long long warps_end;   // traced: the last warp's loop end (trace point A)
     ggx_trace_begin(a.trace, &trace_slot);
     if (attn_done_in_qkv_tail(a, &trace_slot)) return;
 
@@ -171,6 +172,7 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
                 make_uint2(pack_h2(qv[u].x * a.scale, qv[u].y * a.scale), pack_h2(qv[u].z * a.scale, qv[u].w * a.scale));
         }
     }
+    if (ggx_trace_on(a.trace) && tid == 0) warps_end = 0;
     __syncthreads();
     uint32_t qf[KS][4];
 #pragma unroll
@@ -231,7 +233,8 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
         if (i + S < n_mine) issue(i + S, k_lo, 1 << 30, true);
         ggx_cp_async_commit();
     }
-    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP_END);
+    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP_END);   // warp 0's
+    if (ggx_trace_on(a.trace) && lane == 0) atomicMax(&warps_end, (unsigned long long)ggx_trace_now());
 
     // the warps' states into the (now free) stages: O [warp][row][o_ld], then m and l [warp][row]
 #pragma unroll
@@ -240,7 +243,10 @@ __global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constan
         l_r[r] += __shfl_xor_sync(0xffffffffu, l_r[r], 2);
     }
     __syncthreads();   // every warp is done with its stages
-    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_A);
+    // A: the last warp's loop end, so that a trace tells a warp slower than warp 0 (A past the
+    // loop's end) from the merge below (B: states stored, C: weights, then the output stores;
+    // run 200 put ~1.5 us between warp 0's loop end and B at ctx 16, not yet placed)
+    ggx_trace_stamp_at(a.trace, &trace_slot, GGX_TRACE_A, warps_end);
     float * Os = (float *)KV;
     float * Ms = Os + dm_warps * dm_rows * C::o_ld;
     float * Ls = Ms + dm_warps * dm_rows;

@@ -63,10 +63,17 @@ static __device__ __forceinline__ void ggx_trace_begin(const ggx_trace_dev & tr,
 // Whether this launch is traced (uniform over the grid: a kernel may add barriers only then).
 static __device__ __forceinline__ bool ggx_trace_on(const ggx_trace_dev & tr) { return tr.rec != nullptr; }
 
-static __device__ __forceinline__ void ggx_trace_stamp(const ggx_trace_dev & tr, const int * slot, int point) {
+// Thread 0 stamps a time taken earlier, e.g. the latest of the block's warps' times at a point
+// (each warp's ggx_trace_now() folded with an atomicMax into shared memory)
+static __device__ __forceinline__ void ggx_trace_stamp_at(const ggx_trace_dev & tr, const int * slot, int point, uint64_t t) {
     if (!tr.rec || threadIdx.x != 0) return;
     const int i = *slot;
-    if ((unsigned)i < tr.cap) tr.rec[i].t[point] = ggx_trace_now();
+    if ((unsigned)i < tr.cap) tr.rec[i].t[point] = t;
+}
+
+static __device__ __forceinline__ void ggx_trace_stamp(const ggx_trace_dev & tr, const int * slot, int point) {
+    if (!tr.rec || threadIdx.x != 0) return;
+    ggx_trace_stamp_at(tr, slot, point, ggx_trace_now());
 }
 
 // Host side (trace.cu). The launch sites ask for a record stream per launch, named after what it

@@ -19,5 +19,6 @@ fix_kernel "$out" dm_threads
 fix "$out" 'const __grid_constant__ attn_args a' 'const attn_args a'
 fix "$out" '__shared__ float wsum[dm_rows], wmax[dm_rows];' 'float * wsum = g_wsum, * wmax = g_wmax;'
 fix "$out" '__shared__ int trace_slot;' 'int trace_slot = 0;'
+fix "$out" '__shared__ unsigned long long warps_end;' 'unsigned long long warps_end = 0;'
 check "$out" k_attn_decode
 grep -q 'inline bool arrive_last' "$out" || die "arrive_last not found in $out"
