@@ -84,6 +84,9 @@
 #                   sections shrink, they wait on memory traffic), and the trace with GGX_ATTN_TAIL=256
 #                   (the tail's A, B, C now print: b4f268d). Run 167 (H100): without PDL attention's
 #                   loop and merge take half as long (o's first weights no longer stream beside them)
+#   leanmerge       the build variant leanmerge (the decode attention merges only warps with tiles and
+#                   rows < R; its scores in two mma chains): its attention/model tests, its trace,
+#                   tg128 of llama3-8b 4.0 and llama3.2-1b 4.0 @16 against the default, two rounds; @4096
 #   fencesc         the build variant fencesc (every hand-off between blocks with __threadfence, as
 #                   before session 35) against the default (fence.acq_rel by thread 0): tg128 of
 #                   llama3-8b 4.0 @16 and @4096 and llama3.2-1b 4.0 @16, two rounds
@@ -509,6 +512,18 @@ for part in "$@"; do
             variant_bench pairgroups || continue
             variant_rounds pairgroups GGX_QGEMV_PAIR_GROUPS=0 "llama3-8b 4.25" "llama3-8b 4.5" "llama3-8b 4.0" "qwen2.5-7b 4.25" \
                 "llama3.2-1b 4.5" ;;
+        leanmerge)
+            # the variant's attention and model tests against the CPU, its trace, then tg128: the
+            # variant, the default build, two rounds, @16 (R = 4 of 16 rows; fewer than four warps
+            # with a tile until 64 keys) and @4096 (four warps with tiles, every split)
+            variant_tests leanmerge && TC=build-dev-leanmerge/test-cuda run_tests -tc='*attention*,*synthetic*,*logits*'
+            variant_bench leanmerge || continue
+            echo "-- trace, llama3-8b 4.0 @16: leanmerge"
+            GGX_CUDA_TRACE=4 build-dev-leanmerge/bench --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12
+            variant_rounds leanmerge "" "llama3-8b 4.0" "llama3.2-1b 4.0"
+            echo "-- llama3-8b 4.0 @4096: leanmerge, then the default build"
+            B=build-dev-leanmerge/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
+            tg --synthetic llama3-8b --bpw 4.0 --ctx 4096 ;;
         compact)
             # the variant's model tests against the CPU, then tg128@16: the variant, the default build
             variant_tests compact && TC=build-dev-compact/test-cuda run_tests -tc='*EXL2*,*synthetic*,*logits*'
