@@ -21,11 +21,6 @@
 
 #include <algorithm>
 
-// 1: the leaner merge and the split score chain (session 42's A/B, bench/variants.sh `leanmerge`)
-#ifndef GGX_ATTN_LEAN_MERGE
-#define GGX_ATTN_LEAN_MERGE 0
-#endif
-
 namespace ggx_cuda_attn {
 
 #if defined(GGX_ATTN_WMMA)
@@ -34,6 +29,11 @@ namespace {
 constexpr int dm_warps = 4, dm_threads = 32 * dm_warps;
 constexpr int dm_bk = 16;     // keys per warp tile
 constexpr int dm_rows = 16;   // query rows (t, g) per block: one mma row tile
+
+// 1: the leaner merge and the split score chain (session 42's A/B, bench/variants.sh `leanmerge`)
+#ifndef GGX_ATTN_LEAN_MERGE
+#define GGX_ATTN_LEAN_MERGE 0
+#endif
 
 template <int HD> struct dm_cfg {
     static constexpr int ld = HD + 8;            // halves per shared row: +16 bytes keeps ldmatrix conflict-free
