@@ -87,6 +87,7 @@
 #   leanmerge       the build variant leanmerge (the decode attention merges only warps with tiles and
 #                   rows < R; its scores in two mma chains): its attention/model tests, its trace,
 #                   tg128 of llama3-8b 4.0 and llama3.2-1b 4.0 @16 against the default, two rounds; @4096
+#   leanmerge-short its trace and one round of tg128@16 at llama3-8b 4.0 (variant, default, variant)
 #   fencesc         the build variant fencesc (every hand-off between blocks with __threadfence, as
 #                   before session 35) against the default (fence.acq_rel by thread 0): tg128 of
 #                   llama3-8b 4.0 @16 and @4096 and llama3.2-1b 4.0 @16, two rounds
@@ -524,6 +525,15 @@ for part in "$@"; do
             echo "-- llama3-8b 4.0 @4096: leanmerge, then the default build"
             B=build-dev-leanmerge/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
             tg --synthetic llama3-8b --bpw 4.0 --ctx 4096 ;;
+        leanmerge-short)
+            # the same question in ~60 s: the variant's trace and one round of tg128@16 at 8B 4.0
+            variant_bench leanmerge || continue
+            echo "-- trace, llama3-8b 4.0 @16: leanmerge"
+            GGX_CUDA_TRACE=4 build-dev-leanmerge/bench --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12
+            echo "-- llama3-8b 4.0 @16: leanmerge, the default build, leanmerge"
+            B=build-dev-leanmerge/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 16
+            tg --synthetic llama3-8b --bpw 4.0 --ctx 16
+            B=build-dev-leanmerge/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 16 ;;
         compact)
             # the variant's model tests against the CPU, then tg128@16: the variant, the default build
             variant_tests compact && TC=build-dev-compact/test-cuda run_tests -tc='*EXL2*,*synthetic*,*logits*'
