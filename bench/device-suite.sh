@@ -253,11 +253,11 @@ ab() {
         tg --synthetic "$model" --bpw "$bpw" --ctx "$ctx"
     done
 }
-# the per-layer lines of a GGX_CUDA_TRACE=4 summary of llama3-8b 4.0 @16 with the environment
-# setting $1 (VAR=VALUE)
+# the per-layer lines of a GGX_CUDA_TRACE=4 summary of llama3-8b 4.0 @16 by $B with the environment
+# setting $1 (VAR=VALUE, or "" for none)
 layer_trace() {
-    echo "-- trace, llama3-8b 4.0 @16: $1"
-    (export "$1"; GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p)
+    echo "-- trace, llama3-8b 4.0 @16: ${1:-no setting}, $B"
+    (if [ -n "$1" ]; then export "$1"; fi; GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p)
 }
 # test-cuda (TC, default build-dev/test-cuda) with each failure's case, values and messages (run
 # 143 printed only the ERROR lines)
@@ -519,8 +519,7 @@ for part in "$@"; do
             # with a tile until 64 keys) and @4096 (four warps with tiles, every split)
             variant_tests leanmerge && TC=build-dev-leanmerge/test-cuda run_tests -tc='*attention*,*synthetic*,*logits*'
             variant_bench leanmerge || continue
-            echo "-- trace, llama3-8b 4.0 @16: leanmerge"
-            GGX_CUDA_TRACE=4 build-dev-leanmerge/bench --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12
+            B=build-dev-leanmerge/bench layer_trace ""
             variant_rounds leanmerge "" "llama3-8b 4.0" "llama3.2-1b 4.0"
             echo "-- llama3-8b 4.0 @4096: leanmerge, then the default build"
             B=build-dev-leanmerge/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
@@ -528,8 +527,7 @@ for part in "$@"; do
         leanmerge-short)
             # the same question in ~60 s: the variant's trace and one round of tg128@16 at 8B 4.0
             variant_bench leanmerge || continue
-            echo "-- trace, llama3-8b 4.0 @16: leanmerge"
-            GGX_CUDA_TRACE=4 build-dev-leanmerge/bench --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -12
+            B=build-dev-leanmerge/bench layer_trace ""
             echo "-- llama3-8b 4.0 @16: leanmerge, the default build, leanmerge"
             B=build-dev-leanmerge/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 16
             tg --synthetic llama3-8b --bpw 4.0 --ctx 16

@@ -211,35 +211,24 @@ __global__ void GGX_ATTN_DECODE_BOUNDS k_attn_decode(const __grid_constant__ att
         const half * Vd = Kd + C::tile;
         // S = Q K^T for 16 keys: two n-tiles of 8 keys
         float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-#if GGX_ATTN_LEAN_MERGE
-        // two accumulator chains (even and odd k-steps), added at the end: the scores wait for KS / 2
-        // dependent mma latencies instead of KS
+        // the variant leanmerge: two accumulator chains (even and odd k-steps), added at the end, so
+        // that the scores wait for KS / 2 dependent mma latencies instead of KS
         float s2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
         for (int kk = 0; kk < KS; kk++) {
             uint32_t b[4];
             ldsm_x4(b, smem_addr(Kd + (lane % 8 + (lane / 16) * 8) * C::ld + kk * 16 + ((lane / 8) % 2) * 8));
-            if (kk % 2) {
-                mma16816(s2[0], qf[kk], b[0], b[1]);
-                mma16816(s2[1], qf[kk], b[2], b[3]);
-            } else {
-                mma16816(s[0], qf[kk], b[0], b[1]);
-                mma16816(s[1], qf[kk], b[2], b[3]);
-            }
+            float (&acc)[4] = GGX_ATTN_LEAN_MERGE && kk % 2 ? s2[0] : s[0];
+            float (&acc1)[4] = GGX_ATTN_LEAN_MERGE && kk % 2 ? s2[1] : s[1];
+            mma16816(acc, qf[kk], b[0], b[1]);
+            mma16816(acc1, qf[kk], b[2], b[3]);
         }
+        if (GGX_ATTN_LEAN_MERGE) {
 #pragma unroll
-        for (int nt = 0; nt < 2; nt++)
+            for (int nt = 0; nt < 2; nt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) s[nt][e] += s2[nt][e];
-#else
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++) {
-            uint32_t b[4];
-            ldsm_x4(b, smem_addr(Kd + (lane % 8 + (lane / 16) * 8) * C::ld + kk * 16 + ((lane / 8) % 2) * 8));
-            mma16816(s[0], qf[kk], b[0], b[1]);
-            mma16816(s[1], qf[kk], b[2], b[3]);
+                for (int e = 0; e < 4; e++) s[nt][e] += s2[nt][e];
         }
-#endif
         if (a.softcap > 0.0f) {
 #pragma unroll
             for (int nt = 0; nt < 2; nt++)
@@ -285,19 +274,14 @@ __global__ void GGX_ATTN_DECODE_BOUNDS k_attn_decode(const __grid_constant__ att
     float * Os = (float *)KV;
     float * Ms = Os + dm_warps * dm_rows * C::o_ld;
     float * Ls = Ms + dm_warps * dm_rows;
-#if GGX_ATTN_LEAN_MERGE
-    // only the warps that walked a tile hold a state, and only rows < R are read: the others store
-    // nothing (at ctx 16 R = 4 of the 16 rows, and until 64 keys fewer than four warps have a tile)
-    const int n_warps = min(n_tiles, dm_warps);
-    const bool store_state = warp < n_warps;
-#else
-    const int n_warps = dm_warps;
-    const bool store_state = true;
-#endif
+    // the variant leanmerge: only the warps that walked a tile hold a state, and only rows < R are
+    // read; the others store nothing (at ctx 16 R = 4 of the 16 rows, and until 64 keys fewer than
+    // four warps have a tile)
+    const int n_warps = GGX_ATTN_LEAN_MERGE ? min(n_tiles, dm_warps) : dm_warps;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int row = g + 8 * r;
-        if (!store_state || (GGX_ATTN_LEAN_MERGE && row >= R)) continue;
+        if (GGX_ATTN_LEAN_MERGE && (warp >= n_warps || row >= R)) continue;
         float * orow = Os + ((size_t)warp * dm_rows + row) * C::o_ld + 2 * tq;
 #pragma unroll
         for (int nt = 0; nt < NT_O; nt++) *(float2 *)(orow + nt * 8) = make_float2(o[nt][2 * r], o[nt][2 * r + 1]);
