@@ -18,6 +18,10 @@
 #   trace           GGX_CUDA_TRACE=4 summaries at 4.0 bpw and for llama3.2-1b; the GEMVs' A, B, C (since
 #                   session 35): A the last blocks past their acquire (from the loop's start), B the
 #                   partials summed, C the results stored, each after a block barrier
+#   ropelate        every block of one q/k/v launch (GGX_CUDA_TRACE_BLOCKS) with the RoPE table's values
+#                   stored into shared memory before the PDL wait (the default) and after it
+#                   (GGX_QGEMV_ROPE_LATE=1); the model tests with it; tg128 A/B at 8B 4.0 (two rounds),
+#                   1B 4.0 and 8B @4096. ropelate-short: the two block dumps and one A/B round
 #   pairs           tg128@16 at 2.5, 3.0, 4.0 bpw and llama3.2-1b with GGX_QGEMV_PAIR_BITS=4 (only
 #                   4-bit pieces paired, as before session 21) and with the default (2, 3 and 4)
 #   sample          tg128@16 drawing with main's default sampler (bench --sample): sampled run-ahead
@@ -524,6 +528,27 @@ for part in "$@"; do
             echo "-- llama3-8b 4.0 @4096: leanmerge, then the default build"
             B=build-dev-leanmerge/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
             tg --synthetic llama3-8b --bpw 4.0 --ctx 4096 ;;
+        ropelate)
+            # where the q/k/v blocks pass their wait (every block of layer 5's launch), with the
+            # table's (cos, sin) stored before the wait (the default) and after it; the model tests
+            # with it; then tg128 A/B, two rounds at 8B 4.0 @16, and 1B 4.0 and 8B @4096
+            for s in "" GGX_QGEMV_ROPE_LATE=1; do
+                echo "-- blocks of layer 5's q/k/v, llama3-8b 4.0 @16: ${s:-no setting}"
+                (if [ -n "$s" ]; then export "$s"; fi; GGX_CUDA_TRACE=4 GGX_CUDA_TRACE_BLOCKS=layers.5.self_attn.q_proj \
+                    $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n '4,11p;/blocks of/,$p' | head -110)
+            done
+            layer_trace GGX_QGEMV_ROPE_LATE=1
+            GGX_QGEMV_ROPE_LATE=1 run_tests -tc='*synthetic*,*logits*'
+            ab GGX_QGEMV_ROPE_LATE=1 "llama3-8b 4.0" "llama3-8b 4.0" "llama3.2-1b 4.0"
+            CTX=4096 ab GGX_QGEMV_ROPE_LATE=1 "llama3-8b 4.0" ;;
+        ropelate-short)
+            # the same question in ~45 s: the blocks of one launch each way and one A/B round
+            for s in "" GGX_QGEMV_ROPE_LATE=1; do
+                echo "-- blocks of layer 5's q/k/v, llama3-8b 4.0 @16: ${s:-no setting}"
+                (if [ -n "$s" ]; then export "$s"; fi; GGX_CUDA_TRACE=4 GGX_CUDA_TRACE_BLOCKS=layers.5.self_attn.q_proj \
+                    $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n '4,11p;/blocks of/,$p' | head -110)
+            done
+            ab GGX_QGEMV_ROPE_LATE=1 "llama3-8b 4.0" ;;
         leanmerge-short)
             # the same question in ~60 s: the variant's trace and one round of tg128@16 at 8B 4.0
             variant_bench leanmerge || continue

@@ -53,7 +53,7 @@ constexpr int k_stage = k_max_rows / k_group; // rows of x each thread stages (s
 constexpr int k_max_smem = 96 * 1024;         // dynamic shared memory at most: T = 8 with RoPE (see ggx_cuda_qgemv_run)
 // gemv_args::flags: one-row ADD epilogues in place add every K-slice's sums into y (GGX_QGEMV_RED,
 // default on); a one-row job keeps one piece per thread in flight instead of two (one_deep)
-constexpr int k_flag_red = 1, k_flag_one_deep = 2;
+constexpr int k_flag_red = 1, k_flag_one_deep = 2, k_flag_rope_late = 4;
 constexpr int k_prefetch_rows = 2;            // L2 warm-up rows per thread (see prefetch_rows; measured)
 
 // Warp groups per block for T rows: shared memory holds T * W fine slices of x.
@@ -112,7 +112,7 @@ struct gemv_args {
     ggx_params_rope rope;
     int head_dim, act;
     int prefetch;
-    int flags;           // k_flag_red, k_flag_one_deep (a field of each made k_qgemv<2,4> spill more)
+    int flags;           // k_flag_red, k_flag_one_deep, k_flag_rope_late (a field of each made k_qgemv<2,4> spill more)
     float evict_first;   // fraction of the weight loads marked L2 evict-first (GGX_QGEMV_EVICT_FIRST)
     int * counters;
     gemv_attn attn;
@@ -639,6 +639,11 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     // precision angle at the end of the last block made the qkv launch several us longer)
     float * tb = smem + T * max(ldx / 2, (W - 1) * k_tile);   // RoPE tile, past the x rows (fp16) and group sums
     float2 * rcs = (float2 *)(tb + T * k_tile);                      // [T][k_tile] (cos, sin)
+    // With k_flag_rope_late (one row, the step's table), the table's values wait in registers and
+    // reach shared memory after the PDL wait: a store of a loaded value stalls its warp until the
+    // load returns, and these loads queue behind the first pieces' (measurement: GGX_QGEMV_ROPE_LATE).
+    const bool rope_late = T == 1 && (a.flags & k_flag_rope_late) && a.rope_table;
+    float2 rope_early[4] = {};
     if (M.rope && grp == 0) {
         const int hd = a.head_dim, half = a.rope.n_rot / 2;
 #pragma unroll
@@ -648,7 +653,9 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
             const int i = a.rope.mode == GGX_ROPE_NEOX ? (d < half ? d : d - half) : d / 2;
 #pragma unroll
             for (int t = 0; t < T; t++) {
-                if (a.rope_table) {
+                if (rope_late) {
+                    rope_early[c] = a.rope_table[i];
+                } else if (a.rope_table) {
                     rcs[t * k_tile + lc] = a.rope_table[t * half + i];
                 } else {
                     float cs, sn;
@@ -672,6 +679,10 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     ggx_pdl_wait();
     ggx_pdl_launch_next();
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_WAITED);
+    if (rope_late && M.rope && grp == 0)
+#pragma unroll
+        for (int c = 0; c < 4; c++)
+            if ((lt * 4 + c) % a.head_dim < a.rope.n_rot) rcs[lt * 4 + c] = rope_early[c];
 
     // 2. x rows of this block (through q_perm), optionally RMS-normalised; the rows' loads go out
     //    before the sum of squares' so that the two round trips overlap
@@ -1288,7 +1299,11 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     a.counters = ctx.counters;
     a.prefetch = prefetch_for(ctx, job);
     a.evict_first = evict_first_fraction();
-    if (ctx.trace) a.trace = ggx_cuda_trace_launch(ctx, std::string(job.m[0].w->name) + (job.n_mat > 1 ? " +" + std::to_string(job.n_mat - 1) : ""));
+    if (ctx.trace) {
+        std::string first_blocks = "first blocks:";   // which matrix a block of the dump multiplies
+        for (int i = 0; i < job.n_mat; i++) first_blocks += " " + std::string(job.m[i].w->name) + " " + std::to_string(a.m[i].block0);
+        a.trace = ggx_cuda_trace_launch(ctx, std::string(job.m[0].w->name) + (job.n_mat > 1 ? " +" + std::to_string(job.n_mat - 1) : ""), first_blocks);
+    }
     if (L.partial_bytes > ctx.scratch_size) {
         ggx_set_error("cuda: scratch too small for the decode matmul of %s", job.m[0].w->name);
         return GGX_STATUS_FAILED;
@@ -1302,7 +1317,8 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
                       job.m[0].w->name, job.T, job.head_dim);
         return GGX_STATUS_FAILED;
     }
-    a.flags = (ctx.adds_slices() ? k_flag_red : 0) | (one_deep(job) ? k_flag_one_deep : 0);
+    static const bool rope_late = ggx_env_flag("GGX_QGEMV_ROPE_LATE");
+    a.flags = (ctx.adds_slices() ? k_flag_red : 0) | (one_deep(job) ? k_flag_one_deep : 0) | (rope_late ? k_flag_rope_late : 0);
     const size_t smem = smem_bytes(job.T, m, L.rope, job.attn.bound, job.head_dim);
     if (smem > (size_t)k_max_smem) {
         ggx_set_error("cuda: decode matmul of %s needs %zu bytes of shared memory (at most %d)", job.m[0].w->name, smem, k_max_smem);

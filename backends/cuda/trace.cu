@@ -18,6 +18,8 @@ struct ggx_cuda_trace {
     unsigned *               count = nullptr;   // device
     unsigned                 cap = 0;
     std::vector<std::string> names;             // by launch id
+    std::vector<std::string> details;           // by launch id (ggx_cuda_trace_launch's detail)
+    std::string              blocks_of;         // GGX_CUDA_TRACE_BLOCKS: launches whose name holds this print each block
 };
 
 namespace {
@@ -161,6 +163,42 @@ void print_summary(const ggx_cuda_trace & tr, const std::vector<ggx_trace_rec> &
     }
 }
 
+// Every block of the launches whose name holds tr.blocks_of, in block order (us from the launch's
+// first block past its wait; '-' for a point the block did not pass): where a launch's medians
+// hide two populations, e.g. the blocks of one matrix of a job passing their wait later.
+void print_blocks(const ggx_cuda_trace & tr, const std::vector<ggx_trace_rec> & recs) {
+    std::map<unsigned, std::vector<const ggx_trace_rec *>> by_launch;
+    for (const ggx_trace_rec & r : recs)
+        if (r.launch < tr.names.size() && tr.names[r.launch].find(tr.blocks_of) != std::string::npos) by_launch[r.launch].push_back(&r);
+    if (by_launch.empty()) {
+        fprintf(stderr, "ggx-cuda trace: no traced launch is named like '%s' (GGX_CUDA_TRACE_BLOCKS)\n", tr.blocks_of.c_str());
+        return;
+    }
+    static const char * const point[GGX_TRACE_N] = {"entry", "waited", "loop", "loop end", "handoff", "exit", "A", "B", "C"};
+    for (auto & e : by_launch) {
+        std::vector<const ggx_trace_rec *> & rs = e.second;
+        std::sort(rs.begin(), rs.end(), [](const ggx_trace_rec * a, const ggx_trace_rec * b) { return a->block < b->block; });
+        uint64_t t0 = UINT64_MAX;
+        for (const ggx_trace_rec * r : rs)
+            if (r->t[GGX_TRACE_WAITED]) t0 = std::min(t0, r->t[GGX_TRACE_WAITED]);
+        if (t0 == UINT64_MAX)
+            for (const ggx_trace_rec * r : rs) t0 = std::min(t0, r->t[GGX_TRACE_ENTRY]);
+        const std::string & detail = tr.details[e.first];
+        fprintf(stderr, "  blocks of %s%s%s (us from the first block past its wait)\n  %6s %4s", tr.names[e.first].c_str(),
+                detail.empty() ? "" : ", ", detail.c_str(), "block", "SM");
+        for (int k = 0; k < GGX_TRACE_N; k++) fprintf(stderr, " %8s", point[k]);
+        fprintf(stderr, "\n");
+        for (const ggx_trace_rec * r : rs) {
+            fprintf(stderr, "  %6u %4u", r->block, r->smid);
+            for (int k = 0; k < GGX_TRACE_N; k++) {
+                if (r->t[k]) fprintf(stderr, " %8.2f", ((double)r->t[k] - (double)t0) / 1000.0);
+                else fprintf(stderr, " %8s", "-");
+            }
+            fprintf(stderr, "\n");
+        }
+    }
+}
+
 }  // namespace
 
 void ggx_cuda_trace_init(ggx_cuda_ctx & ctx) {
@@ -171,6 +209,7 @@ void ggx_cuda_trace_init(ggx_cuda_ctx & ctx) {
 #else
     ggx_cuda_trace * tr = new ggx_cuda_trace();
     tr->step_wanted = step;
+    if (const char * b = getenv("GGX_CUDA_TRACE_BLOCKS")) tr->blocks_of = b;
     tr->cap = 1u << 18;   // blocks per step: an 8B decode step launches ~30k
     if (cudaMalloc(&tr->rec, sizeof(ggx_trace_rec) * tr->cap) != cudaSuccess ||
         cudaMalloc(&tr->count, sizeof(unsigned)) != cudaSuccess || cudaMemset(tr->count, 0, sizeof(unsigned)) != cudaSuccess) {
@@ -185,7 +224,7 @@ void ggx_cuda_trace_init(ggx_cuda_ctx & ctx) {
 #endif  // GGX_USE_HIP
 }
 
-ggx_trace_dev ggx_cuda_trace_launch(ggx_cuda_ctx & ctx, const std::string & name) {
+ggx_trace_dev ggx_cuda_trace_launch(ggx_cuda_ctx & ctx, const std::string & name, const std::string & detail) {
     ggx_trace_dev d = {nullptr, nullptr, 0, 0};
     ggx_cuda_trace * tr = ctx.trace;
     if (!tr) return d;
@@ -194,6 +233,7 @@ ggx_trace_dev ggx_cuda_trace_launch(ggx_cuda_ctx & ctx, const std::string & name
     d.cap = tr->cap;
     d.launch = (unsigned)tr->names.size();
     tr->names.push_back(name);
+    tr->details.push_back(detail);
     return d;
 }
 
@@ -218,6 +258,7 @@ ggx_status ggx_cuda_trace_step_end(ggx_cuda_ctx & ctx) {
     std::vector<ggx_trace_rec> recs(n);
     GGX_CUDA_CHECK(cudaMemcpy(recs.data(), tr->rec, sizeof(ggx_trace_rec) * n, cudaMemcpyDeviceToHost));
     print_summary(*tr, recs, tr->steps);
+    if (!tr->blocks_of.empty()) print_blocks(*tr, recs);
     return GGX_STATUS_OK;
 }
 

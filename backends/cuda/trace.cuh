@@ -79,7 +79,8 @@ static __device__ __forceinline__ void ggx_trace_stamp(const ggx_trace_dev & tr,
 // Host side (trace.cu). The launch sites ask for a record stream per launch, named after what it
 // computes; graph_compute brackets each step with begin/end.
 void            ggx_cuda_trace_init(ggx_cuda_ctx & ctx);          // reads GGX_CUDA_TRACE
-ggx_trace_dev   ggx_cuda_trace_launch(ggx_cuda_ctx & ctx, const std::string & name);
+// `detail` (e.g. the first block of each matrix of a job) heads the launch's block dump only.
+ggx_trace_dev   ggx_cuda_trace_launch(ggx_cuda_ctx & ctx, const std::string & name, const std::string & detail = "");
 bool            ggx_cuda_trace_step_begin(ggx_cuda_ctx & ctx);   // true: this step is recorded
 enum ggx_status ggx_cuda_trace_step_end(ggx_cuda_ctx & ctx);     // waits, prints the summary
 void            ggx_cuda_trace_free(ggx_cuda_ctx & ctx);
