@@ -345,6 +345,13 @@ bool same_bits(const std::vector<float> & a, const std::vector<float> & b) {
     return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// How many of `runs` more runs of stream_logits on `m` differ in any bit from `first`.
+int runs_differing(Model & m, const std::vector<float> & first, int runs) {
+    int differ = 0;
+    for (int r = 0; r < runs; r++) differ += !same_bits(stream_logits(m), first);
+    return differ;
+}
+
 }  // namespace
 
 // ModelParams::deterministic (exl2_model_params.deterministic, ggx_backend_set_deterministic): no
@@ -362,11 +369,7 @@ TEST_CASE("cuda: a deterministic model's logits repeat bit for bit") {
     p.deterministic = true;
     auto det = Model::load_tensors(std::move(b.st), b.config, p, "", false);
     const std::vector<float> det0 = stream_logits(*det), fast0 = stream_logits(*fast);
-    int det_differ = 0, fast_differ = 0;
-    for (int r = 0; r < 3; r++) {
-        det_differ += !same_bits(stream_logits(*det), det0);
-        fast_differ += !same_bits(stream_logits(*fast), fast0);
-    }
+    const int det_differ = runs_differing(*det, det0, 3), fast_differ = runs_differing(*fast, fast0, 3);
     CHECK_MESSAGE(det_differ == 0, det_differ << " of 3 deterministic runs differed from the first");
     MESSAGE("llama3.2-1b: " << fast_differ << " of 3 runs in the default order differed from its first");
     CHECK(ggx_backend_cuda_qkv_rows_jobs(det->backend) == 0);
@@ -389,8 +392,7 @@ TEST_CASE("cuda: a deterministic model takes no GGX_CUDA_STEP step and its logit
     SyntheticModel a = synthetic_build("llama3.2-1b", 4.0, 2, 3);
     auto det = Model::load_tensors(std::move(a.st), a.config, p, "", false);
     const std::vector<float> det0 = stream_logits(*det);
-    int differ = 0;
-    for (int r = 0; r < 2; r++) differ += !same_bits(stream_logits(*det), det0);
+    const int differ = runs_differing(*det, det0, 2);
     CHECK_MESSAGE(differ == 0, differ << " of 2 deterministic runs differed from the first");
     CHECK(ggx_backend_cuda_strip_stages(det->backend) == 0);
 }
