@@ -18,7 +18,7 @@
 #   trace           GGX_CUDA_TRACE=4 summaries at 4.0 bpw and for llama3.2-1b; the GEMVs' A, B, C (since
 #                   session 35): A the last blocks past their acquire (from the loop's start), B the
 #                   partials summed, C the results stored, each after a block barrier
-#   ropelate        every block of one q/k/v launch (GGX_CUDA_TRACE_BLOCKS) with the RoPE table's values
+#   ropelate        every block of one q/k/v and one gate/up launch (GGX_CUDA_TRACE_BLOCKS) with the RoPE table's values
 #                   stored into shared memory before the PDL wait (the default) and after it
 #                   (GGX_QGEMV_ROPE_LATE=1); the model tests with it; tg128 A/B at 8B 4.0 (two rounds),
 #                   1B 4.0 and 8B @4096. ropelate-short: the two block dumps and one A/B round
@@ -529,13 +529,14 @@ for part in "$@"; do
             B=build-dev-leanmerge/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
             tg --synthetic llama3-8b --bpw 4.0 --ctx 4096 ;;
         ropelate)
-            # where the q/k/v blocks pass their wait (every block of layer 5's launch), with the
-            # table's (cos, sin) stored before the wait (the default) and after it; the model tests
-            # with it; then tg128 A/B, two rounds at 8B 4.0 @16, and 1B 4.0 and 8B @4096
+            # where the q/k/v blocks pass their wait (every block of layer 5's launch, and of its
+            # gate/up), with the table's (cos, sin) stored before the wait (the default) and after
+            # it; the model tests with it; then tg128 A/B, two rounds at 8B 4.0 @16, and 1B 4.0 and
+            # 8B @4096
             for s in "" GGX_QGEMV_ROPE_LATE=1; do
-                echo "-- blocks of layer 5's q/k/v, llama3-8b 4.0 @16: ${s:-no setting}"
-                (if [ -n "$s" ]; then export "$s"; fi; GGX_CUDA_TRACE=4 GGX_CUDA_TRACE_BLOCKS=layers.5.self_attn.q_proj \
-                    $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n '4,11p;/blocks of/,$p' | head -110)
+                echo "-- blocks of layer 5's q/k/v and gate/up, llama3-8b 4.0 @16: ${s:-no setting}"
+                (if [ -n "$s" ]; then export "$s"; fi; GGX_CUDA_TRACE=4 GGX_CUDA_TRACE_BLOCKS=layers.5.self_attn.q_proj,layers.5.mlp.gate_proj \
+                    $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n '4,11p;/blocks of/,$p' | head -230)
             done
             layer_trace GGX_QGEMV_ROPE_LATE=1
             GGX_QGEMV_ROPE_LATE=1 run_tests -tc='*synthetic*,*logits*'
