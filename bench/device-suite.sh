@@ -22,6 +22,10 @@
 #                   stored into shared memory before the PDL wait (the default) and after it
 #                   (GGX_QGEMV_ROPE_LATE=1); the model tests with it; tg128 A/B at 8B 4.0 (two rounds),
 #                   1B 4.0 and 8B @4096. ropelate-short: the two block dumps and one A/B round
+#   descfirst       the build variant descfirst (the GEMV's first piece descriptors in one round trip,
+#                   one row's RoPE values loaded first): its GEMV and model tests, block dumps and
+#                   trace, tg128 rounds (variant, variant with GGX_QGEMV_ROPE_LATE=1, default) at 8B
+#                   4.0 and 3.0 and 1B 4.0, and @4096. descfirst-short: the dump and one round at 8B 4.0
 #   pairs           tg128@16 at 2.5, 3.0, 4.0 bpw and llama3.2-1b with GGX_QGEMV_PAIR_BITS=4 (only
 #                   4-bit pieces paired, as before session 21) and with the default (2, 3 and 4)
 #   sample          tg128@16 drawing with main's default sampler (bench --sample): sampled run-ahead
@@ -198,10 +202,13 @@ variant_bench() {
 }
 # variant_rounds VARIANT EXTRA "MODEL BPW"...: tg128@16 of each with build-dev-VARIANT/bench, then
 # (EXTRA a VAR=VALUE, or "") with that bench under EXTRA, then with the default build; two rounds
+# (one with variant_rounds_once=1)
 variant_rounds() {
     local v=$1 extra=$2 r mb m b
     shift 2
-    for r in 1 2; do
+    local rounds=2
+    [ -n "${variant_rounds_once:-}" ] && rounds=1
+    for r in $(seq 1 $rounds); do
         for mb in "$@"; do
             read -r m b <<< "$mb"
             echo "-- $m $b @16, round $r: $v ($(variant_flags "$v"))${extra:+, with $extra}, the default build"
@@ -262,6 +269,14 @@ ab() {
 layer_trace() {
     echo "-- trace, llama3-8b 4.0 @16: ${1:-no setting}, $B"
     (if [ -n "$1" ]; then export "$1"; fi; GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p)
+}
+# every block of layer 5's q/k/v and gate/up launches (GGX_CUDA_TRACE_BLOCKS) in a GGX_CUDA_TRACE=4
+# step of llama3-8b 4.0 @16 by $B with the environment setting $1 (VAR=VALUE, or "" for none),
+# after the per-layer lines
+block_dump() {
+    echo "-- blocks of layer 5's q/k/v and gate/up, llama3-8b 4.0 @16: ${1:-no setting}, $B"
+    (if [ -n "$1" ]; then export "$1"; fi; GGX_CUDA_TRACE=4 GGX_CUDA_TRACE_BLOCKS=layers.5.self_attn.q_proj,layers.5.mlp.gate_proj \
+        $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n '4,11p;/blocks of/,$p' | head -230)
 }
 # test-cuda (TC, default build-dev/test-cuda) with each failure's case, values and messages (run
 # 143 printed only the ERROR lines)
@@ -533,23 +548,34 @@ for part in "$@"; do
             # gate/up), with the table's (cos, sin) stored before the wait (the default) and after
             # it; the model tests with it; then tg128 A/B, two rounds at 8B 4.0 @16, and 1B 4.0 and
             # 8B @4096
-            for s in "" GGX_QGEMV_ROPE_LATE=1; do
-                echo "-- blocks of layer 5's q/k/v and gate/up, llama3-8b 4.0 @16: ${s:-no setting}"
-                (if [ -n "$s" ]; then export "$s"; fi; GGX_CUDA_TRACE=4 GGX_CUDA_TRACE_BLOCKS=layers.5.self_attn.q_proj,layers.5.mlp.gate_proj \
-                    $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n '4,11p;/blocks of/,$p' | head -230)
-            done
+            block_dump ""
+            block_dump GGX_QGEMV_ROPE_LATE=1
             layer_trace GGX_QGEMV_ROPE_LATE=1
             GGX_QGEMV_ROPE_LATE=1 run_tests -tc='*synthetic*,*logits*'
             ab GGX_QGEMV_ROPE_LATE=1 "llama3-8b 4.0" "llama3-8b 4.0" "llama3.2-1b 4.0"
             CTX=4096 ab GGX_QGEMV_ROPE_LATE=1 "llama3-8b 4.0" ;;
         ropelate-short)
-            # the same question in ~45 s: the blocks of one launch each way and one A/B round
-            for s in "" GGX_QGEMV_ROPE_LATE=1; do
-                echo "-- blocks of layer 5's q/k/v, llama3-8b 4.0 @16: ${s:-no setting}"
-                (if [ -n "$s" ]; then export "$s"; fi; GGX_CUDA_TRACE=4 GGX_CUDA_TRACE_BLOCKS=layers.5.self_attn.q_proj \
-                    $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n '4,11p;/blocks of/,$p' | head -110)
-            done
+            # the same question in ~45 s: the block dumps each way and one A/B round
+            block_dump ""
+            block_dump GGX_QGEMV_ROPE_LATE=1
             ab GGX_QGEMV_ROPE_LATE=1 "llama3-8b 4.0" ;;
+        descfirst)
+            # the variant's GEMV and model tests against the CPU, its block dumps and trace, then
+            # tg128: the variant, the variant with the RoPE values stored after the wait, the
+            # default build, two rounds at 8B 4.0 and 3.0 (mixed widths) and 1B 4.0, and @4096
+            variant_tests descfirst && TC=build-dev-descfirst/test-cuda run_tests -tc='*EXL2*,*synthetic*,*logits*,*rows*'
+            variant_bench descfirst || continue
+            B=build-dev-descfirst/bench block_dump ""
+            B=build-dev-descfirst/bench layer_trace ""
+            variant_rounds descfirst GGX_QGEMV_ROPE_LATE=1 "llama3-8b 4.0" "llama3-8b 3.0" "llama3.2-1b 4.0"
+            echo "-- llama3-8b 4.0 @4096: descfirst, then the default build"
+            B=build-dev-descfirst/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
+            tg --synthetic llama3-8b --bpw 4.0 --ctx 4096 ;;
+        descfirst-short)
+            # in ~60 s: the variant's block dump, one round at 8B 4.0 (variant, with ROPE_LATE, default)
+            variant_bench descfirst || continue
+            B=build-dev-descfirst/bench block_dump ""
+            variant_rounds_once=1 variant_rounds descfirst GGX_QGEMV_ROPE_LATE=1 "llama3-8b 4.0" ;;
         leanmerge-short)
             # the same question in ~60 s: the variant's trace and one round of tg128@16 at 8B 4.0
             variant_bench leanmerge || continue

@@ -251,8 +251,8 @@ __device__ __forceinline__ half group_mx(const piece_regs & s) {
 #endif
 }
 
-__device__ __forceinline__ void piece_load(const gemv_mat & M, int p, int n, piece_regs & s, float evict) {
-    s.pc = ggx_load_ro(M.pieces + p);
+__device__ __forceinline__ void piece_load_from(const gemv_mat & M, int4 pc, int n, piece_regs & s, float evict) {
+    s.pc = pc;
     const int bits = s.pc.z & 15, g = s.pc.z >> 5;
     const int nw = s.pc.w * bits / 32;
     const uint32_t * base = M.qw + (size_t)s.pc.y * M.Np + n;
@@ -272,6 +272,11 @@ __device__ __forceinline__ void piece_load(const gemv_mat & M, int p, int n, pie
 #else
     s.mx = M.qsmax[g];
 #endif
+}
+
+// piece p: its descriptor, then (one L2 round trip later) its words and scale
+__device__ __forceinline__ void piece_load(const gemv_mat & M, int p, int n, piece_regs & s, float evict) {
+    piece_load_from(M, ggx_load_ro(M.pieces + p), n, s, evict);
 }
 
 // v[t][c] += scale_c * sum over the piece's rows of (q - z) x[t][row]: the sum in fp16 pairs (at
@@ -588,6 +593,14 @@ __device__ __noinline__ void attn_tail(const gemv_args & a, const gemv_mat & M, 
     ggx_trace_stamp(a.trace, trace_slot, GGX_TRACE_C);
 }
 
+// Whether column lc of a tile is rotated (a tile holds whole heads), and its pair's index i in
+// the step's table (cos, sin of pair i)
+__device__ __forceinline__ bool rope_pair(const gemv_args & a, int lc, int & i) {
+    const int d = lc % a.head_dim, half = a.rope.n_rot / 2;
+    i = a.rope.mode == GGX_ROPE_NEOX ? (d < half ? d : d - half) : d / 2;
+    return d < a.rope.n_rot;
+}
+
 template <int T, int W = groups_for(T)>
 __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant__ gemv_args a) {
     constexpr int NT = k_group * W;
@@ -623,40 +636,71 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     //    weights), and the loads' head start is worth more.
     const bool work = n < M.Np && p_begin < p_end;
     const bool one_piece = T == 1 && (a.flags & k_flag_one_deep);
-    piece_regs A, B;
-    if (work) {
-        piece_load(M, p_begin, n, A, a.evict_first);
-        if (p_begin + 1 < p_end && !one_piece) piece_load(M, p_begin + 1, n, B, a.evict_first);
-        if (a.prefetch > 0 && p_begin + 2 < p_end) {
-            const int4 pf = M.pieces[p_begin + 2], pl = M.pieces[p_end - 1];
-            const int q1 = min(pl.y + pl.w * (pl.z & 15) / 32, pf.y + a.prefetch);
-            for (int r = pf.y; r < q1; r++) prefetch<2>(M.qw + (size_t)r * M.Np + n);
-        }
-    }
     // RoPE factors of this thread's columns: they depend only on inputs (pos is uploaded before
     // the graph runs), so they are computed (or read from the step's table: rope-table.cu) while
     // the weights load; the epilogue of the tile's last block reads them back (the double-
     // precision angle at the end of the last block made the qkv launch several us longer)
     float * tb = smem + T * max(ldx / 2, (W - 1) * k_tile);   // RoPE tile, past the x rows (fp16) and group sums
     float2 * rcs = (float2 *)(tb + T * k_tile);                      // [T][k_tile] (cos, sin)
-    // With k_flag_rope_late (one row, the step's table), the table's values wait in registers and
-    // reach shared memory after the PDL wait: a store of a loaded value stalls its warp until the
-    // load returns, and these loads queue behind the first pieces' (measurement: GGX_QGEMV_ROPE_LATE).
-    const bool rope_late = T == 1 && (a.flags & k_flag_rope_late) && a.rope_table;
+    // One row's table values may wait in registers (rope_regs), loaded before anything else: a
+    // store of a loaded value stalls its warp until the load returns, and an L2 round trip issued
+    // behind the first pieces takes several us while other SMs stream weights. With
+    // k_flag_rope_late (GGX_QGEMV_ROPE_LATE, a measurement) they reach shared memory after the PDL
+    // wait, else just before it.
+    const bool rope_regs = T == 1 && M.rope && a.rope_table && grp == 0 && (GGX_QGEMV_DESC_FIRST || (a.flags & k_flag_rope_late));
     float2 rope_early[4] = {};
-    if (M.rope && grp == 0) {
-        const int hd = a.head_dim, half = a.rope.n_rot / 2;
+    if (rope_regs)
 #pragma unroll
         for (int c = 0; c < 4; c++) {
-            const int lc = lt * 4 + c, d = lc % hd;
-            if (d >= a.rope.n_rot) continue;
-            const int i = a.rope.mode == GGX_ROPE_NEOX ? (d < half ? d : d - half) : d / 2;
+            int i;
+            if (rope_pair(a, lt * 4 + c, i)) rope_early[c] = a.rope_table[i];
+        }
+    auto rope_store = [&] {
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            int i;
+            if (rope_pair(a, lt * 4 + c, i)) rcs[lt * 4 + c] = rope_early[c];
+        }
+    };
+
+    // 1. static data first, before waiting for the previous kernel: the first two pieces into
+    //    registers, and the next a.prefetch rows of packed words into L2 (the whole slice
+    //    overflowed L2 on the head, 546 MB read for 394 MB of weights). Loading the first pieces
+    //    after the wait instead, so that none of them runs under the previous kernel's last round
+    //    trips, loses for every job (run 200, H100, llama3-8b 4.0: o -4.4%, down -5.4%, gate/up
+    //    -2.8%, q/k/v -0.4%): the trips hit L2 (ncu: each GEMV reads from DRAM little beyond its
+    //    weights), and the loads' head start is worth more.
+    piece_regs A, B;
+    if (work) {
+#if GGX_QGEMV_DESC_FIRST
+        // the four descriptors in one round trip (clamped indices: no branches between the
+        // loads), then the words; the default's order takes one round trip per descriptor
+        const int4 d0 = ggx_load_ro(M.pieces + p_begin), d1 = ggx_load_ro(M.pieces + min(p_begin + 1, p_end - 1));
+        const int4 pf = ggx_load_ro(M.pieces + min(p_begin + 2, p_end - 1)), pl = ggx_load_ro(M.pieces + p_end - 1);
+        piece_load_from(M, d0, n, A, a.evict_first);
+        if (p_begin + 1 < p_end && !one_piece) piece_load_from(M, d1, n, B, a.evict_first);
+#else
+        piece_load(M, p_begin, n, A, a.evict_first);
+        if (p_begin + 1 < p_end && !one_piece) piece_load(M, p_begin + 1, n, B, a.evict_first);
+#endif
+        if (a.prefetch > 0 && p_begin + 2 < p_end) {
+#if !GGX_QGEMV_DESC_FIRST
+            const int4 pf = M.pieces[p_begin + 2], pl = M.pieces[p_end - 1];
+#endif
+            const int q1 = min(pl.y + pl.w * (pl.z & 15) / 32, pf.y + a.prefetch);
+            for (int r = pf.y; r < q1; r++) prefetch<2>(M.qw + (size_t)r * M.Np + n);
+        }
+    }
+    if (M.rope && grp == 0 && !rope_regs) {
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int lc = lt * 4 + c;
+            int i;
+            if (!rope_pair(a, lc, i)) continue;
 #pragma unroll
             for (int t = 0; t < T; t++) {
-                if (rope_late) {
-                    rope_early[c] = a.rope_table[i];
-                } else if (a.rope_table) {
-                    rcs[t * k_tile + lc] = a.rope_table[t * half + i];
+                if (a.rope_table) {
+                    rcs[t * k_tile + lc] = a.rope_table[t * (a.rope.n_rot / 2) + i];
                 } else {
                     float cs, sn;
                     ggx_rope_cos_sin(a.pos[t], i, a.freq_div, a.rope, cs, sn);
@@ -676,13 +720,11 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         src[j] = i < k_n ? (M.perm ? M.perm[k] : k) : -1;
         nw[j] = !a.norm || !a.norm_w || i >= k_n ? 1.0f : M.norm_wp ? M.norm_wp[k] : ggx_load_any(a.norm_w, a.norm_type, src[j]);
     }
+    if (rope_regs && !(a.flags & k_flag_rope_late)) rope_store();
     ggx_pdl_wait();
     ggx_pdl_launch_next();
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_WAITED);
-    if (rope_late && M.rope && grp == 0)
-#pragma unroll
-        for (int c = 0; c < 4; c++)
-            if ((lt * 4 + c) % a.head_dim < a.rope.n_rot) rcs[lt * 4 + c] = rope_early[c];
+    if (rope_regs && (a.flags & k_flag_rope_late)) rope_store();
 
     // 2. x rows of this block (through q_perm), optionally RMS-normalised; the rows' loads go out
     //    before the sum of squares' so that the two round trips overlap

@@ -1,5 +1,5 @@
 #!/bin/bash
-# mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|all]: injects known bugs into a copy of the kernel source, one at a
+# mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|qgemv-descfirst|all]: injects known bugs into a copy of the kernel source, one at a
 # time, and runs the emulator's default cases on each (stopping at the first failure). One line
 # per mutant: caught or NOT caught. Exit status 0 only when every mutant is caught.
 # A mutant whose sed expression no longer changes the source, or that does not build, counts as
@@ -12,9 +12,9 @@ build=${EMU_BUILD:-$root/build-emu}
 jobs=${EMU_JOBS:-$(nproc)}
 what=${1:-all}
 case "$what" in
-    prefill | decode | qgemv | qgemv-pairgroups | qgemv-compact) kinds=$what ;;
+    prefill | decode | qgemv | qgemv-pairgroups | qgemv-compact | qgemv-descfirst) kinds=$what ;;
     all) kinds="prefill decode qgemv" ;;
-    *) echo "usage: mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|all]" >&2; exit 2 ;;
+    *) echo "usage: mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|qgemv-descfirst|all]" >&2; exit 2 ;;
 esac
 
 # NAME SED_EXPRESSION
