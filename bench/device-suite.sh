@@ -18,14 +18,8 @@
 #   trace           GGX_CUDA_TRACE=4 summaries at 4.0 bpw and for llama3.2-1b; the GEMVs' A, B, C (since
 #                   session 35): A the last blocks past their acquire (from the loop's start), B the
 #                   partials summed, C the results stored, each after a block barrier
-#   ropelate        every block of one q/k/v and one gate/up launch (GGX_CUDA_TRACE_BLOCKS) with the RoPE table's values
-#                   stored into shared memory before the PDL wait (the default) and after it
-#                   (GGX_QGEMV_ROPE_LATE=1); the model tests with it; tg128 A/B at 8B 4.0 (two rounds),
-#                   1B 4.0 and 8B @4096. ropelate-short: the two block dumps and one A/B round
-#   descfirst       the build variant descfirst (the GEMV's first piece descriptors in one round trip,
-#                   one row's RoPE values loaded first): its GEMV and model tests, block dumps and
-#                   trace, tg128 rounds (variant, variant with GGX_QGEMV_ROPE_LATE=1, default) at 8B
-#                   4.0 and 3.0 and 1B 4.0, and @4096. descfirst-short: the dump and one round at 8B 4.0
+#   blocks          every block of layer 5's q/k/v and gate/up launches (GGX_CUDA_TRACE_BLOCKS): entry,
+#                   wait, loop, hand-off and exit of each, after the per-layer trace lines
 #   pairs           tg128@16 at 2.5, 3.0, 4.0 bpw and llama3.2-1b with GGX_QGEMV_PAIR_BITS=4 (only
 #                   4-bit pieces paired, as before session 21) and with the default (2, 3 and 4)
 #   sample          tg128@16 drawing with main's default sampler (bench --sample): sampled run-ahead
@@ -543,39 +537,10 @@ for part in "$@"; do
             echo "-- llama3-8b 4.0 @4096: leanmerge, then the default build"
             B=build-dev-leanmerge/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
             tg --synthetic llama3-8b --bpw 4.0 --ctx 4096 ;;
-        ropelate)
-            # where the q/k/v blocks pass their wait (every block of layer 5's launch, and of its
-            # gate/up), with the table's (cos, sin) stored before the wait (the default) and after
-            # it; the model tests with it; then tg128 A/B, two rounds at 8B 4.0 @16, and 1B 4.0 and
-            # 8B @4096
-            block_dump ""
-            block_dump GGX_QGEMV_ROPE_LATE=1
-            layer_trace GGX_QGEMV_ROPE_LATE=1
-            GGX_QGEMV_ROPE_LATE=1 run_tests -tc='*synthetic*,*logits*'
-            ab GGX_QGEMV_ROPE_LATE=1 "llama3-8b 4.0" "llama3-8b 4.0" "llama3.2-1b 4.0"
-            CTX=4096 ab GGX_QGEMV_ROPE_LATE=1 "llama3-8b 4.0" ;;
-        ropelate-short)
-            # the same question in ~45 s: the block dumps each way and one A/B round
-            block_dump ""
-            block_dump GGX_QGEMV_ROPE_LATE=1
-            ab GGX_QGEMV_ROPE_LATE=1 "llama3-8b 4.0" ;;
-        descfirst)
-            # the variant's GEMV and model tests against the CPU, its block dumps and trace, then
-            # tg128: the variant, the variant with the RoPE values stored after the wait, the
-            # default build, two rounds at 8B 4.0 and 3.0 (mixed widths) and 1B 4.0, and @4096
-            variant_tests descfirst && TC=build-dev-descfirst/test-cuda run_tests -tc='*EXL2*,*synthetic*,*logits*,*rows*'
-            variant_bench descfirst || continue
-            B=build-dev-descfirst/bench block_dump ""
-            B=build-dev-descfirst/bench layer_trace ""
-            variant_rounds descfirst GGX_QGEMV_ROPE_LATE=1 "llama3-8b 4.0" "llama3-8b 3.0" "llama3.2-1b 4.0"
-            echo "-- llama3-8b 4.0 @4096: descfirst, then the default build"
-            B=build-dev-descfirst/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
-            tg --synthetic llama3-8b --bpw 4.0 --ctx 4096 ;;
-        descfirst-short)
-            # in ~60 s: the variant's block dump, one round at 8B 4.0 (variant, with ROPE_LATE, default)
-            variant_bench descfirst || continue
-            B=build-dev-descfirst/bench block_dump ""
-            variant_rounds_once=1 variant_rounds descfirst GGX_QGEMV_ROPE_LATE=1 "llama3-8b 4.0" ;;
+        blocks)
+            # every block of layer 5's q/k/v and gate/up launches: when each entered, passed its
+            # wait, started and ended its loop (run 204: q/k/v's blocks that enter behind down)
+            block_dump "" ;;
         leanmerge-short)
             # the same question in ~60 s: the variant's trace and one round of tg128@16 at 8B 4.0
             variant_bench leanmerge || continue

@@ -10,9 +10,7 @@
 #                                          fencing thread (run 170: within 0.2% of fence.acq_rel)
 #   leanmerge   -DGGX_ATTN_LEAN_MERGE=1    the decode attention merges only the warps with tiles and rows < R, and
 #                                          its scores in two mma chains (session 42)
-#   descfirst   -DGGX_QGEMV_DESC_FIRST=1   the decode GEMV loads its first piece descriptors together, then the
-#                                          words, and one row's RoPE table values first (session 43)
-variant_names="nowin nox16 pairgroups compact fencesc leanmerge descfirst"
+variant_names="nowin nox16 pairgroups compact fencesc leanmerge"
 variant_flags() {
     case "$1" in
         nowin) echo "-DGGX_PAIR_WINDOWS=0" ;;
@@ -21,7 +19,6 @@ variant_flags() {
         compact) echo "-DGGX_QGEMV_COMPACT_HALVES=1" ;;
         fencesc) echo "-DGGX_FENCE_SC=1" ;;
         leanmerge) echo "-DGGX_ATTN_LEAN_MERGE=1" ;;
-        descfirst) echo "-DGGX_QGEMV_DESC_FIRST=1" ;;
         *) return 1 ;;
     esac
 }

@@ -52,13 +52,6 @@
 #ifndef GGX_QGEMV_COMPACT_HALVES
 #define GGX_QGEMV_COMPACT_HALVES 0
 #endif
-// Built with -DGGX_QGEMV_DESC_FIRST=1 (bench/variants.sh: descfirst; session 43, not yet measured),
-// the decode GEMV's pre-wait part loads its first four piece descriptors in one round trip before
-// any words, and one row's RoPE table values first of all: two dependent L2 round trips before
-// the PDL wait instead of four or five, each of which takes several us under the weight stream.
-#ifndef GGX_QGEMV_DESC_FIRST
-#define GGX_QGEMV_DESC_FIRST 0
-#endif
 
 // Per-matrix tables in device memory (ggx_qmatrix::backend_extra). The rows are cut into slices of
 // slice_rows (GGX_QGEMV_FINE_ROWS for EXL2, whose slices are described by "pieces" (slice ∩ group)

@@ -53,7 +53,7 @@ constexpr int k_stage = k_max_rows / k_group; // rows of x each thread stages (s
 constexpr int k_max_smem = 96 * 1024;         // dynamic shared memory at most: T = 8 with RoPE (see ggx_cuda_qgemv_run)
 // gemv_args::flags: one-row ADD epilogues in place add every K-slice's sums into y (GGX_QGEMV_RED,
 // default on); a one-row job keeps one piece per thread in flight instead of two (one_deep)
-constexpr int k_flag_red = 1, k_flag_one_deep = 2, k_flag_rope_late = 4;
+constexpr int k_flag_red = 1, k_flag_one_deep = 2;
 constexpr int k_prefetch_rows = 2;            // L2 warm-up rows per thread (see prefetch_rows; measured)
 
 // Warp groups per block for T rows: shared memory holds T * W fine slices of x.
@@ -112,7 +112,7 @@ struct gemv_args {
     ggx_params_rope rope;
     int head_dim, act;
     int prefetch;
-    int flags;           // k_flag_red, k_flag_one_deep, k_flag_rope_late (a field of each made k_qgemv<2,4> spill more)
+    int flags;           // k_flag_red, k_flag_one_deep (a field of each made k_qgemv<2,4> spill more)
     float evict_first;   // fraction of the weight loads marked L2 evict-first (GGX_QGEMV_EVICT_FIRST)
     int * counters;
     gemv_attn attn;
@@ -642,12 +642,11 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     // precision angle at the end of the last block made the qkv launch several us longer)
     float * tb = smem + T * max(ldx / 2, (W - 1) * k_tile);   // RoPE tile, past the x rows (fp16) and group sums
     float2 * rcs = (float2 *)(tb + T * k_tile);                      // [T][k_tile] (cos, sin)
-    // One row's table values may wait in registers (rope_regs), loaded before anything else: a
-    // store of a loaded value stalls its warp until the load returns, and an L2 round trip issued
-    // behind the first pieces takes several us while other SMs stream weights. With
-    // k_flag_rope_late (GGX_QGEMV_ROPE_LATE, a measurement) they reach shared memory after the PDL
-    // wait, else just before it.
-    const bool rope_regs = T == 1 && M.rope && a.rope_table && grp == 0 && (GGX_QGEMV_DESC_FIRST || (a.flags & k_flag_rope_late));
+    // One row's table values wait in registers (rope_regs), loaded before anything else, and reach
+    // shared memory just before the PDL wait: a store of a loaded value stalls its warp until the
+    // load returns, and an L2 round trip issued behind the first pieces takes 1-2 us while other
+    // SMs stream weights (run 204: storing them after the wait instead gains nothing more).
+    const bool rope_regs = T == 1 && M.rope && a.rope_table && grp == 0;
     float2 rope_early[4] = {};
     if (rope_regs)
 #pragma unroll
@@ -670,23 +669,19 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     //    trips, loses for every job (run 200, H100, llama3-8b 4.0: o -4.4%, down -5.4%, gate/up
     //    -2.8%, q/k/v -0.4%): the trips hit L2 (ncu: each GEMV reads from DRAM little beyond its
     //    weights), and the loads' head start is worth more.
+    //    The four descriptors go out in one round trip (clamped indices: no branches between the
+    //    loads), then the words. Blocks that enter as the previous kernel's blocks exit (76 of
+    //    q/k/v's 96 behind down) are past its release before they reach their wait, so this part
+    //    is on their critical path: one descriptor per round trip (four or five in a row with the
+    //    RoPE values) took their median block 5.4 us from entry to its wait, these two 4.6 (run
+    //    204, H100, llama3-8b 4.0: tg128@16 +0.6% at 4.0 and 3.0, +0.1% on llama3.2-1b, +0.5% @4096).
     piece_regs A, B;
     if (work) {
-#if GGX_QGEMV_DESC_FIRST
-        // the four descriptors in one round trip (clamped indices: no branches between the
-        // loads), then the words; the default's order takes one round trip per descriptor
         const int4 d0 = ggx_load_ro(M.pieces + p_begin), d1 = ggx_load_ro(M.pieces + min(p_begin + 1, p_end - 1));
         const int4 pf = ggx_load_ro(M.pieces + min(p_begin + 2, p_end - 1)), pl = ggx_load_ro(M.pieces + p_end - 1);
         piece_load_from(M, d0, n, A, a.evict_first);
         if (p_begin + 1 < p_end && !one_piece) piece_load_from(M, d1, n, B, a.evict_first);
-#else
-        piece_load(M, p_begin, n, A, a.evict_first);
-        if (p_begin + 1 < p_end && !one_piece) piece_load(M, p_begin + 1, n, B, a.evict_first);
-#endif
         if (a.prefetch > 0 && p_begin + 2 < p_end) {
-#if !GGX_QGEMV_DESC_FIRST
-            const int4 pf = M.pieces[p_begin + 2], pl = M.pieces[p_end - 1];
-#endif
             const int q1 = min(pl.y + pl.w * (pl.z & 15) / 32, pf.y + a.prefetch);
             for (int r = pf.y; r < q1; r++) prefetch<2>(M.qw + (size_t)r * M.Np + n);
         }
@@ -720,11 +715,10 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         src[j] = i < k_n ? (M.perm ? M.perm[k] : k) : -1;
         nw[j] = !a.norm || !a.norm_w || i >= k_n ? 1.0f : M.norm_wp ? M.norm_wp[k] : ggx_load_any(a.norm_w, a.norm_type, src[j]);
     }
-    if (rope_regs && !(a.flags & k_flag_rope_late)) rope_store();
+    if (rope_regs) rope_store();
     ggx_pdl_wait();
     ggx_pdl_launch_next();
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_WAITED);
-    if (rope_regs && (a.flags & k_flag_rope_late)) rope_store();
 
     // 2. x rows of this block (through q_perm), optionally RMS-normalised; the rows' loads go out
     //    before the sum of squares' so that the two round trips overlap
@@ -1359,8 +1353,7 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
                       job.m[0].w->name, job.T, job.head_dim);
         return GGX_STATUS_FAILED;
     }
-    static const bool rope_late = ggx_env_flag("GGX_QGEMV_ROPE_LATE");
-    a.flags = (ctx.adds_slices() ? k_flag_red : 0) | (one_deep(job) ? k_flag_one_deep : 0) | (rope_late ? k_flag_rope_late : 0);
+    a.flags = (ctx.adds_slices() ? k_flag_red : 0) | (one_deep(job) ? k_flag_one_deep : 0);
     const size_t smem = smem_bytes(job.T, m, L.rope, job.attn.bound, job.head_dim);
     if (smem > (size_t)k_max_smem) {
         ggx_set_error("cuda: decode matmul of %s needs %zu bytes of shared memory (at most %d)", job.m[0].w->name, smem, k_max_smem);

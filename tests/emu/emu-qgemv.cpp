@@ -203,7 +203,6 @@ struct Job {
     // attention in the tail (q/k/v jobs: mats q, k, v; f16 caches): its bound in keys, 0 for none
     int attn_bound = 0;
     int pos0 = 5;   // pos of the one row (of row t: pos0 + t)
-    bool rope_late = false;   // k_flag_rope_late: the table's (cos, sin) stored after the PDL wait
 };
 
 using emu::k_tile;   // the kernel's column tile
@@ -540,7 +539,6 @@ static int run_job(const Job & job, int idx) {
         }
     a.flags = emu::k_flag_red;                     // (one-row ADD jobs in place add their K-slices' sums into y)
     if (idx % 2) a.flags |= emu::k_flag_one_deep;  // odd jobs: one piece per thread in flight (one-row only)
-    if (job.rope_late) a.flags |= emu::k_flag_rope_late;
     // whether matrix i's sums are added into y by every K-slice (no fixed order: no bit-identity
     // across block orders, and each element changed by up to one block per K-slice)
     auto reduced = [&](int i) { return T == 1 && (((a.flags & emu::k_flag_red) && a.m[i].in_place) || a.m[i].rows); };
@@ -811,17 +809,10 @@ int main(int argc, char ** argv) {
         return j;
     };
     jobs.push_back(qkv_rows(qkv("q/k/v rows (reduced), rope table", q, k, v, 1, 2, 3, GGX_ROPE_NEOX, 64, true, false, GGX_TYPE_F16, false)));
-    {
-        Job j = qkv_rows(qkv("q/k/v rows (reduced), rope table stored late", q, k, v, 1, 3, 3, GGX_ROPE_NEOX, 64, true, false, GGX_TYPE_F16, false));
-        j.rope_late = true;
-        jobs.push_back(j);
-        j = qkv("q/k/v norm table, rope table (interleave, rotary 32) stored late", qm, km, vm, 1, 2, 3, GGX_ROPE_INTERLEAVE, 32, true, false, GGX_TYPE_F16, true);
-        j.rope_late = true;
-        jobs.push_back(j);
-        j = qkv("q/k/v rows, rope table, late flag (ignored with rows)", q, k, v, 2, 2, 1, GGX_ROPE_NEOX, 64, true, false, GGX_TYPE_F16, false);
-        j.rope_late = true;
-        jobs.push_back(j);
-    }
+    // the one-row table values held in registers and stored before the wait, with interleaved
+    // pairs and a partial rotary dimension; and the table with two rows (stored as it loads)
+    jobs.push_back(qkv("q/k/v norm table, rope table (interleave, rotary 32)", qm, km, vm, 1, 2, 3, GGX_ROPE_INTERLEAVE, 32, true, false, GGX_TYPE_F16, true));
+    jobs.push_back(qkv("q/k/v rows, rope table", q, k, v, 2, 2, 1, GGX_ROPE_NEOX, 64, true, false, GGX_TYPE_F16, false));
     jobs.push_back(qkv_rows(qkv("q/k/v rows (reduced), interleave, bias", q, k, v, 1, 1, 1, GGX_ROPE_INTERLEAVE, 64, false, true, GGX_TYPE_F16, true)));
     jobs.push_back(qkv_rows(qkv("q/k/v rows (reduced), mixed, rotary 32", qm, km, vm, 1, 3, 2, GGX_ROPE_NEOX, 32, false, true, GGX_TYPE_F16, true)));
     // q/k/v with the attention in the tail: one group per q tile (hd 128, G 4), two per tile (hd 64),
@@ -844,11 +835,7 @@ int main(int argc, char ** argv) {
     jobs.push_back(qkv_attn("attn tail hd 128, G 8 (across tiles)", q2048, k, v, 128, 2, 130, 256));
     jobs.push_back(qkv_attn("attn tail hd 64, MHA (8 KV heads a tile)", q512, k512, v512, 64, 1, 20, 256));
     jobs.push_back(qkv_attn("attn tail, pos past the bound", q, k, v, 128, 2, 20, 16));
-    {
-        Job j = qkv_attn("attn tail hd 128, G 4, rope table stored late", q, k, v, 128, 2, 41, 256);
-        j.rope_late = true;
-        jobs.push_back(j);
-    }
+
     // gate/up with GLU
     auto glu = [&](const char * what, int T, int m, int act, int norm) {
         Job j{what, T, m, true, norm, 0, GGX_ROPE_NEOX, 0, false, false, act, GGX_TYPE_F16, 1.0f, {}};
@@ -872,7 +859,7 @@ int main(int argc, char ** argv) {
     // the variant's walk across groups must have been reached (in the paired jobs of the mixed layouts)
     CHECKX(!GGX_QGEMV_PAIR_GROUPS || g_joined_across > 0, "the pairgroups build made no piece across groups");
     printf("qgemv%s: jobs %d (3 block orders each), paired pieces across groups %ld; failed jobs %d, check errors %ld\n",
-           GGX_QGEMV_PAIR_GROUPS ? " (pairgroups variant)" : GGX_QGEMV_COMPACT_HALVES ? " (compact variant)" : GGX_QGEMV_DESC_FIRST ? " (descfirst variant)" : "",
+           GGX_QGEMV_PAIR_GROUPS ? " (pairgroups variant)" : GGX_QGEMV_COMPACT_HALVES ? " (compact variant)" : "",
            n_runs, g_joined_across, n_fail, g_errors);
     return n_fail || g_errors;
 }

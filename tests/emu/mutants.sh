@@ -1,5 +1,5 @@
 #!/bin/bash
-# mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|qgemv-descfirst|all]: injects known bugs into a copy of the kernel source, one at a
+# mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|all]: injects known bugs into a copy of the kernel source, one at a
 # time, and runs the emulator's default cases on each (stopping at the first failure). One line
 # per mutant: caught or NOT caught. Exit status 0 only when every mutant is caught.
 # A mutant whose sed expression no longer changes the source, or that does not build, counts as
@@ -12,9 +12,9 @@ build=${EMU_BUILD:-$root/build-emu}
 jobs=${EMU_JOBS:-$(nproc)}
 what=${1:-all}
 case "$what" in
-    prefill | decode | qgemv | qgemv-pairgroups | qgemv-compact | qgemv-descfirst) kinds=$what ;;
+    prefill | decode | qgemv | qgemv-pairgroups | qgemv-compact) kinds=$what ;;
     all) kinds="prefill decode qgemv" ;;
-    *) echo "usage: mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|qgemv-descfirst|all]" >&2; exit 2 ;;
+    *) echo "usage: mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|all]" >&2; exit 2 ;;
 esac
 
 # NAME SED_EXPRESSION
@@ -64,6 +64,8 @@ qgemv_mutants=(
     glu_arrivals 's/a.m\[jm.pair\].arrivals = M.arrivals = a.m\[jm.pair\].n_slices + M.n_slices;/a.m[jm.pair].arrivals = M.arrivals = M.n_slices;/'
     paired_m_odd 's/const bool paired = pairs \&\& e->pieces2;/const bool paired = e->pieces2;/'
     over_read 's/if (i < nw) s.w\[i\] = load_weights/if (i < nw + 1) s.w[i] = load_weights/'
+    first_desc_twice 's/d1 = ggx_load_ro(M.pieces + min(p_begin + 1, p_end - 1));/d1 = ggx_load_ro(M.pieces + p_begin);/'
+    rope_regs_neighbour 's/if (rope_pair(a, lt \* 4 + c, i)) rcs\[lt \* 4 + c\] = rope_early\[c\];/if (rope_pair(a, lt * 4 + c, i)) rcs[lt * 4 + c] = rope_early[c ^ 1];/'
     attn_last_early 's/if (atomicAdd(ctr, 1) == q_tiles + 1) {/if (atomicAdd(ctr, 1) == q_tiles) {/'
     attn_q_tiles 's/const int q_tiles = ((g + 1) \* G \* hd - 1) \/ k_tile - g \* G \* hd \/ k_tile + 1;/const int q_tiles = 1;/'
     attn_key_left_out 's/r\[i\] = j + i \* step < end ? /r[i] = j + i * step < end - 1 ? /'
