@@ -196,13 +196,10 @@ variant_bench() {
 }
 # variant_rounds VARIANT EXTRA "MODEL BPW"...: tg128@16 of each with build-dev-VARIANT/bench, then
 # (EXTRA a VAR=VALUE, or "") with that bench under EXTRA, then with the default build; two rounds
-# (one with variant_rounds_once=1)
 variant_rounds() {
     local v=$1 extra=$2 r mb m b
     shift 2
-    local rounds=2
-    [ -n "${variant_rounds_once:-}" ] && rounds=1
-    for r in $(seq 1 $rounds); do
+    for r in 1 2; do
         for mb in "$@"; do
             read -r m b <<< "$mb"
             echo "-- $m $b @16, round $r: $v ($(variant_flags "$v"))${extra:+, with $extra}, the default build"

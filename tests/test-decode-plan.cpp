@@ -5,6 +5,7 @@
 #if defined(GGX_USE_CUDA)
 
 #include "backends/cuda/decode-plan.h"
+#include "backends/cuda/env-knobs.h"
 #include "bench/synthetic-plan.h"
 #include "exl2/quant/synthetic.h"
 #include "tests/scoped-env.h"
@@ -663,6 +664,22 @@ TEST_CASE("decode plan: q/k/v rows for the decode attention where it reads them"
     SUBCASE("f32 caches") { DecodeGraph H; H.build(1, 2, GGX_TYPE_F32); no_rows(H, 0); }
     SUBCASE("softcap") { DecodeGraph H; H.build(1, 2, GGX_TYPE_F16, 30.0f); no_rows(H, 0); }
     SUBCASE("the attention tail") { DecodeGraph H; H.build(1, 2); no_rows(H, 48); }
+}
+
+
+// The name lists of the CUDA knobs (GGX_QGEMV_ROWS_FOR, GGX_CUDA_TRACE_BLOCKS): the first item whose
+// key the name contains, the key before the last ':' of a valued item.
+TEST_CASE("cuda knobs: a name list gives the first item whose key the name contains") {
+    const std::string o = "model.layers.5.self_attn.o_proj", q = "model.layers.5.self_attn.q_proj";
+    CHECK(ggx_list_match("q_proj:64,o_proj:128", o, true) == "o_proj:128");
+    CHECK(ggx_list_match("proj:32,o_proj:128", o, true) == "proj:32");
+    CHECK(ggx_list_match("o_proj,q_proj:64", q, true) == "q_proj:64");   // an item without ':' is no key
+    CHECK(ggx_list_match(":5,,down_proj:2", o, true).empty());        // empty keys match nothing
+    CHECK(ggx_list_match("a:b:3", "xa:by", true) == "a:b:3");         // the key ends at the last ':'
+    CHECK(ggx_list_match("layers.4.,layers.5.self_attn.q", q, false) == "layers.5.self_attn.q");
+    CHECK(ggx_list_match(",,", q, false).empty());
+    CHECK(ggx_list_match("", q, false).empty());
+    CHECK(ggx_list_match("gate_proj", q, false).empty());
 }
 
 #endif  // GGX_USE_CUDA

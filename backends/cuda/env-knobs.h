@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 // A switch: set, non-empty and not "0".
 inline bool ggx_env_flag(const char * name) {
@@ -27,4 +28,19 @@ inline int ggx_env_int_in(const char * name, int lo, int hi, int def) {
     if (n >= lo && n <= hi) return n;
     fprintf(stderr, "ggx-cuda: %s=%s: expected %d..%d; using %d\n", name, v, lo, hi, def);
     return def;
+}
+
+// The first item of a comma-separated list whose key `name` contains, "" when none: the key is the
+// whole item, or with `valued` the part before its last ':' (items without one are skipped). Empty
+// keys match nothing. Lists name launches or matrices, e.g. GGX_QGEMV_ROWS_FOR=o_proj:128.
+inline std::string ggx_list_match(const std::string & list, const std::string & name, bool valued) {
+    for (size_t at = 0; at < list.size();) {
+        size_t end = list.find(',', at);
+        if (end == std::string::npos) end = list.size();
+        const std::string item = list.substr(at, end - at);
+        const size_t key_end = valued ? item.rfind(':') : item.size();
+        if (key_end != std::string::npos && key_end > 0 && name.find(item.substr(0, key_end)) != std::string::npos) return item;
+        at = end + 1;
+    }
+    return "";
 }

@@ -1102,17 +1102,8 @@ ggx_status launch(ggx_cuda_ctx & ctx, const gemv_args & a, int blocks, size_t sm
 static int value_for(const char * var, const ggx_qgemv_job & job, int none) {
     const char * v = getenv(var);
     if (!v || !*v) return none;
-    const std::string spec(v), name = job.m[0].w->name;
-    for (size_t at = 0; at < spec.size();) {
-        size_t end = spec.find(',', at);
-        if (end == std::string::npos) end = spec.size();
-        const std::string item = spec.substr(at, end - at);
-        const size_t colon = item.rfind(':');
-        if (colon != std::string::npos && colon > 0 && name.find(item.substr(0, colon)) != std::string::npos)
-            return atoi(item.c_str() + colon + 1);
-        at = end + 1;
-    }
-    return none;
+    const std::string item = ggx_list_match(v, job.m[0].w->name, true);
+    return item.empty() ? none : atoi(item.c_str() + item.rfind(':') + 1);
 }
 
 // Rows of packed words each thread warms in L2 before the PDL wait (GGX_QGEMV_PREFETCH, for

@@ -163,24 +163,13 @@ void print_summary(const ggx_cuda_trace & tr, const std::vector<ggx_trace_rec> &
     }
 }
 
-// Whether `name` holds one of the comma-separated parts of `list`.
-bool names_one_of(const std::string & name, const std::string & list) {
-    for (size_t at = 0; at <= list.size();) {
-        size_t end = list.find(',', at);
-        if (end == std::string::npos) end = list.size();
-        if (end > at && name.find(list.substr(at, end - at)) != std::string::npos) return true;
-        at = end + 1;
-    }
-    return false;
-}
-
 // Every block of the launches whose name holds a part of tr.blocks_of, in block order (us from the launch's
 // first block past its wait; '-' for a point the block did not pass): where a launch's medians
 // hide two populations, e.g. the blocks of one matrix of a job passing their wait later.
 void print_blocks(const ggx_cuda_trace & tr, const std::vector<ggx_trace_rec> & recs) {
     std::map<unsigned, std::vector<const ggx_trace_rec *>> by_launch;
     for (const ggx_trace_rec & r : recs)
-        if (r.launch < tr.names.size() && names_one_of(tr.names[r.launch], tr.blocks_of)) by_launch[r.launch].push_back(&r);
+        if (r.launch < tr.names.size() && !ggx_list_match(tr.blocks_of, tr.names[r.launch], false).empty()) by_launch[r.launch].push_back(&r);
     if (by_launch.empty()) {
         fprintf(stderr, "ggx-cuda trace: no traced launch is named like '%s' (GGX_CUDA_TRACE_BLOCKS)\n", tr.blocks_of.c_str());
         return;

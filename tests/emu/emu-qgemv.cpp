@@ -835,7 +835,6 @@ int main(int argc, char ** argv) {
     jobs.push_back(qkv_attn("attn tail hd 128, G 8 (across tiles)", q2048, k, v, 128, 2, 130, 256));
     jobs.push_back(qkv_attn("attn tail hd 64, MHA (8 KV heads a tile)", q512, k512, v512, 64, 1, 20, 256));
     jobs.push_back(qkv_attn("attn tail, pos past the bound", q, k, v, 128, 2, 20, 16));
-
     // gate/up with GLU
     auto glu = [&](const char * what, int T, int m, int act, int norm) {
         Job j{what, T, m, true, norm, 0, GGX_ROPE_NEOX, 0, false, false, act, GGX_TYPE_F16, 1.0f, {}};
