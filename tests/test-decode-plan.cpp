@@ -556,6 +556,53 @@ TEST_CASE("decode plan: paired piece tables are the plain ones with 2-4-bit piec
     }
 }
 
+// The head records (ggx_cuda_qextra::heads; the variant heads reads them instead of slice_first
+// and the pieces): for every slice or pair u, the first three descriptors from first[u] on, and
+// {first[u], the word row where the piece before it ends}. That word row is reckoned here from
+// the groups alone (rows before the piece's end, times their widths, / 32).
+TEST_CASE("decode plan: head records hold each run's first descriptors, its first piece and the word row before it") {
+    const std::vector<std::vector<std::pair<int, int>>> layouts = {
+        {{4, 128}, {4, 128}, {4, 128}, {4, 128}},
+        {{8, 32}, {6, 64}, {5, 32}, {4, 128}, {3, 64}, {2, 64}},
+        {{4, 64}, {2, 48}, {4, 96}, {2, 16}, {2, 32}},   // 2-bit groups of 16: two pieces in a slice
+        {{4, 160}},                                        // an odd number of slices
+        {{4, 32}},                                         // one piece
+    };
+    for (const auto & L : layouts) {
+        const std::vector<int4> gtab = ggx_cuda_group_table(L);
+        const int k = gtab.back().x + gtab.back().w;
+        auto word_row = [&](int row) {   // packed word rows before K-row `row`
+            int w = 0;
+            for (const auto & g : gtab) w += std::max(0, std::min(row, g.x + g.w) - g.x) * g.z / 32;
+            return w;
+        };
+        ggx_cuda_piece_tables t;
+        int run_cost[4][GGX_QGEMV_MAX_RUN + 1];
+        ggx_cuda_build_piece_tables(gtab, k, (1 << 2) | (1 << 3) | (1 << 4), 0, &t, run_cost);
+        for (int paired = 0; paired < 2; paired++) {
+            const std::vector<int4> & pieces = paired ? t.pieces2 : t.pieces;
+            const std::vector<int> & first = paired ? t.first2 : t.first;
+            const std::vector<int4> & heads = paired ? t.heads2 : t.heads;
+            const int n = (int)pieces.size();
+            REQUIRE(heads.size() == 4 * first.size());
+            for (size_t u = 0; u < first.size(); u++) {
+                const int f = first[u];
+                for (int i = 0; i < 3; i++) {
+                    const int4 want = pieces[std::min(f + i, n - 1)], got = heads[4 * u + i];
+                    CHECK((int)got.x == (int)want.x);
+                    CHECK((int)got.y == (int)want.y);
+                    CHECK((int)got.z == (int)want.z);
+                    CHECK((int)got.w == (int)want.w);
+                }
+                const int4 rec = heads[4 * u + 3];
+                CHECK((int)rec.x == f);
+                CHECK((int)rec.y == (f > 0 ? word_row(pieces[f - 1].x + pieces[f - 1].w) : 0));
+            }
+            CHECK((int)heads.back().y == word_row(k));   // the end marker: every word row
+        }
+    }
+}
+
 // Attention in the q/k/v job's tail (decode-plan.h, ggx_qgemv_attn): planned for one-row q/k/v
 // jobs whose attention reads their q and caches, with the bound clipped to the cache rows; the
 // ATTN node stays in the plan (its kernel orders o after the job) and knows the bound. Not for

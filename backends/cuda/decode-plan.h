@@ -46,6 +46,12 @@
 #ifndef GGX_QGEMV_PAIR_GROUPS
 #define GGX_QGEMV_PAIR_GROUPS 0
 #endif
+// Built with -DGGX_QGEMV_HEADS=1 (bench/variants.sh: heads), the decode GEMV reads a warp group's
+// first descriptors and its piece range from the head records (ggx_cuda_qextra::heads) in one L2
+// round trip, not slice_first and then the pieces in two.
+#ifndef GGX_QGEMV_HEADS
+#define GGX_QGEMV_HEADS 0
+#endif
 // Built with -DGGX_QGEMV_COMPACT_HALVES=1 (bench/variants.sh: compact), a one-row GEMV walks the
 // two halves of a 64-row piece with one copy of the code (qgemv.cu, piece_halves): a smaller loop
 // body for the instruction cache, but tg128@16 -2.4% on llama3-8b 4.0 bpw (run 161), so a switch.
@@ -67,6 +73,11 @@ struct ggx_cuda_qextra {
     // it (fewer pieces, twice the bytes per piece in flight); results are the same bits.
     int4 * pieces2 = nullptr;
     int *  slice_first2 = nullptr;  // [(n_slices + 1) / 2 + 1]
+    // Head records of both tables (ggx_cuda_piece_heads): per slice (or pair) u, 4 int4s: the
+    // descriptors of pieces first[u], first[u] + 1 and first[u] + 2, and {first[u], the word row
+    // where piece first[u] - 1 ends, 0, 0}; u runs to the end marker, so [4 (n + 1)].
+    int4 * heads = nullptr;
+    int4 * heads2 = nullptr;
     // What the runs of m fine slices (m = 1 .. GGX_QGEMV_MAX_RUN) that the warp groups of a one-row
     // job walk cost, in rows of 64-row 4-bit pieces: the costliest run ([0][m]: the single tables,
     // [1][m]: the paired ones) and the mean ([2][m], [3][m]); ggx_cuda_qgemv_run_costs. All 0 when
@@ -196,7 +207,15 @@ std::vector<int4> ggx_cuda_group_table(const std::vector<std::pair<int, int>> & 
 struct ggx_cuda_piece_tables {
     std::vector<int4> pieces, pieces2;
     std::vector<int>  first, first2;
+    std::vector<int4> heads, heads2;   // ggx_cuda_piece_heads of each
 };
+// The head records of a piece table (ggx_cuda_qextra::heads): for each u of first (its end
+// marker included) the descriptors of pieces first[u] .. first[u] + 2, each index clamped to the
+// last piece (the kernel uses one only when it lies before the next record's first), then
+// {first[u], the word row where piece first[u] - 1 ends (0 for none), 0, 0}. (qmatrix.cu; host
+// code, tested without a GPU.)
+void          ggx_cuda_piece_heads(const std::vector<int4> & pieces, const std::vector<int> & first,
+                                   std::vector<int4> * heads);
 void          ggx_cuda_build_piece_tables(const std::vector<int4> & groups, int K, int join_bits, int across_bits,
                                           ggx_cuda_piece_tables * tables, int (*run_cost)[GGX_QGEMV_MAX_RUN + 1]);
 // A prepared EXL2 matrix without weights or device memory: the descriptor and tables

@@ -67,6 +67,7 @@ struct gemv_mat {
     const float *    norm_wp;   // the norm weights in perm order (norm-table.cu), or null: read through perm
     const int4 *     pieces;
     const int *      slice_first;   // per fine slice, or per pair of them (pair_shift 1: ggx_cuda_qextra::pieces2)
+    const int4 *     heads;         // the same tables' head records (ggx_cuda_qextra::heads; the variant heads)
     int pair_shift;
     int K, N, Np, n_fine, n_slices, n_tiles;   // n_slices blocks per tile
     int m;             // fine slices per warp group
@@ -623,8 +624,23 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     const bool active = fine < M.n_fine;
     const int ldx = W * M.m * k_fine;
     const int k_begin = slice * ldx, k_n = min(ldx, M.K - k_begin);
+#if GGX_QGEMV_HEADS
+    // the variant heads: the first three descriptors and the piece range in one round trip, from
+    // this group's head record and the next group's (each address known from the block index)
+    int4 h0 = {}, h1 = {}, h2 = {}, hb = {}, he = {};
+    if (active) {
+        const int4 * hp = M.heads + 4 * (fine >> sh);
+        h0 = ggx_load_ro(hp);
+        h1 = ggx_load_ro(hp + 1);
+        h2 = ggx_load_ro(hp + 2);
+        hb = ggx_load_ro(hp + 3);
+        he = ggx_load_ro(M.heads + 4 * ((min(fine + M.m, M.n_fine) + sh) >> sh) + 3);
+    }
+    const int p_begin = hb.x, p_end = he.x;
+#else
     const int p_begin = active ? M.slice_first[fine >> sh] : 0;
     const int p_end = active ? M.slice_first[(min(fine + M.m, M.n_fine) + sh) >> sh] : 0;
+#endif
     const int n = tile * k_tile + lt * 4;
 
     // 1. static data first, before waiting for the previous kernel: the first two pieces into
@@ -677,12 +693,18 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     //    204, H100, llama3-8b 4.0: tg128@16 +0.6% at 4.0 and 3.0, +0.1% on llama3.2-1b, +0.5% @4096).
     piece_regs A, B;
     if (work) {
+#if GGX_QGEMV_HEADS
+        const int4 d0 = h0, d1 = h1, pf = h2;
+        const int q_end = he.y;   // where piece p_end - 1 ends
+#else
         const int4 d0 = ggx_load_ro(M.pieces + p_begin), d1 = ggx_load_ro(M.pieces + min(p_begin + 1, p_end - 1));
         const int4 pf = ggx_load_ro(M.pieces + min(p_begin + 2, p_end - 1)), pl = ggx_load_ro(M.pieces + p_end - 1);
+        const int q_end = pl.y + pl.w * (pl.z & 15) / 32;
+#endif
         piece_load_from(M, d0, n, A, a.evict_first);
         if (p_begin + 1 < p_end && !one_piece) piece_load_from(M, d1, n, B, a.evict_first);
         if (a.prefetch > 0 && p_begin + 2 < p_end) {
-            const int q1 = min(pl.y + pl.w * (pl.z & 15) / 32, pf.y + a.prefetch);
+            const int q1 = min(q_end, pf.y + a.prefetch);
             for (int r = pf.y; r < q1; r++) prefetch<2>(M.qw + (size_t)r * M.Np + n);
         }
     }
@@ -1017,6 +1039,7 @@ args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part,
         const bool paired = pairs && e->pieces2;
         M.pieces = paired ? e->pieces2 : e->pieces;
         M.slice_first = paired ? e->slice_first2 : e->slice_first;
+        M.heads = paired ? e->heads2 : e->heads;
         M.pair_shift = paired ? 1 : 0;
         M.K = q->K;
         M.N = q->N;

@@ -384,6 +384,10 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     GGX_CUDA_CHECK(cudaMalloc(&e->groups, gtab.size() * sizeof(int4)));
     GGX_CUDA_CHECK(cudaMalloc(&e->pieces2, std::max<size_t>(1, pieces2.size()) * sizeof(int4)));
     GGX_CUDA_CHECK(cudaMalloc(&e->slice_first2, first2.size() * sizeof(int)));
+    GGX_CUDA_CHECK(cudaMalloc(&e->heads, tables.heads.size() * sizeof(int4)));
+    GGX_CUDA_CHECK(cudaMalloc(&e->heads2, tables.heads2.size() * sizeof(int4)));
+    GGX_CUDA_CHECK(cudaMemcpyAsync(e->heads, tables.heads.data(), tables.heads.size() * sizeof(int4), cudaMemcpyHostToDevice, ctx.stream));
+    GGX_CUDA_CHECK(cudaMemcpyAsync(e->heads2, tables.heads2.data(), tables.heads2.size() * sizeof(int4), cudaMemcpyHostToDevice, ctx.stream));
     GGX_CUDA_CHECK(cudaMemcpyAsync(e->pieces2, pieces2.data(), pieces2.size() * sizeof(int4), cudaMemcpyHostToDevice, ctx.stream));
     GGX_CUDA_CHECK(cudaMemcpyAsync(e->slice_first2, first2.data(), first2.size() * sizeof(int), cudaMemcpyHostToDevice, ctx.stream));
     GGX_CUDA_CHECK(cudaMemcpyAsync(e->pieces, pieces.data(), pieces.size() * sizeof(int4), cudaMemcpyHostToDevice, ctx.stream));
@@ -412,7 +416,19 @@ void ggx_cuda_build_piece_tables(const std::vector<int4> & gtab, int K, int join
                                  ggx_cuda_piece_tables * t, int (*run_cost)[GGX_QGEMV_MAX_RUN + 1]) {
     ggx_cuda_list_pieces(gtab, K, false, 0, 0, &t->pieces, &t->first);
     ggx_cuda_list_pieces(gtab, K, true, join_bits, across_bits, &t->pieces2, &t->first2);
+    ggx_cuda_piece_heads(t->pieces, t->first, &t->heads);
+    ggx_cuda_piece_heads(t->pieces2, t->first2, &t->heads2);
     ggx_cuda_qgemv_run_costs(t->pieces, t->first, t->pieces2, t->first2, run_cost);
+}
+
+void ggx_cuda_piece_heads(const std::vector<int4> & pieces, const std::vector<int> & first, std::vector<int4> * heads) {
+    heads->clear();
+    const int n = (int)pieces.size();
+    for (const int f : first) {
+        for (int i = 0; i < 3; i++) heads->push_back(n > 0 ? pieces[std::min(f + i, n - 1)] : make_int4(0, 0, 0, 0));
+        const int4 before = f > 0 ? pieces[f - 1] : make_int4(0, 0, 0, 0);
+        heads->push_back(make_int4(f, before.y + before.w * (before.z & 15) / 32, 0, 0));
+    }
 }
 
 void ggx_cuda_list_pieces(const std::vector<int4> & gtab, int K, bool paired, int join_bits, int across_bits,
@@ -510,6 +526,8 @@ void ggx_cuda_qmatrix_release(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     (void)cudaFree(e->groups);
     (void)cudaFree(e->pieces2);
     (void)cudaFree(e->slice_first2);
+    (void)cudaFree(e->heads);
+    (void)cudaFree(e->heads2);
     (void)cudaFree(e->norm_wp);
     ggx_cuda_strip_release(e);
     ggx_cuda_tile_release(e);
