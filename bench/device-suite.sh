@@ -90,9 +90,6 @@
 #                   rows < R; its scores in two mma chains): its attention/model tests, its trace,
 #                   tg128 of llama3-8b 4.0 and llama3.2-1b 4.0 @16 against the default, two rounds; @4096
 #   leanmerge-short its trace and one round of tg128@16 at llama3-8b 4.0 (variant, default, variant)
-#   heads           the build variant heads (the decode GEMV's first descriptors and piece range in one
-#                   round trip from the head records): its EXL2/model tests, its per-block dump, tg128@16
-#                   of llama3-8b 4.0 and 3.0 and llama3.2-1b 4.0 against the default, two rounds; 8B 4.0 @4096
 #   fencesc         the build variant fencesc (every hand-off between blocks with __threadfence, as
 #                   before session 35) against the default (fence.acq_rel by thread 0): tg128 of
 #                   llama3-8b 4.0 @16 and @4096 and llama3.2-1b 4.0 @16, two rounds
@@ -549,16 +546,6 @@ for part in "$@"; do
             B=build-dev-leanmerge/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 16
             tg --synthetic llama3-8b --bpw 4.0 --ctx 16
             B=build-dev-leanmerge/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 16 ;;
-        heads)
-            # late-entering blocks (run 204: 76 of q/k/v's 96, 44 of gate/up's) reach their loop one
-            # L2 round trip sooner if this works: the dump's entry-to-wait and loop start show it
-            variant_tests heads && TC=build-dev-heads/test-cuda run_tests -tc='*EXL2*,*synthetic*,*logits*,*rows*'
-            variant_bench heads || continue
-            B=build-dev-heads/bench block_dump ""
-            variant_rounds heads "" "llama3-8b 4.0" "llama3-8b 3.0" "llama3.2-1b 4.0"
-            echo "-- llama3-8b 4.0 @4096: heads, then the default build"
-            B=build-dev-heads/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
-            tg --synthetic llama3-8b --bpw 4.0 --ctx 4096 ;;
         compact)
             # the variant's model tests against the CPU, then tg128@16: the variant, the default build
             variant_tests compact && TC=build-dev-compact/test-cuda run_tests -tc='*EXL2*,*synthetic*,*logits*'

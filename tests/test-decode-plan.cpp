@@ -556,8 +556,9 @@ TEST_CASE("decode plan: paired piece tables are the plain ones with 2-4-bit piec
     }
 }
 
-// The head records (ggx_cuda_qextra::heads; the variant heads reads them instead of slice_first
-// and the pieces): for every slice or pair u, the first three descriptors from first[u] on, and
+// The head records (ggx_cuda_qextra::heads: where the decode GEMV finds a warp group's first
+// pieces and its piece range): for every slice or pair u, the first three descriptors from
+// first[u] on, and
 // {first[u], the word row where the piece before it ends}. That word row is reckoned here from
 // the groups alone (rows before the piece's end, times their widths, / 32).
 TEST_CASE("decode plan: head records hold each run's first descriptors, its first piece and the word row before it") {

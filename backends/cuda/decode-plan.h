@@ -46,11 +46,10 @@
 #ifndef GGX_QGEMV_PAIR_GROUPS
 #define GGX_QGEMV_PAIR_GROUPS 0
 #endif
-// Built with -DGGX_QGEMV_HEADS=1 (bench/variants.sh: heads), the decode GEMV reads a warp group's
-// first descriptors and its piece range from the head records (ggx_cuda_qextra::heads) in one L2
-// round trip, not slice_first and then the pieces in two.
-#ifndef GGX_QGEMV_HEADS
-#define GGX_QGEMV_HEADS 0
+// Built with -DGGX_QGEMV_SW16=1 (bench/variants.sh: sw16), the decode GEMV loads a piece's four
+// scale codes as a half-word instead of shifting them out of a word (qgemv.cu, piece_load_from).
+#ifndef GGX_QGEMV_SW16
+#define GGX_QGEMV_SW16 0
 #endif
 // Built with -DGGX_QGEMV_COMPACT_HALVES=1 (bench/variants.sh: compact), a one-row GEMV walks the
 // two halves of a 64-row piece with one copy of the code (qgemv.cu, piece_halves): a smaller loop
@@ -61,21 +60,21 @@
 
 // Per-matrix tables in device memory (ggx_qmatrix::backend_extra). The rows are cut into slices of
 // slice_rows (GGX_QGEMV_FINE_ROWS for EXL2, whose slices are described by "pieces" (slice ∩ group)
-// int4 {k0, qrow0, group << 4 | bits, rows}, slice s owning pieces[slice_first[s] ..
-// slice_first[s + 1]); the GPTQ GEMV's own height otherwise).
+// int4 {k0, qrow0, group << 4 | bits, rows}, slice s owning pieces[first[s] .. first[s + 1]) of
+// the host's ggx_cuda_piece_tables; the GPTQ GEMV's own height otherwise).
 struct ggx_cuda_qextra {
     int    slice_rows = 0;
     int    n_slices = 0;
     int4 * pieces = nullptr;
-    int *  slice_first = nullptr;   // [n_slices + 1]
     // The same over pairs of slices (EXL2): a 2-, 3- or 4-bit group's two 32-row pieces that meet
     // at the pair's middle are one piece of 64 rows. One-row GEMVs whose warp groups own whole pairs walk
     // it (fewer pieces, twice the bytes per piece in flight); results are the same bits.
     int4 * pieces2 = nullptr;
-    int *  slice_first2 = nullptr;  // [(n_slices + 1) / 2 + 1]
     // Head records of both tables (ggx_cuda_piece_heads): per slice (or pair) u, 4 int4s: the
     // descriptors of pieces first[u], first[u] + 1 and first[u] + 2, and {first[u], the word row
-    // where piece first[u] - 1 ends, 0, 0}; u runs to the end marker, so [4 (n + 1)].
+    // where piece first[u] - 1 ends, 0, 0}; u runs to the end marker, so [4 (n + 1)]. The decode
+    // GEMV reads a warp group's first descriptors and its piece range from them in one L2 round
+    // trip (a table of each slice's first piece, then the pieces, took two).
     int4 * heads = nullptr;
     int4 * heads2 = nullptr;
     // What the runs of m fine slices (m = 1 .. GGX_QGEMV_MAX_RUN) that the warp groups of a one-row

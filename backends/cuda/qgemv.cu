@@ -66,8 +66,7 @@ struct gemv_mat {
     const int32_t *  perm;
     const float *    norm_wp;   // the norm weights in perm order (norm-table.cu), or null: read through perm
     const int4 *     pieces;
-    const int *      slice_first;   // per fine slice, or per pair of them (pair_shift 1: ggx_cuda_qextra::pieces2)
-    const int4 *     heads;         // the same tables' head records (ggx_cuda_qextra::heads; the variant heads)
+    const int4 *     heads;         // head records per fine slice, or per pair of them (pair_shift 1: ggx_cuda_qextra::heads2)
     int pair_shift;
     int K, N, Np, n_fine, n_slices, n_tiles;   // n_slices blocks per tile
     int m;             // fine slices per warp group
@@ -252,6 +251,18 @@ __device__ __forceinline__ half group_mx(const piece_regs & s) {
 #endif
 }
 
+// A read-only half-word loaded straight into a 32-bit register (zero-extended by the load): from
+// C++ a widening cvt would follow the load and wait for it.
+__device__ __forceinline__ uint32_t load_u16_wide(const uint16_t * p) {
+#if defined(__CUDA_ARCH__) && !defined(GGX_USE_HIP)
+    uint32_t v;
+    asm volatile("ld.global.nc.u16 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+#else
+    return *p;
+#endif
+}
+
 __device__ __forceinline__ void piece_load_from(const gemv_mat & M, int4 pc, int n, piece_regs & s, float evict) {
     s.pc = pc;
     const int bits = s.pc.z & 15, g = s.pc.z >> 5;
@@ -262,7 +273,13 @@ __device__ __forceinline__ void piece_load_from(const gemv_mat & M, int4 pc, int
     for (int i = 0; i < 8; i++)
         if (i < nw) s.w[i] = load_weights((const uint4 *)(base + (size_t)i * M.Np), pol);
     const uint32_t * qs = M.qs + (size_t)g * (M.Np / 8) + n / 8;
+#if GGX_QGEMV_SW16
+    // the 4 columns' codes as one half-word (n % 8 is 0 or 4; little-endian), so that no shift
+    // of the loaded word waits for it before the PDL wait (the variant sw16)
+    s.sw = load_u16_wide((const uint16_t *)qs + (n % 8) / 4);
+#else
     s.sw = ggx_load_ro(qs) >> (4 * (n % 8));
+#endif
 #if GGX_QGEMV_PAIR_GROUPS
     if (s.pc.z & 16) {   // warp-uniform: every lane walks the same piece
         s.sw = (s.sw & 0xffffu) | (ggx_load_ro(qs + M.Np / 8) >> (4 * (n % 8))) << 16;
@@ -624,9 +641,10 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     const bool active = fine < M.n_fine;
     const int ldx = W * M.m * k_fine;
     const int k_begin = slice * ldx, k_n = min(ldx, M.K - k_begin);
-#if GGX_QGEMV_HEADS
-    // the variant heads: the first three descriptors and the piece range in one round trip, from
-    // this group's head record and the next group's (each address known from the block index)
+    // the first three descriptors and the piece range in one round trip, from this group's head
+    // record and the next group's (each address known from the block index): the late-entering
+    // blocks reach their loops sooner (run 205, H100, llama3-8b: tg128@16 4.0 +1.1%, 3.0 +0.5%,
+    // llama3.2-1b 4.0 +0.6%, 4.0 @4096 +0.7% against slice_first, then the pieces)
     int4 h0 = {}, h1 = {}, h2 = {}, hb = {}, he = {};
     if (active) {
         const int4 * hp = M.heads + 4 * (fine >> sh);
@@ -637,19 +655,8 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         he = ggx_load_ro(M.heads + 4 * ((min(fine + M.m, M.n_fine) + sh) >> sh) + 3);
     }
     const int p_begin = hb.x, p_end = he.x;
-#else
-    const int p_begin = active ? M.slice_first[fine >> sh] : 0;
-    const int p_end = active ? M.slice_first[(min(fine + M.m, M.n_fine) + sh) >> sh] : 0;
-#endif
     const int n = tile * k_tile + lt * 4;
 
-    // 1. static data first, before waiting for the previous kernel: the first two pieces into
-    //    registers, and the next a.prefetch rows of packed words into L2 (the whole slice
-    //    overflowed L2 on the head, 546 MB read for 394 MB of weights). Loading the first pieces
-    //    after the wait instead, so that none of them runs under the previous kernel's last round
-    //    trips, loses for every job (run 200, H100, llama3-8b 4.0: o -4.4%, down -5.4%, gate/up
-    //    -2.8%, q/k/v -0.4%): the trips hit L2 (ncu: each GEMV reads from DRAM little beyond its
-    //    weights), and the loads' head start is worth more.
     const bool work = n < M.Np && p_begin < p_end;
     const bool one_piece = T == 1 && (a.flags & k_flag_one_deep);
     // RoPE factors of this thread's columns: they depend only on inputs (pos is uploaded before
@@ -685,27 +692,20 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     //    trips, loses for every job (run 200, H100, llama3-8b 4.0: o -4.4%, down -5.4%, gate/up
     //    -2.8%, q/k/v -0.4%): the trips hit L2 (ncu: each GEMV reads from DRAM little beyond its
     //    weights), and the loads' head start is worth more.
-    //    The four descriptors go out in one round trip (clamped indices: no branches between the
-    //    loads), then the words. Blocks that enter as the previous kernel's blocks exit (76 of
-    //    q/k/v's 96 behind down) are past its release before they reach their wait, so this part
-    //    is on their critical path: one descriptor per round trip (four or five in a row with the
-    //    RoPE values) took their median block 5.4 us from entry to its wait, these two 4.6 (run
-    //    204, H100, llama3-8b 4.0: tg128@16 +0.6% at 4.0 and 3.0, +0.1% on llama3.2-1b, +0.5% @4096).
+    //    The descriptors come from the head records above, then the words go out. Blocks that
+    //    enter as the previous kernel's blocks exit (76 of q/k/v's 96 behind down) are past its
+    //    release before they reach their wait, so this part is on their critical path: one
+    //    descriptor per round trip (four or five in a row with the RoPE values) took their median
+    //    block 5.4 us from entry to its wait, the four in one trip after slice_first 4.6 (run 204,
+    //    H100, llama3-8b 4.0: tg128@16 +0.6% at 4.0 and 3.0, +0.1% on llama3.2-1b, +0.5% @4096).
     piece_regs A, B;
     if (work) {
-#if GGX_QGEMV_HEADS
-        const int4 d0 = h0, d1 = h1, pf = h2;
-        const int q_end = he.y;   // where piece p_end - 1 ends
-#else
-        const int4 d0 = ggx_load_ro(M.pieces + p_begin), d1 = ggx_load_ro(M.pieces + min(p_begin + 1, p_end - 1));
-        const int4 pf = ggx_load_ro(M.pieces + min(p_begin + 2, p_end - 1)), pl = ggx_load_ro(M.pieces + p_end - 1);
-        const int q_end = pl.y + pl.w * (pl.z & 15) / 32;
-#endif
-        piece_load_from(M, d0, n, A, a.evict_first);
-        if (p_begin + 1 < p_end && !one_piece) piece_load_from(M, d1, n, B, a.evict_first);
+        // (h1, h2 are clamped to the table's last piece: used only when inside this range)
+        piece_load_from(M, h0, n, A, a.evict_first);
+        if (p_begin + 1 < p_end && !one_piece) piece_load_from(M, h1, n, B, a.evict_first);
         if (a.prefetch > 0 && p_begin + 2 < p_end) {
-            const int q1 = min(q_end, pf.y + a.prefetch);
-            for (int r = pf.y; r < q1; r++) prefetch<2>(M.qw + (size_t)r * M.Np + n);
+            const int q1 = min(he.y, h2.y + a.prefetch);   // he.y: where piece p_end - 1 ends
+            for (int r = h2.y; r < q1; r++) prefetch<2>(M.qw + (size_t)r * M.Np + n);
         }
     }
     if (M.rope && grp == 0 && !rope_regs) {
@@ -1038,7 +1038,6 @@ args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part,
         M.perm = q->q_perm;
         const bool paired = pairs && e->pieces2;
         M.pieces = paired ? e->pieces2 : e->pieces;
-        M.slice_first = paired ? e->slice_first2 : e->slice_first;
         M.heads = paired ? e->heads2 : e->heads;
         M.pair_shift = paired ? 1 : 0;
         M.K = q->K;

@@ -380,18 +380,14 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     e->n_slices = n_slices;
     e->n_groups = q->n_groups;
     GGX_CUDA_CHECK(cudaMalloc(&e->pieces, std::max<size_t>(1, pieces.size()) * sizeof(int4)));
-    GGX_CUDA_CHECK(cudaMalloc(&e->slice_first, first.size() * sizeof(int)));
     GGX_CUDA_CHECK(cudaMalloc(&e->groups, gtab.size() * sizeof(int4)));
     GGX_CUDA_CHECK(cudaMalloc(&e->pieces2, std::max<size_t>(1, pieces2.size()) * sizeof(int4)));
-    GGX_CUDA_CHECK(cudaMalloc(&e->slice_first2, first2.size() * sizeof(int)));
     GGX_CUDA_CHECK(cudaMalloc(&e->heads, tables.heads.size() * sizeof(int4)));
     GGX_CUDA_CHECK(cudaMalloc(&e->heads2, tables.heads2.size() * sizeof(int4)));
     GGX_CUDA_CHECK(cudaMemcpyAsync(e->heads, tables.heads.data(), tables.heads.size() * sizeof(int4), cudaMemcpyHostToDevice, ctx.stream));
     GGX_CUDA_CHECK(cudaMemcpyAsync(e->heads2, tables.heads2.data(), tables.heads2.size() * sizeof(int4), cudaMemcpyHostToDevice, ctx.stream));
     GGX_CUDA_CHECK(cudaMemcpyAsync(e->pieces2, pieces2.data(), pieces2.size() * sizeof(int4), cudaMemcpyHostToDevice, ctx.stream));
-    GGX_CUDA_CHECK(cudaMemcpyAsync(e->slice_first2, first2.data(), first2.size() * sizeof(int), cudaMemcpyHostToDevice, ctx.stream));
     GGX_CUDA_CHECK(cudaMemcpyAsync(e->pieces, pieces.data(), pieces.size() * sizeof(int4), cudaMemcpyHostToDevice, ctx.stream));
-    GGX_CUDA_CHECK(cudaMemcpyAsync(e->slice_first, first.data(), first.size() * sizeof(int), cudaMemcpyHostToDevice, ctx.stream));
     GGX_CUDA_CHECK(cudaMemcpyAsync(e->groups, gtab.data(), gtab.size() * sizeof(int4), cudaMemcpyHostToDevice, ctx.stream));
     GGX_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));   // host vectors die here
     if (ctx.strip_step) {
@@ -522,10 +518,8 @@ void ggx_cuda_qmatrix_release(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     qextra * e = (qextra *)q->backend_extra;
     (void)cudaStreamSynchronize(ctx.stream);
     (void)cudaFree(e->pieces);
-    (void)cudaFree(e->slice_first);
     (void)cudaFree(e->groups);
     (void)cudaFree(e->pieces2);
-    (void)cudaFree(e->slice_first2);
     (void)cudaFree(e->heads);
     (void)cudaFree(e->heads2);
     (void)cudaFree(e->norm_wp);

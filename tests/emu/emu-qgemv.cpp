@@ -120,9 +120,7 @@ static void bind(Mat & m) {
     m.e.slice_rows = GGX_QGEMV_FINE_ROWS;
     m.e.n_slices = (m.K + GGX_QGEMV_FINE_ROWS - 1) / GGX_QGEMV_FINE_ROWS;
     m.e.pieces = m.tab.pieces.data();
-    m.e.slice_first = m.tab.first.data();
     m.e.pieces2 = m.tab.pieces2.data();
-    m.e.slice_first2 = m.tab.first2.data();
     m.e.heads = m.tab.heads.data();
     m.e.heads2 = m.tab.heads2.data();
     m.q.backend_extra = &m.e;
