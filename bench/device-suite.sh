@@ -90,6 +90,9 @@
 #                   rows < R; its scores in two mma chains): its attention/model tests, its trace,
 #                   tg128 of llama3-8b 4.0 and llama3.2-1b 4.0 @16 against the default, two rounds; @4096
 #   leanmerge-short its trace and one round of tg128@16 at llama3-8b 4.0 (variant, default, variant)
+#   gemv:VARIANT    a build variant of the decode GEMV (bench/variants.sh) against the default: its
+#                   EXL2, synthetic, logits and rows tests, its per-block dump, tg128@16 of llama3-8b 4.0
+#                   and 3.0 and llama3.2-1b 4.0, two rounds, and llama3-8b 4.0 @4096 (session 44: heads)
 #   fencesc         the build variant fencesc (every hand-off between blocks with __threadfence, as
 #                   before session 35) against the default (fence.acq_rel by thread 0): tg128 of
 #                   llama3-8b 4.0 @16 and @4096 and llama3.2-1b 4.0 @16, two rounds
@@ -546,6 +549,15 @@ for part in "$@"; do
             B=build-dev-leanmerge/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 16
             tg --synthetic llama3-8b --bpw 4.0 --ctx 16
             B=build-dev-leanmerge/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 16 ;;
+        gemv:*)
+            v=${part#gemv:}
+            variant_tests "$v" && TC=build-dev-$v/test-cuda run_tests -tc='*EXL2*,*synthetic*,*logits*,*rows*'
+            variant_bench "$v" || continue
+            B=build-dev-$v/bench block_dump ""
+            variant_rounds "$v" "" "llama3-8b 4.0" "llama3-8b 3.0" "llama3.2-1b 4.0"
+            echo "-- llama3-8b 4.0 @4096: $v, then the default build"
+            B=build-dev-$v/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
+            tg --synthetic llama3-8b --bpw 4.0 --ctx 4096 ;;
         compact)
             # the variant's model tests against the CPU, then tg128@16: the variant, the default build
             variant_tests compact && TC=build-dev-compact/test-cuda run_tests -tc='*EXL2*,*synthetic*,*logits*'
