@@ -90,6 +90,7 @@
 #                   rows < R; its scores in two mma chains): its attention/model tests, its trace,
 #                   tg128 of llama3-8b 4.0 and llama3.2-1b 4.0 @16 against the default, two rounds; @4096
 #   leanmerge-short its trace and one round of tg128@16 at llama3-8b 4.0 (variant, default, variant)
+#   blocks-od       the per-block dump of layer 5's o and down
 #   gemv:VARIANT    a build variant of the decode GEMV (bench/variants.sh) against the default: its
 #                   EXL2, synthetic, logits and rows tests, its per-block dump, tg128@16 of llama3-8b 4.0
 #                   and 3.0 and llama3.2-1b 4.0, two rounds, and llama3-8b 4.0 @4096 (session 44: heads)
@@ -268,9 +269,10 @@ layer_trace() {
 # step of llama3-8b 4.0 @16 by $B with the environment setting $1 (VAR=VALUE, or "" for none),
 # after the per-layer lines
 block_dump() {
-    echo "-- blocks of layer 5's q/k/v and gate/up, llama3-8b 4.0 @16: ${1:-no setting}, $B"
-    (if [ -n "$1" ]; then export "$1"; fi; GGX_CUDA_TRACE=4 GGX_CUDA_TRACE_BLOCKS=layers.5.self_attn.q_proj,layers.5.mlp.gate_proj \
-        $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n '4,11p;/blocks of/,$p' | head -230)
+    local names=${NAMES:-layers.5.self_attn.q_proj,layers.5.mlp.gate_proj}
+    echo "-- blocks of $names, llama3-8b 4.0 @16: ${1:-no setting}, $B"
+    (if [ -n "$1" ]; then export "$1"; fi; GGX_CUDA_TRACE=4 GGX_CUDA_TRACE_BLOCKS=$names \
+        $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n '4,11p;/blocks of/,$p' | head -${LINES_MAX:-230})
 }
 # test-cuda (TC, default build-dev/test-cuda) with each failure's case, values and messages (run
 # 143 printed only the ERROR lines)
@@ -541,6 +543,9 @@ for part in "$@"; do
             # every block of layer 5's q/k/v and gate/up launches: when each entered, passed its
             # wait, started and ended its loop (run 204: q/k/v's blocks that enter behind down)
             block_dump "" ;;
+        blocks-od)
+            # the same for layer 5's o and down (down's blocks enter as gate/up's exit)
+            NAMES=layers.5.self_attn.o_proj,layers.5.mlp.down_proj LINES_MAX=300 block_dump "" ;;
         leanmerge-short)
             # the same question in ~60 s: the variant's trace and one round of tg128@16 at 8B 4.0
             variant_bench leanmerge || continue
