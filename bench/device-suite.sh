@@ -91,6 +91,7 @@
 #                   tg128 of llama3-8b 4.0 and llama3.2-1b 4.0 @16 against the default, two rounds; @4096
 #   leanmerge-short its trace and one round of tg128@16 at llama3-8b 4.0 (variant, default, variant)
 #   blocks-od       the per-block dump of layer 5's o and down
+#   gemv-short:VARIANT  its tests, then tg128@16 of llama3-8b 4.0 twice and llama3.2-1b 4.0 (variant, default)
 #   gemv:VARIANT    a build variant of the decode GEMV (bench/variants.sh) against the default: its
 #                   EXL2, synthetic, logits and rows tests, its per-block dump, tg128@16 of llama3-8b 4.0
 #                   and 3.0 and llama3.2-1b 4.0, two rounds, and llama3-8b 4.0 @4096 (session 44: heads)
@@ -563,6 +564,18 @@ for part in "$@"; do
             echo "-- llama3-8b 4.0 @4096: $v, then the default build"
             B=build-dev-$v/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
             tg --synthetic llama3-8b --bpw 4.0 --ctx 4096 ;;
+        gemv-short:*)
+            # the same question in ~100 s: the tests, then 8B 4.0 @16 twice and llama3.2-1b once, each
+            # variant then default
+            v=${part#gemv-short:}
+            variant_tests "$v" && TC=build-dev-$v/test-cuda run_tests -tc='*EXL2*,*synthetic*,*logits*,*rows*'
+            variant_bench "$v" || continue
+            for mb in "llama3-8b 4.0" "llama3-8b 4.0" "llama3.2-1b 4.0"; do
+                read -r m b <<< "$mb"
+                echo "-- $m $b @16: $v, then the default build"
+                B=build-dev-$v/bench tg --synthetic $m --bpw $b --ctx 16
+                tg --synthetic $m --bpw $b --ctx 16
+            done ;;
         compact)
             # the variant's model tests against the CPU, then tg128@16: the variant, the default build
             variant_tests compact && TC=build-dev-compact/test-cuda run_tests -tc='*EXL2*,*synthetic*,*logits*'
