@@ -558,9 +558,8 @@ TEST_CASE("decode plan: paired piece tables are the plain ones with 2-4-bit piec
 
 // The head records (ggx_cuda_qextra::heads: where the decode GEMV finds a warp group's first
 // pieces and its piece range): for every slice or pair u, the first three descriptors from
-// first[u] on, and
-// {first[u], the word row where the piece before it ends}. That word row is reckoned here from
-// the groups alone (rows before the piece's end, times their widths, / 32).
+// first[u] on, and {first[u], the word row where the piece before it ends}. That word row is
+// reckoned here from the groups alone (rows before the piece's end, times their widths, / 32).
 TEST_CASE("decode plan: head records hold each run's first descriptors, its first piece and the word row before it") {
     const std::vector<std::vector<std::pair<int, int>>> layouts = {
         {{4, 128}, {4, 128}, {4, 128}, {4, 128}},
@@ -713,7 +712,6 @@ TEST_CASE("decode plan: q/k/v rows for the decode attention where it reads them"
     SUBCASE("softcap") { DecodeGraph H; H.build(1, 2, GGX_TYPE_F16, 30.0f); no_rows(H, 0); }
     SUBCASE("the attention tail") { DecodeGraph H; H.build(1, 2); no_rows(H, 48); }
 }
-
 
 // The name lists of the CUDA knobs (GGX_QGEMV_ROWS_FOR, GGX_CUDA_TRACE_BLOCKS): the first item whose
 // key the name contains, the key before the last ':' of a valued item.

@@ -251,6 +251,7 @@ __device__ __forceinline__ half group_mx(const piece_regs & s) {
 #endif
 }
 
+#if GGX_QGEMV_SW16
 // A read-only half-word loaded straight into a 32-bit register (zero-extended by the load): from
 // C++ a widening cvt would follow the load and wait for it.
 __device__ __forceinline__ uint32_t load_u16_wide(const uint16_t * p) {
@@ -262,6 +263,7 @@ __device__ __forceinline__ uint32_t load_u16_wide(const uint16_t * p) {
     return *p;
 #endif
 }
+#endif
 
 __device__ __forceinline__ void piece_load_from(const gemv_mat & M, int4 pc, int n, piece_regs & s, float evict) {
     s.pc = pc;

@@ -374,7 +374,7 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     ggx_cuda_piece_tables tables;
     ggx_cuda_build_piece_tables(gtab, q->K, paired_widths(), pair_group_widths(), &tables, e->run_cost);
     const std::vector<int4> &pieces = tables.pieces, &pieces2 = tables.pieces2;
-    const std::vector<int> &first = tables.first, &first2 = tables.first2;
+    const std::vector<int4> &heads = tables.heads, &heads2 = tables.heads2;
     for (const int4 & p : pieces2) ctx.pair_group_pieces += (p.z & 16) != 0;
     e->slice_rows = R;
     e->n_slices = n_slices;
@@ -382,10 +382,10 @@ ggx_status ggx_cuda_qmatrix_prepare(ggx_cuda_ctx & ctx, ggx_tensor * t) {
     GGX_CUDA_CHECK(cudaMalloc(&e->pieces, std::max<size_t>(1, pieces.size()) * sizeof(int4)));
     GGX_CUDA_CHECK(cudaMalloc(&e->groups, gtab.size() * sizeof(int4)));
     GGX_CUDA_CHECK(cudaMalloc(&e->pieces2, std::max<size_t>(1, pieces2.size()) * sizeof(int4)));
-    GGX_CUDA_CHECK(cudaMalloc(&e->heads, tables.heads.size() * sizeof(int4)));
-    GGX_CUDA_CHECK(cudaMalloc(&e->heads2, tables.heads2.size() * sizeof(int4)));
-    GGX_CUDA_CHECK(cudaMemcpyAsync(e->heads, tables.heads.data(), tables.heads.size() * sizeof(int4), cudaMemcpyHostToDevice, ctx.stream));
-    GGX_CUDA_CHECK(cudaMemcpyAsync(e->heads2, tables.heads2.data(), tables.heads2.size() * sizeof(int4), cudaMemcpyHostToDevice, ctx.stream));
+    GGX_CUDA_CHECK(cudaMalloc(&e->heads, heads.size() * sizeof(int4)));
+    GGX_CUDA_CHECK(cudaMalloc(&e->heads2, heads2.size() * sizeof(int4)));
+    GGX_CUDA_CHECK(cudaMemcpyAsync(e->heads, heads.data(), heads.size() * sizeof(int4), cudaMemcpyHostToDevice, ctx.stream));
+    GGX_CUDA_CHECK(cudaMemcpyAsync(e->heads2, heads2.data(), heads2.size() * sizeof(int4), cudaMemcpyHostToDevice, ctx.stream));
     GGX_CUDA_CHECK(cudaMemcpyAsync(e->pieces2, pieces2.data(), pieces2.size() * sizeof(int4), cudaMemcpyHostToDevice, ctx.stream));
     GGX_CUDA_CHECK(cudaMemcpyAsync(e->pieces, pieces.data(), pieces.size() * sizeof(int4), cudaMemcpyHostToDevice, ctx.stream));
     GGX_CUDA_CHECK(cudaMemcpyAsync(e->groups, gtab.data(), gtab.size() * sizeof(int4), cudaMemcpyHostToDevice, ctx.stream));
