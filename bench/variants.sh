@@ -10,9 +10,7 @@
 #                                          fencing thread (run 170: within 0.2% of fence.acq_rel)
 #   leanmerge   -DGGX_ATTN_LEAN_MERGE=1    the decode attention merges only the warps with tiles and rows < R, and
 #                                          its scores in two mma chains (session 42)
-#   sw16        -DGGX_QGEMV_SW16=1         the decode GEMV's scale codes loaded as half-words: nothing waits
-#                                          on a load before its PDL wait but the head records (session 44)
-variant_names="nowin nox16 pairgroups compact fencesc leanmerge sw16"
+variant_names="nowin nox16 pairgroups compact fencesc leanmerge"
 variant_flags() {
     case "$1" in
         nowin) echo "-DGGX_PAIR_WINDOWS=0" ;;
@@ -21,7 +19,6 @@ variant_flags() {
         compact) echo "-DGGX_QGEMV_COMPACT_HALVES=1" ;;
         fencesc) echo "-DGGX_FENCE_SC=1" ;;
         leanmerge) echo "-DGGX_ATTN_LEAN_MERGE=1" ;;
-        sw16) echo "-DGGX_QGEMV_SW16=1" ;;
         *) return 1 ;;
     esac
 }

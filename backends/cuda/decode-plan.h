@@ -46,11 +46,6 @@
 #ifndef GGX_QGEMV_PAIR_GROUPS
 #define GGX_QGEMV_PAIR_GROUPS 0
 #endif
-// Built with -DGGX_QGEMV_SW16=1 (bench/variants.sh: sw16), the decode GEMV loads a piece's four
-// scale codes as a half-word instead of shifting them out of a word (qgemv.cu, piece_load_from).
-#ifndef GGX_QGEMV_SW16
-#define GGX_QGEMV_SW16 0
-#endif
 // Built with -DGGX_QGEMV_COMPACT_HALVES=1 (bench/variants.sh: compact), a one-row GEMV walks the
 // two halves of a 64-row piece with one copy of the code (qgemv.cu, piece_halves): a smaller loop
 // body for the instruction cache, but tg128@16 -2.4% on llama3-8b 4.0 bpw (run 161), so a switch.

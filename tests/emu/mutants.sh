@@ -63,6 +63,7 @@ qgemv_mutants=(
     odd_pieces 's/if (p + 3 < p_end) piece_load(M, p + 3, n, B, a.evict_first);/if (p + 3 < p_end - 1) piece_load(M, p + 3, n, B, a.evict_first);/'
     glu_arrivals 's/a.m\[jm.pair\].arrivals = M.arrivals = a.m\[jm.pair\].n_slices + M.n_slices;/a.m[jm.pair].arrivals = M.arrivals = M.n_slices;/'
     paired_m_odd 's/const bool paired = pairs \&\& e->pieces2;/const bool paired = e->pieces2;/'
+    scale_half 's/s.sw = load_u16_wide((const uint16_t \*)qs + (n % 8) \/ 4);/s.sw = load_u16_wide((const uint16_t *)qs);/'
     over_read 's/if (i < nw) s.w\[i\] = load_weights/if (i < nw + 1) s.w[i] = load_weights/'
     first_desc_twice 's/if (p_begin + 1 < p_end \&\& !one_piece) piece_load_from(M, h1,/if (p_begin + 1 < p_end \&\& !one_piece) piece_load_from(M, h0,/'
     head_range_short 's/he = ggx_load_ro(M.heads + 4 \* ((min(fine + M.m, M.n_fine) + sh) >> sh) + 3);/he = ggx_load_ro(M.heads + 4 * ((min(fine + M.m, M.n_fine) + sh) >> sh) - 1);/'
