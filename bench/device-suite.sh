@@ -40,8 +40,6 @@
 #   stages-sweep    tg128 of llama3-8b 4.0 at ctx 512, 2048 and 4096 with at least 128, 192, 256 and 384
 #                   keys per decode attention split (fewer splits, longer walks), each with 3 K/V
 #                   stages per warp and with 2
-#   warm            the warming case of test-cuda, then tg128@16 of llama3-8b 4.0 with GGX_QGEMV_WARM settings
-#                   (a job's blocks warm part of a later job's weights in L2: qgemv.cu, warm_for), two rounds
 #   orows           tg128@16 of llama3-8b 4.0 with GGX_QGEMV_ROWS_FOR= (the default), o_proj:128 (o in
 #                   8 K-slices, 64 blocks, against 16 and 128), o_proj:96 (11, 88 blocks),
 #                   down_proj:448 (8 K-slices, 64 blocks) and both 128 and 448, twice
@@ -352,21 +350,6 @@ for part in "$@"; do
                 GGX_ATTN_MIN_SPLIT_KEYS=$k GGX_ATTN_STAGES=3 tg --synthetic llama3-8b --bpw 4.0 --ctx 512,2048,4096
                 GGX_ATTN_MIN_SPLIT_KEYS=$k GGX_ATTN_STAGES=2 tg --synthetic llama3-8b --bpw 4.0 --ctx 512,2048,4096
             done ;;
-        warm)
-            # L2 warm-up of a later job's weights (qgemv.cu, warm_for): which job warms which, when
-            run_tests '*warming*'
-            for r in 1 2; do
-                for v in "" "GGX_QGEMV_WARM=o_proj:30" "GGX_QGEMV_WARM=o_proj:30 GGX_QGEMV_WARM_LAST=1" \
-                         "GGX_QGEMV_WARM=o_proj:60 GGX_QGEMV_WARM_LAST=1" "GGX_QGEMV_WARM_END=q_proj:40 GGX_QGEMV_WARM_AHEAD=2 GGX_QGEMV_WARM_LAST=1" \
-                         "GGX_QGEMV_WARM_END=gate_proj:50 GGX_QGEMV_WARM_LAST=1" "GGX_QGEMV_WARM_END=down_proj:50 GGX_QGEMV_WARM_LAST=1" \
-                         "GGX_QGEMV_WARM=o_proj:40 GGX_QGEMV_WARM_END=gate_proj:40,down_proj:50 GGX_QGEMV_WARM_LAST=1"; do
-                    echo "-- llama3-8b 4.0 @16, round $r: ${v:-the default}"
-                    env $v $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 128 -r 3 --ctx 16 2>&1 | grep -E '^\| tg'
-                done
-            done
-            echo "-- trace, llama3-8b 4.0 @16: GGX_QGEMV_WARM=o_proj:30 GGX_QGEMV_WARM_LAST=1, then none"
-            GGX_QGEMV_WARM=o_proj:30 GGX_QGEMV_WARM_LAST=1 GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p
-            layer_trace "" ;;
         orows)
             for r in 1 2; do
                 for v in "" o_proj:128 o_proj:96 down_proj:448 o_proj:128,down_proj:448; do

@@ -150,10 +150,6 @@ struct ggx_qgemv_job {
     // not known): a job whose blocks all run to its end (ggx_cuda_qgemv_reduces) keeps SMs from that
     // job's first blocks, which the launch plan weighs (ggx_cuda_qgemv_group_slices).
     int64_t next_weight_bytes = 0;
-    // The plan's next two GEMV jobs (ggx_cuda_plan_graph; null: none, or the head), pointing into
-    // the plan's own job list, so valid while that plan is: what a job's blocks may warm in L2
-    // for a later job (GGX_QGEMV_WARM, measurements; qgemv.cu, warm_for).
-    const ggx_qgemv_job * ahead[2] = {nullptr, nullptr};
 };
 
 // Where the ATTN node after a one-row q/k/v job finds q, and k and v at pos, in f32 (offsets in

@@ -463,9 +463,6 @@ void ggx_cuda_plan_graph(bool fuse, ggx_graph * g, ggx_cuda_plan & plan, int att
     // step's last job (the head: its blocks run in two waves, so SMs freed early start only part
     // of it; llama3.2-1b 5.0's last down in half the blocks before it lost 0.6%, run 183).
     for (size_t j = 0; j + 2 < plan.jobs.size(); j++) plan.jobs[j].next_weight_bytes = ggx_cuda_qgemv_weight_bytes(plan.jobs[j + 1]);
-    for (size_t j = 0; j < plan.jobs.size(); j++)
-        for (size_t d = 1; d <= 2; d++)
-            plan.jobs[j].ahead[d - 1] = j + d + 1 < plan.jobs.size() ? &plan.jobs[j + d] : nullptr;
 }
 
 bool ggx_cuda_keeps_x16(const ggx_tensor * n) {

@@ -99,20 +99,6 @@ struct gemv_attn {
     int counter0;           // the groups' arrival counters [Hkv]
 };
 
-// L2 warm-up of a later job's weights (GGX_QGEMV_WARM, measurements; warm_for): entry e is the
-// start of one of that job's warp-group runs (m fine slices, what one warp group of it streams) and
-// the bytes warmed there; every block of this launch warms one chunk of each entry. In the
-// parameters, not a table in memory: before the PDL wait a load consumed would stall the warp.
-constexpr int k_warm_max = 32;
-struct gemv_warm {
-    const char * addr[k_warm_max];
-    unsigned bytes[k_warm_max];
-    unsigned chunk[k_warm_max];   // bytes per block (a multiple of 16)
-    int n;                        // entries; 0: off
-    int at_loop_end;              // 0: before the PDL wait; 1: as each warp's loop ends
-    int evict_last;               // the warmed lines marked L2 evict-last
-};
-
 struct gemv_args {
     gemv_mat m[GGX_QGEMV_MAX_MATS];
     int n_mat, K;
@@ -130,7 +116,6 @@ struct gemv_args {
     float evict_first;   // fraction of the weight loads marked L2 evict-first (GGX_QGEMV_EVICT_FIRST)
     int * counters;
     gemv_attn attn;
-    gemv_warm warm;
     ggx_trace_dev trace;   // GGX_CUDA_TRACE only
 };
 
@@ -276,29 +261,6 @@ __device__ __forceinline__ uint32_t load_u16_wide(const uint16_t * p) {
 #else
     return *p;
 #endif
-}
-
-// One bulk L2 prefetch of `bytes` (a multiple of 16) at p (16-byte aligned), evict-last or normal.
-__device__ __forceinline__ void prefetch_l2_bulk(const void * p, unsigned bytes, bool evict_last) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(GGX_USE_HIP)
-    if (evict_last) {
-        uint64_t pol;
-        asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
-        asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" :: "l"(p), "r"(bytes), "l"(pol) : "memory");
-    } else {
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(bytes) : "memory");
-    }
-#else
-    (void)p; (void)bytes; (void)evict_last;
-#endif
-}
-
-// This block's chunk of each entry of gemv_warm, one entry per warp at a time (lane 0 issues).
-__device__ __forceinline__ void warm_l2(const gemv_warm & w) {
-    for (int e = threadIdx.x / GGX_CUDA_WARP; e < w.n; e += blockDim.x / GGX_CUDA_WARP) {
-        const unsigned off = blockIdx.x * w.chunk[e];
-        if (off < w.bytes[e]) prefetch_l2_bulk(w.addr[e] + off, min(w.chunk[e], w.bytes[e] - off), w.evict_last);
-    }
 }
 
 __device__ __forceinline__ void piece_load_from(const gemv_mat & M, int4 pc, int n, piece_regs & s, float evict) {
@@ -773,7 +735,6 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         src[j] = i < k_n ? (M.perm ? M.perm[k] : k) : -1;
         nw[j] = !a.norm || !a.norm_w || i >= k_n ? 1.0f : M.norm_wp ? M.norm_wp[k] : ggx_load_any(a.norm_w, a.norm_type, src[j]);
     }
-    if (T == 1 && a.warm.n && !a.warm.at_loop_end && threadIdx.x % GGX_CUDA_WARP == 0) warm_l2(a.warm);
     if (rope_regs) rope_store();
     ggx_pdl_wait();
     ggx_pdl_launch_next();
@@ -892,7 +853,6 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
             for (int c = 0; c < 4; c++) v[t][c] *= xunscale[t];
     }
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP_END);
-    if (T == 1 && a.warm.n && a.warm.at_loop_end && threadIdx.x % GGX_CUDA_WARP == 0) warm_l2(a.warm);
     const bool lead = grp == 0;   // group 0 finishes the tile; the others only join barriers
     // RoPE: a tile holds whole heads (k_tile % head_dim == 0), so pairs are inside the block.
     // Every thread calls it (block barriers); the leads' v change.
@@ -1258,46 +1218,6 @@ static int prefetch_for(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     return r > 0 ? r : 1 << 30;   // 0 (or less from GGX_QGEMV_PREFETCH): the whole slice
 }
 
-// GGX_QGEMV_WARM=NAME:P[,NAME:P...] (measurements): the jobs whose first matrix's name contains
-// NAME warm in L2, before their PDL wait, the first P percent of each warp-group run of a later
-// job's weights (GGX_QGEMV_WARM_AHEAD=1, the default: the next job; 2: the one after it), spread
-// over all their blocks; GGX_QGEMV_WARM_END=NAME:P does the same as each warp's loop ends, and
-// GGX_QGEMV_WARM_LAST=1 marks the warmed lines evict-last. The question: DRAM idles for much of a
-// layer (the attention, the GEMVs' prologues and tails: ~29 of ~65 us on the H100), while each
-// GEMV's loop streams at DRAM speed; a later job whose first part already sits in L2 could
-// stream the rest from DRAM while reading that part from L2. Every weight load is evict-first
-// (evict_first_fraction), so the warmed lines should outlive the jobs in between. Earlier
-// warm-ups warmed the job's own slice before its own wait (runs 123, 196: none gained).
-static void warm_for(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job, int blocks, gemv_warm & w) {
-    w = gemv_warm{};
-    int p = value_for("GGX_QGEMV_WARM", job, 0);
-    w.at_loop_end = p <= 0;
-    if (p <= 0) p = value_for("GGX_QGEMV_WARM_END", job, 0);
-    if (p <= 0 || blocks < 1 || job.T != 1) return;   // (one-row jobs only: k_qgemv<2,4> would spill more)
-    const ggx_qgemv_job * t = job.ahead[ggx_env_int_in("GGX_QGEMV_WARM_AHEAD", 1, 2, 1) - 1];
-    if (!t) return;
-    const int m = ggx_cuda_qgemv_group_slices(*t, ctx.n_sm, ctx.adds_slices());
-    w.evict_last = ggx_env_int("GGX_QGEMV_WARM_LAST", 0) != 0;
-    for (int i = 0; i < t->n_mat; i++) {
-        const ggx_qmatrix * q = (const ggx_qmatrix *)t->m[i].w->extra;
-        const ggx_cuda_qextra * e = qextra_of(t->m[i]);
-        if (!e || e->n_slices < 1) continue;
-        const long long row_bytes = (long long)q->Np * 4, total = q->qrows * row_bytes;
-        const int runs = (e->n_slices + m - 1) / m;
-        // a run's word rows in proportion to its fine slices (exact for one width)
-        for (int r = 0; r < runs && w.n < k_warm_max; r++) {
-            const long long start = (long long)q->qrows * r * m / e->n_slices * row_bytes;
-            const long long len = std::min(total - start, (long long)q->qrows * m / e->n_slices * row_bytes);
-            const long long bytes = std::min<long long>(len * std::min(p, 100) / 100, 1u << 30) & ~15LL;
-            if (bytes <= 0) continue;
-            w.addr[w.n] = (const char *)q->q_weight + start;
-            w.bytes[w.n] = (unsigned)bytes;
-            w.chunk[w.n] = (unsigned)(((bytes + blocks - 1) / blocks + 15) & ~15LL);
-            w.n++;
-        }
-    }
-}
-
 // Fine slices per warp group for a job. The blocks run in waves of n_sm (one block per SM: the
 // registers and shared memory of a 512-thread block fill it), and a block costs a fixed part
 // (prologue over x, partials, epilogue) plus its rows, so the choice minimises waves x (fixed +
@@ -1452,7 +1372,6 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     }
     if (job.attn.bound > 0) ctx.attn_tail_jobs++;
     const int blocks = L.blocks;
-    warm_for(ctx, job, blocks, a.warm);
     switch (job.T) {
         case 1: return launch<1>(ctx, a, blocks, smem);
         case 2: return launch<2>(ctx, a, blocks, smem);
