@@ -86,10 +86,6 @@
 #                   sections shrink, they wait on memory traffic), and the trace with GGX_ATTN_TAIL=256
 #                   (the tail's A, B, C now print: b4f268d). Run 167 (H100): without PDL attention's
 #                   loop and merge take half as long (o's first weights no longer stream beside them)
-#   leanmerge       the build variant leanmerge (the decode attention merges only warps with tiles and
-#                   rows < R; its scores in two mma chains): its attention/model tests, its trace,
-#                   tg128 of llama3-8b 4.0 and llama3.2-1b 4.0 @16 against the default, two rounds; @4096
-#   leanmerge-short its trace and one round of tg128@16 at llama3-8b 4.0 (variant, default, variant)
 #   blocks-od       the per-block dump of layer 5's o and down
 #   gemv-short:VARIANT  its tests, then tg128@16 of llama3-8b 4.0 twice and llama3.2-1b 4.0 (variant, default)
 #   gemv:VARIANT    a build variant of the decode GEMV (bench/variants.sh) against the default: its
@@ -529,17 +525,6 @@ for part in "$@"; do
             variant_bench pairgroups || continue
             variant_rounds pairgroups GGX_QGEMV_PAIR_GROUPS=0 "llama3-8b 4.25" "llama3-8b 4.5" "llama3-8b 4.0" "qwen2.5-7b 4.25" \
                 "llama3.2-1b 4.5" ;;
-        leanmerge)
-            # the variant's attention and model tests against the CPU, its trace, then tg128: the
-            # variant, the default build, two rounds, @16 (R = 4 of 16 rows; fewer than four warps
-            # with a tile until 64 keys) and @4096 (four warps with tiles, every split)
-            variant_tests leanmerge && TC=build-dev-leanmerge/test-cuda run_tests -tc='*attention*,*synthetic*,*logits*'
-            variant_bench leanmerge || continue
-            B=build-dev-leanmerge/bench layer_trace ""
-            variant_rounds leanmerge "" "llama3-8b 4.0" "llama3.2-1b 4.0"
-            echo "-- llama3-8b 4.0 @4096: leanmerge, then the default build"
-            B=build-dev-leanmerge/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
-            tg --synthetic llama3-8b --bpw 4.0 --ctx 4096 ;;
         blocks)
             # every block of layer 5's q/k/v and gate/up launches: when each entered, passed its
             # wait, started and ended its loop (run 204: q/k/v's blocks that enter behind down)
@@ -547,14 +532,6 @@ for part in "$@"; do
         blocks-od)
             # the same for layer 5's o and down (down's blocks enter as gate/up's exit)
             NAMES=layers.5.self_attn.o_proj,layers.5.mlp.down_proj LINES_MAX=300 block_dump "" ;;
-        leanmerge-short)
-            # the same question in ~60 s: the variant's trace and one round of tg128@16 at 8B 4.0
-            variant_bench leanmerge || continue
-            B=build-dev-leanmerge/bench layer_trace ""
-            echo "-- llama3-8b 4.0 @16: leanmerge, the default build, leanmerge"
-            B=build-dev-leanmerge/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 16
-            tg --synthetic llama3-8b --bpw 4.0 --ctx 16
-            B=build-dev-leanmerge/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 16 ;;
         gemv:*)
             v=${part#gemv:}
             variant_tests "$v" && TC=build-dev-$v/test-cuda run_tests -tc='*EXL2*,*synthetic*,*logits*,*rows*'

@@ -8,9 +8,7 @@
 #   compact     -DGGX_QGEMV_COMPACT_HALVES=1  a 64-row piece's two halves by one copy of the code (session 32)
 #   fencesc     -DGGX_FENCE_SC=1           the blocks' hand-offs fence with __threadfence (fence.sc) in their one
 #                                          fencing thread (run 170: within 0.2% of fence.acq_rel)
-#   leanmerge   -DGGX_ATTN_LEAN_MERGE=1    the decode attention merges only the warps with tiles and rows < R, and
-#                                          its scores in two mma chains (session 42)
-variant_names="nowin nox16 pairgroups compact fencesc leanmerge"
+variant_names="nowin nox16 pairgroups compact fencesc"
 variant_flags() {
     case "$1" in
         nowin) echo "-DGGX_PAIR_WINDOWS=0" ;;
@@ -18,7 +16,6 @@ variant_flags() {
         pairgroups) echo "-DGGX_QGEMV_PAIR_GROUPS=1" ;;
         compact) echo "-DGGX_QGEMV_COMPACT_HALVES=1" ;;
         fencesc) echo "-DGGX_FENCE_SC=1" ;;
-        leanmerge) echo "-DGGX_ATTN_LEAN_MERGE=1" ;;
         *) return 1 ;;
     esac
 }

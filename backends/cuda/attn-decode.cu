@@ -30,11 +30,6 @@ constexpr int dm_warps = 4, dm_threads = 32 * dm_warps;
 constexpr int dm_bk = 16;     // keys per warp tile
 constexpr int dm_rows = 16;   // query rows (t, g) per block: one mma row tile
 
-// 1: the leaner merge and the split score chain (session 42's A/B, bench/variants.sh `leanmerge`)
-#ifndef GGX_ATTN_LEAN_MERGE
-#define GGX_ATTN_LEAN_MERGE 0
-#endif
-
 template <int HD> struct dm_cfg {
     static constexpr int ld = HD + 8;            // halves per shared row: +16 bytes keeps ldmatrix conflict-free
     static constexpr int tile = dm_bk * ld;      // halves per K or V warp tile
@@ -59,16 +54,8 @@ static __device__ __forceinline__ uint4 f32x8_to_h8(const float * p) {
     return make_uint4(pack_h2(a.x, a.y), pack_h2(a.z, a.w), pack_h2(b.x, b.y), pack_h2(b.z, b.w));
 }
 
-// (ptxas caps the kernel at 168 registers unless told one block per SM will do: the lean merge's
-// second score chain then needs 174 and spilled 16 bytes at 168)
-#if GGX_ATTN_LEAN_MERGE
-#define GGX_ATTN_DECODE_BOUNDS __launch_bounds__(dm_threads, 1)
-#else
-#define GGX_ATTN_DECODE_BOUNDS __launch_bounds__(dm_threads)
-#endif
-
 template <int HD>
-__global__ void GGX_ATTN_DECODE_BOUNDS k_attn_decode(const __grid_constant__ attn_args a) {
+__global__ void __launch_bounds__(dm_threads) k_attn_decode(const __grid_constant__ attn_args a) {
     using C = dm_cfg<HD>;
     constexpr int KS = HD / 16;     // k-steps of Q K^T
     constexpr int NT_O = HD / 8;    // n-tiles of O
@@ -211,23 +198,12 @@ __global__ void GGX_ATTN_DECODE_BOUNDS k_attn_decode(const __grid_constant__ att
         const half * Vd = Kd + C::tile;
         // S = Q K^T for 16 keys: two n-tiles of 8 keys
         float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-        // the variant leanmerge: two accumulator chains (even and odd k-steps), added at the end, so
-        // that the scores wait for KS / 2 dependent mma latencies instead of KS
-        float s2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
         for (int kk = 0; kk < KS; kk++) {
             uint32_t b[4];
             ldsm_x4(b, smem_addr(Kd + (lane % 8 + (lane / 16) * 8) * C::ld + kk * 16 + ((lane / 8) % 2) * 8));
-            float (&acc)[4] = GGX_ATTN_LEAN_MERGE && kk % 2 ? s2[0] : s[0];
-            float (&acc1)[4] = GGX_ATTN_LEAN_MERGE && kk % 2 ? s2[1] : s[1];
-            mma16816(acc, qf[kk], b[0], b[1]);
-            mma16816(acc1, qf[kk], b[2], b[3]);
-        }
-        if (GGX_ATTN_LEAN_MERGE) {
-#pragma unroll
-            for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) s[nt][e] += s2[nt][e];
+            mma16816(s[0], qf[kk], b[0], b[1]);
+            mma16816(s[1], qf[kk], b[2], b[3]);
         }
         if (a.softcap > 0.0f) {
 #pragma unroll
@@ -274,14 +250,12 @@ __global__ void GGX_ATTN_DECODE_BOUNDS k_attn_decode(const __grid_constant__ att
     float * Os = (float *)KV;
     float * Ms = Os + dm_warps * dm_rows * C::o_ld;
     float * Ls = Ms + dm_warps * dm_rows;
-    // the variant leanmerge: only the warps that walked a tile hold a state, and only rows < R are
-    // read; the others store nothing (at ctx 16 R = 4 of the 16 rows, and until 64 keys fewer than
-    // four warps have a tile)
-    const int n_warps = GGX_ATTN_LEAN_MERGE ? min(n_tiles, dm_warps) : dm_warps;
+    // Every warp stores its state, all 16 rows: storing only the warps with a tile and the rows < R
+    // read, with the scores in two mma chains, lost (session 42's variant leanmerge, run 208, H100,
+    // tg128@16 llama3-8b 4.0 458.8 against 460.4 t/s, @4096 -0.6%, llama3.2-1b -0.4%).
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int row = g + 8 * r;
-        if (GGX_ATTN_LEAN_MERGE && (warp >= n_warps || row >= R)) continue;
         float * orow = Os + ((size_t)warp * dm_rows + row) * C::o_ld + 2 * tq;
 #pragma unroll
         for (int nt = 0; nt < NT_O; nt++) *(float2 *)(orow + nt * 8) = make_float2(o[nt][2 * r], o[nt][2 * r + 1]);
@@ -295,8 +269,8 @@ __global__ void GGX_ATTN_DECODE_BOUNDS k_attn_decode(const __grid_constant__ att
     // per row: the common max and each warp's weight e^(m_w - M) (into Ms), the total sum
     if (tid < R) {
         float M = -INFINITY, L = 0.0f;
-        for (int w = 0; w < n_warps; w++) M = fmaxf(M, Ms[w * dm_rows + tid]);
-        for (int w = 0; w < n_warps; w++) {
+        for (int w = 0; w < dm_warps; w++) M = fmaxf(M, Ms[w * dm_rows + tid]);
+        for (int w = 0; w < dm_warps; w++) {
             const float m = Ms[w * dm_rows + tid];
             const float e = m == -INFINITY ? 0.0f : expf(m - M);
             Ms[w * dm_rows + tid] = e;
@@ -313,7 +287,7 @@ __global__ void GGX_ATTN_DECODE_BOUNDS k_attn_decode(const __grid_constant__ att
         float v = 0.0f;
 #pragma unroll
         for (int w = 0; w < dm_warps; w++)
-            if (w < n_warps) v = fmaf(Ms[w * dm_rows + row], Os[((size_t)w * dm_rows + row) * C::o_ld + d], v);
+            v = fmaf(Ms[w * dm_rows + row], Os[((size_t)w * dm_rows + row) * C::o_ld + d], v);
         if (n_active == 1) {
             const float L = wsum[row];
             a.out[((size_t)t * a.H + h) * HD + d] = L > 0.0f ? v / L : 0.0f;

@@ -1,18 +1,17 @@
 #!/bin/bash
-# build.sh prefill|decode[-leanmerge]|qgemv[-VARIANT] OUT_DIR [KERNEL_SRC]: the kernel text as host
+# build.sh prefill|decode|qgemv[-VARIANT] OUT_DIR [KERNEL_SRC]: the kernel text as host
 # code (gen-KIND.sh), then the emulator OUT_DIR/emu-KIND (qgemv-VARIANT: the GEMV of a build variant
-# of bench/variants.sh that changes it, pairgroups or compact; decode-leanmerge: the decode
-# attention of the variant leanmerge). KERNEL_SRC defaults to the repository's
+# of bench/variants.sh that changes it, pairgroups or compact). KERNEL_SRC defaults to the repository's
 # kernel (mutants.sh passes a changed copy). CUDA_HOME (default /usr/local/cuda) gives cuda_fp16.h; CXX the compiler.
 set -e -o pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cu=$root/backends/cuda
 kind=$1; out=$2
-usage() { echo "usage: build.sh prefill|decode[-leanmerge]|qgemv[-pairgroups|-compact] OUT_DIR [KERNEL_SRC]" >&2; exit 2; }
+usage() { echo "usage: build.sh prefill|decode|qgemv[-pairgroups|-compact] OUT_DIR [KERNEL_SRC]" >&2; exit 2; }
 case "$kind" in
     prefill) def=$cu/attn-prefill.cu ;;
-    decode | decode-leanmerge) def=$cu/attn-decode.cu ;;
+    decode) def=$cu/attn-decode.cu ;;
     qgemv | qgemv-pairgroups | qgemv-compact) def=$cu/qgemv.cu ;;
     *) usage ;;
 esac

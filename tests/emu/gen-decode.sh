@@ -15,8 +15,6 @@ kernel "$src" '^constexpr int dm_warps'
 fix "$out" '__host__ __device__ inline' 'inline'
 fix "$out" 'static __device__ inline' 'static inline'
 fix "$out" '__shared__ int last;' 'int & last = g_last;'
-# (the kernel's launch bounds are a macro: bench/variants.sh's leanmerge asks for one block per SM)
-fix "$out" '__global__ void GGX_ATTN_DECODE_BOUNDS' '__global__ void __launch_bounds__(dm_threads)'
 fix_kernel "$out" dm_threads
 fix "$out" 'const __grid_constant__ attn_args a' 'const attn_args a'
 fix "$out" '__shared__ float wsum[dm_rows], wmax[dm_rows];' 'float * wsum = g_wsum, * wmax = g_wmax;'
