@@ -516,9 +516,13 @@ for part in "$@"; do
                 --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section LaunchStats \
                 -k regex:k_qgemv -s 200 -c 4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 4 -r 1 --ctx 16 2>&1 |
                 grep -E 'k_qgemv|Grid Size|Duration|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Issued Warp Per Scheduler|No Eligible|Warp Cycles Per Issued|Stall|Registers' | head -80
-            echo "-- gate/up's SASS, the 60 most executed instructions (ncu source counters)"
-            GGX_CUDA_NO_GRAPH=1 timeout 240 $local_ncu --cache-control none --clock-control none --section SourceCounters \
-                -k regex:k_qgemv -s 202 -c 1 -f -o /tmp/gateup $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 4 -r 1 --ctx 16 > /dev/null 2>&1
+            # a step has 129 k_qgemv launches (32 layers x q/k/v, o, gate/up, down; the head), so
+            # launch 203 should be layer 18's gate/up if nothing else launches it first: the grid
+            # size printed first says (112 blocks at llama3-8b 4.0)
+            echo "-- gate/up's SASS (k_qgemv launch 203), the 60 most executed instructions (ncu source counters)"
+            GGX_CUDA_NO_GRAPH=1 timeout 240 $local_ncu --cache-control none --clock-control none --section SourceCounters --section LaunchStats \
+                -k regex:k_qgemv -s 203 -c 1 -f -o /tmp/gateup $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 4 -r 1 --ctx 16 > /dev/null 2>&1
+            $local_ncu -i /tmp/gateup.ncu-rep --page details 2>/dev/null | grep -E 'k_qgemv|Grid Size|Duration' | head -4
             $local_ncu -i /tmp/gateup.ncu-rep --page source --csv --print-source sass 2>/dev/null | python3 -c '
 import csv, sys
 rows = list(csv.reader(sys.stdin))
