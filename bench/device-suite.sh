@@ -212,6 +212,11 @@ variant_rounds() {
         done
     done
 }
+# a decode GEMV variant's EXL2, synthetic, logits and rows tests, then its bench (status 1 without one)
+gemv_variant_ready() {
+    variant_tests "$1" && TC=build-dev-$1/test-cuda run_tests -tc='*EXL2*,*synthetic*,*logits*,*rows*'
+    variant_bench "$1"
+}
 # tg128@16 of llama3-8b at each bpw with the variant's bench, then the default's
 ab_variant() {
     local v=$1 what=$2
@@ -245,6 +250,7 @@ fi
 [ -d fixtures-local/fx ] && export EXL2_FIXTURES=$PWD/fixtures-local/fx
 export EXL2_REQUIRE_GPU=1   # test-cuda fails, not skips, when the GPU does not come up
 B=bench/bench
+NCU=/usr/local/cuda/bin/ncu
 tg() { $B "$@" -p 0 -n 128 -r 3 2>&1 | grep -E '^\| tg|^copy bandwidth'; }
 # tg128 at context CTX (default 16) of each "model bpw" with the environment setting $1
 # (VAR=VALUE), then without it
@@ -399,7 +405,7 @@ for part in "$@"; do
             (if [ $part = smem-driver ]; then export GGX_CUDA_CARVEOUT=-1; fi
             for st in 2 3; do
                 echo "-- llama3-8b 4.0 @16, GGX_ATTN_STAGES=$st: shared memory configuration per launch (ncu, eager)"
-                GGX_ATTN_STAGES=$st GGX_CUDA_NO_GRAPH=1 timeout 120 /usr/local/cuda/bin/ncu \
+                GGX_ATTN_STAGES=$st GGX_CUDA_NO_GRAPH=1 timeout 120 $NCU \
                     --metrics launch__shared_mem_config_size,launch__shared_mem_per_block_dynamic,gpu__time_duration.sum \
                     -k regex:'k_qgemv|k_attn_decode' -s 200 -c 8 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 4 -r 1 --ctx 16 2>&1 |
                     grep -E 'k_qgemv|k_attn_decode|shared_mem|duration' | head -40
@@ -499,7 +505,7 @@ for part in "$@"; do
         l2miss)
             for c in 16 4096; do
                 echo "-- llama3-8b 4.0 @$c: L2 lookups per launch (ncu, eager)"
-                GGX_CUDA_NO_GRAPH=1 timeout 240 /usr/local/cuda/bin/ncu --cache-control none --clock-control none \
+                GGX_CUDA_NO_GRAPH=1 timeout 240 $NCU --cache-control none --clock-control none \
                     --metrics gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum,lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum \
                     -k regex:'k_qgemv|k_attn_decode' -s 200 -c 10 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 4 -r 1 --ctx $c 2>&1 |
                     grep -E 'k_qgemv|k_attn_decode|duration|dram__|lts__' | head -70
@@ -510,9 +516,8 @@ for part in "$@"; do
             # eager llama3-8b 4.0 step (gate/up is the one of 112 blocks): issue use, IPC, DRAM and
             # SM throughput, warp stall reasons; then gate/up's SASS by executed count (the loop's
             # instructions per piece)
-            local_ncu=/usr/local/cuda/bin/ncu
             echo "-- llama3-8b 4.0 @16: the GEMV launches of one layer (ncu, eager)"
-            GGX_CUDA_NO_GRAPH=1 timeout 240 $local_ncu --cache-control none --clock-control none \
+            GGX_CUDA_NO_GRAPH=1 timeout 240 $NCU --cache-control none --clock-control none \
                 --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section LaunchStats \
                 -k regex:k_qgemv -s 200 -c 4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 4 -r 1 --ctx 16 2>&1 |
                 grep -E 'k_qgemv|Grid Size|Duration|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Issued Warp Per Scheduler|No Eligible|Warp Cycles Per Issued|Stall|Registers' | head -80
@@ -520,10 +525,10 @@ for part in "$@"; do
             # launch 203 should be layer 18's gate/up if nothing else launches it first: the grid
             # size printed first says (112 blocks at llama3-8b 4.0)
             echo "-- gate/up's SASS (k_qgemv launch 203), the 60 most executed instructions (ncu source counters)"
-            GGX_CUDA_NO_GRAPH=1 timeout 240 $local_ncu --cache-control none --clock-control none --section SourceCounters --section LaunchStats \
+            GGX_CUDA_NO_GRAPH=1 timeout 240 $NCU --cache-control none --clock-control none --section SourceCounters --section LaunchStats \
                 -k regex:k_qgemv -s 203 -c 1 -f -o /tmp/gateup $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 4 -r 1 --ctx 16 > /dev/null 2>&1
-            $local_ncu -i /tmp/gateup.ncu-rep --page details 2>/dev/null | grep -E 'k_qgemv|Grid Size|Duration' | head -4
-            $local_ncu -i /tmp/gateup.ncu-rep --page source --csv --print-source sass 2>/dev/null | python3 -c '
+            $NCU -i /tmp/gateup.ncu-rep --page details 2>/dev/null | grep -E 'k_qgemv|Grid Size|Duration' | head -4
+            $NCU -i /tmp/gateup.ncu-rep --page source --csv --print-source sass 2>/dev/null | python3 -c '
 import csv, sys
 rows = list(csv.reader(sys.stdin))
 head = next((i for i, r in enumerate(rows) if any("Instructions Executed" in c for c in r)), None)
@@ -568,8 +573,7 @@ for r in sorted(body, key=lambda r: -float(r[ie]))[:60]: print("%12s  %s" % (r[i
             NAMES=layers.5.self_attn.o_proj,layers.5.mlp.down_proj LINES_MAX=300 block_dump "" ;;
         gemv:*)
             v=${part#gemv:}
-            variant_tests "$v" && TC=build-dev-$v/test-cuda run_tests -tc='*EXL2*,*synthetic*,*logits*,*rows*'
-            variant_bench "$v" || continue
+            gemv_variant_ready "$v" || continue
             B=build-dev-$v/bench block_dump ""
             variant_rounds "$v" "" "llama3-8b 4.0" "llama3-8b 3.0" "llama3.2-1b 4.0"
             echo "-- llama3-8b 4.0 @4096: $v, then the default build"
@@ -579,8 +583,7 @@ for r in sorted(body, key=lambda r: -float(r[ie]))[:60]: print("%12s  %s" % (r[i
             # the same question in ~100 s: the tests, then 8B 4.0 @16 twice and llama3.2-1b once, each
             # variant then default
             v=${part#gemv-short:}
-            variant_tests "$v" && TC=build-dev-$v/test-cuda run_tests -tc='*EXL2*,*synthetic*,*logits*,*rows*'
-            variant_bench "$v" || continue
+            gemv_variant_ready "$v" || continue
             for mb in "llama3-8b 4.0" "llama3-8b 4.0" "llama3.2-1b 4.0"; do
                 read -r m b <<< "$mb"
                 echo "-- $m $b @16: $v, then the default build"

@@ -55,8 +55,9 @@
 
 // Per-matrix tables in device memory (ggx_qmatrix::backend_extra). The rows are cut into slices of
 // slice_rows (GGX_QGEMV_FINE_ROWS for EXL2, whose slices are described by "pieces" (slice ∩ group)
-// int4 {k0, qrow0, group << 4 | bits, rows}, slice s owning pieces[first[s] .. first[s + 1]) of
-// the host's ggx_cuda_piece_tables; the GPTQ GEMV's own height otherwise).
+// int4 {k0, qrow0, group << 5 | bits (bit 4: a 64-row piece across two groups), rows}, slice s
+// owning pieces[first[s] .. first[s + 1]) of the host's ggx_cuda_piece_tables; the GPTQ GEMV's own
+// height otherwise).
 struct ggx_cuda_qextra {
     int    slice_rows = 0;
     int    n_slices = 0;
