@@ -128,8 +128,8 @@
 #                   wait, during the decode attention, when DRAM idles) against the default, two rounds:
 #                   llama3-8b 4.0 and 2.5, llama3.2-1b 4.0 @16, llama3-8b 4.0 @4096; then once each the
 #                   whole slice for gate_proj, down_proj and q_proj, and o_proj:8 (eight rows)
-#   loopbound       ncu on one layer's four decode GEMV launches (eager): issue use, IPC, DRAM and SM throughput,
-#                   stall reasons; then gate/up's SASS by executed count (NOT YET RUN: written in session 45)
+#   loopbound       ncu on one layer's four decode GEMV launches (eager): warp instructions, issue use, DRAM;
+#                   then gate/up's stall reasons and its SASS summed by opcode (bench/probes/sass-mix.py)
 #   l2miss          ncu (eager, --cache-control none: L2 as the step left it) on 10 decode GEMV / attention
 #                   launches of llama3-8b 4.0 at ctx 16 and 4096: L2 read sectors, their lookup hits and
 #                   misses, DRAM bytes read: which kernels' loads miss L2 (under the stream a dependent
@@ -513,34 +513,34 @@ for part in "$@"; do
         loopbound)
             # Is the decode GEMV's loop bound by the SMs or by DRAM (session 45: 30% of gate/up warmed
             # in L2 shortened its loop 18.03 -> 17.76 us)? ncu on one layer's four GEMV launches of an
-            # eager llama3-8b 4.0 step (gate/up is the one of 112 blocks): issue use, IPC, DRAM and
-            # SM throughput, warp stall reasons; then gate/up's SASS by executed count (the loop's
-            # instructions per piece)
+            # eager llama3-8b 4.0 step (run 209: launch 200 is gate/up, 112 blocks and ~59 MB; then
+            # down, q/k/v, o): issue use, warp instructions, DRAM; then gate/up alone: stall reasons
+            # and its SASS summed by opcode (the loop is unrolled, so no single line stands out)
             echo "-- llama3-8b 4.0 @16: the GEMV launches of one layer (ncu, eager)"
             GGX_CUDA_NO_GRAPH=1 timeout 240 $NCU --cache-control none --clock-control none \
-                --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section LaunchStats \
+                --metrics gpu__time_duration.sum,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__warps_active.avg.per_cycle_active,dram__bytes_read.sum,sm__cycles_active.avg,smsp__cycles_active.avg \
                 -k regex:k_qgemv -s 200 -c 4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 4 -r 1 --ctx 16 2>&1 |
-                grep -E 'k_qgemv|Grid Size|Duration|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Issued Warp Per Scheduler|No Eligible|Warp Cycles Per Issued|Stall|Registers' | head -80
-            # a step has 129 k_qgemv launches (32 layers x q/k/v, o, gate/up, down; the head), so
-            # launch 203 should be layer 18's gate/up if nothing else launches it first: the grid
-            # size printed first says (112 blocks at llama3-8b 4.0)
-            echo "-- gate/up's SASS (k_qgemv launch 203), the 60 most executed instructions (ncu source counters)"
-            GGX_CUDA_NO_GRAPH=1 timeout 240 $NCU --cache-control none --clock-control none --section SourceCounters --section LaunchStats \
-                -k regex:k_qgemv -s 203 -c 1 -f -o /tmp/gateup $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 4 -r 1 --ctx 16 > /dev/null 2>&1
-            $NCU -i /tmp/gateup.ncu-rep --page details 2>/dev/null | grep -E 'k_qgemv|Grid Size|Duration' | head -4
-            $NCU -i /tmp/gateup.ncu-rep --page source --csv --print-source sass 2>/dev/null | python3 -c '
+                grep -vE '^==PROF==|^\|' | grep -E 'k_qgemv|gpu__|smsp__|dram__|sm__' | head -40
+            echo "-- gate/up (k_qgemv launch 200): stall reasons and SASS by opcode"
+            GGX_CUDA_NO_GRAPH=1 timeout 240 $NCU --cache-control none --clock-control none \
+                --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section SourceCounters \
+                --section LaunchStats -k regex:k_qgemv -s 200 -c 1 -f -o /tmp/gateup \
+                $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 4 -r 1 --ctx 16 > /dev/null 2>&1
+            $NCU -i /tmp/gateup.ncu-rep --page details 2>/dev/null |
+                grep -E 'k_qgemv|Grid Size|Duration|DRAM Throughput|Issued Warp|No Eligible|Warp Cycles Per Issued|Active Warps Per' | head -10
+            $NCU -i /tmp/gateup.ncu-rep --page raw --csv 2>/dev/null | python3 -c '
 import csv, sys
 rows = list(csv.reader(sys.stdin))
-head = next((i for i, r in enumerate(rows) if any("Instructions Executed" in c for c in r)), None)
-if head is None: sys.exit("no source counters in the report")
-cols = rows[head]
-ie = next(i for i, c in enumerate(cols) if c.strip() == "Instructions Executed")
-src = next((i for i, c in enumerate(cols) if c.strip() == "Source"), 1)
-body = [r for r in rows[head + 1:] if len(r) > ie and r[ie].replace(".", "").isdigit()]
-total = sum(float(r[ie]) for r in body)
-print("warp instructions executed: %.0f in %d SASS lines" % (total, len(body)))
-for r in sorted(body, key=lambda r: -float(r[ie]))[:60]: print("%12s  %s" % (r[ie], r[src].strip()))
-' ;;
+names, values = rows[0], rows[-1]
+stalls = []
+for n, v in zip(names, values):
+    if "issue_stalled" in n and n.endswith("per_issue_active.ratio"):
+        try: stalls.append((float(v.replace(",", "")), n))
+        except ValueError: pass
+print("stall cycles per issued instruction, by reason:")
+for v, n in sorted(stalls, reverse=True)[:14]: print("%8.2f  %s" % (v, n))
+'
+            $NCU -i /tmp/gateup.ncu-rep --page source --csv --print-source sass 2>/dev/null | python3 bench/probes/sass-mix.py ;;
         queuedepth)
             nvcc -O3 -std=c++17 -arch=sm_90 bench/probes/queue-depth.cu -o /tmp/queue-depth && /tmp/queue-depth ;;
         onedeep)
