@@ -128,6 +128,10 @@
 #                   wait, during the decode attention, when DRAM idles) against the default, two rounds:
 #                   llama3-8b 4.0 and 2.5, llama3.2-1b 4.0 @16, llama3-8b 4.0 @4096; then once each the
 #                   whole slice for gate_proj, down_proj and q_proj, and o_proj:8 (eight rows)
+#   downfew         tg128@16 with down in 96 and 80 blocks (GGX_QGEMV_ROWS_FOR=down_proj:320 / 384) against
+#                   the default 112, two rounds; 96 @4096; the traces of 96 and the default
+#   sassdump        gate/up's ncu source page (SASS lines with executed counts and stall samples) as
+#                   xz-compressed CSV into $OUT
 #   loopbound       ncu on one layer's four decode GEMV launches (eager): warp instructions, issue use, DRAM;
 #                   then gate/up's stall reasons and its SASS summed by opcode (bench/probes/sass-mix.py)
 #   l2miss          ncu (eager, --cache-control none: L2 as the step left it) on 10 decode GEMV / attention
@@ -476,6 +480,26 @@ for part in "$@"; do
                 ab GGX_QGEMV_ROWS_FOR=down_proj:224 "llama3-8b 4.0"
                 ab GGX_QGEMV_ROWS_FOR=down_proj:64 "llama3.2-1b 4.0"
             done ;;
+        downfew)
+            # down in fewer blocks than its 112 (m 10: 96 blocks, m 12: 80), so that more of the next
+            # q/k/v's blocks are resident before down ends (run 204: 20 early, 76 late by ~4 us). o
+            # streams ~40 GB/s per SM on 64 SMs (run 200), so ~84-96 SMs may hold the H100's DRAM rate;
+            # 64 blocks lost 5% (run 179)
+            for r in 1 2; do
+                echo "-- round $r"
+                ab GGX_QGEMV_ROWS_FOR=down_proj:320 "llama3-8b 4.0"
+                ab GGX_QGEMV_ROWS_FOR=down_proj:384 "llama3-8b 4.0"
+            done
+            CTX=4096 ab GGX_QGEMV_ROWS_FOR=down_proj:320 "llama3-8b 4.0"
+            layer_trace GGX_QGEMV_ROWS_FOR=down_proj:320
+            layer_trace "" ;;
+        sassdump)
+            # gate/up's ncu source page (SASS, executed counts, stall samples per line) as CSV into
+            # $OUT (or /tmp) for reading off the device
+            GGX_CUDA_NO_GRAPH=1 timeout 240 $NCU --cache-control none --clock-control none --section SourceCounters \
+                -k regex:k_qgemv -s 200 -c 1 -f -o /tmp/gateup-src $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 4 -r 1 --ctx 16 > /dev/null 2>&1
+            $NCU -i /tmp/gateup-src.ncu-rep --page source --csv --print-source sass 2>/dev/null | xz > ${OUT:-/tmp}/gateup-sass.csv.xz
+            ls -l ${OUT:-/tmp}/gateup-sass.csv.xz ;;
         redcost)
             for r in 1 2; do
                 ab GGX_QGEMV_RED_SLICE_COST=8 "llama3-8b 4.0" "mistral-7b 4.0" "llama3.2-1b 2.5" "llama3.2-1b 5.0" "llama3.2-1b 8.0" \
