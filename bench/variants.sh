@@ -6,15 +6,17 @@
 #   nox16       -DGGX_PAIR_X16_2BIT=0      2-bit pairs each shifted into place (before session 24)
 #   pairgroups  -DGGX_QGEMV_PAIR_GROUPS=1  paired pieces also across two groups (session 30; -2.8% to +2%, runs 155, 157)
 #   compact     -DGGX_QGEMV_COMPACT_HALVES=1  a 64-row piece's two halves by one copy of the code (session 32)
+#   mma4        -DGGX_QGEMV_MMA4=1         a one-row GEMV's 4-bit pieces on the tensor cores (session 46)
 #   fencesc     -DGGX_FENCE_SC=1           the blocks' hand-offs fence with __threadfence (fence.sc) in their one
 #                                          fencing thread (run 170: within 0.2% of fence.acq_rel)
-variant_names="nowin nox16 pairgroups compact fencesc"
+variant_names="nowin nox16 pairgroups compact mma4 fencesc"
 variant_flags() {
     case "$1" in
         nowin) echo "-DGGX_PAIR_WINDOWS=0" ;;
         nox16) echo "-DGGX_PAIR_X16_2BIT=0" ;;
         pairgroups) echo "-DGGX_QGEMV_PAIR_GROUPS=1" ;;
         compact) echo "-DGGX_QGEMV_COMPACT_HALVES=1" ;;
+        mma4) echo "-DGGX_QGEMV_MMA4=1" ;;
         fencesc) echo "-DGGX_FENCE_SC=1" ;;
         *) return 1 ;;
     esac

@@ -52,6 +52,12 @@
 #ifndef GGX_QGEMV_COMPACT_HALVES
 #define GGX_QGEMV_COMPACT_HALVES 0
 #endif
+// Built with -DGGX_QGEMV_MMA4=1 (bench/variants.sh: mma4), a one-row decode GEMV multiplies its
+// 4-bit pieces on the tensor cores (qgemv.cu: tc4_apply) wherever all 128 columns of a warp exist:
+// ~4 instructions per 4-bit word instead of ~13. CUDA only (HIP keeps the fp16 pairs).
+#ifndef GGX_QGEMV_MMA4
+#define GGX_QGEMV_MMA4 0
+#endif
 
 // Per-matrix tables in device memory (ggx_qmatrix::backend_extra). The rows are cut into slices of
 // slice_rows (GGX_QGEMV_FINE_ROWS for EXL2, whose slices are described by "pieces" (slice ∩ group)

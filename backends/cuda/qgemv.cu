@@ -28,6 +28,7 @@
 #include "activation.cuh"
 #include "env-knobs.h"
 #include "exl2-unpack.cuh"
+#include "mma.cuh"
 #include "norm.cuh"
 #include "qmatrix.cuh"
 #include "rope.cuh"
@@ -58,6 +59,17 @@ constexpr int k_prefetch_rows = 2;            // L2 warm-up rows per thread (see
 
 // Warp groups per block for T rows: shared memory holds T * W fine slices of x.
 constexpr int groups_for(int T) { return T <= 2 ? 4 : T <= 4 ? 2 : 1; }
+
+// 4-bit pieces on the tensor cores (decode-plan.h: GGX_QGEMV_MMA4; one row, CUDA only)
+#if GGX_QGEMV_MMA4 && !defined(GGX_USE_HIP)
+#define GGX_QGEMV_TC4 1
+#else
+#define GGX_QGEMV_TC4 0
+#endif
+// Shared-memory floats that a one-row block adds for them past its x rows (ldx halves): x again in
+// the tensor cores' order, 2 bytes a row as x (so found from the piece's row as x is: no pointer
+// held across the loop).
+constexpr int tc4_floats(int T, int ldx) { return GGX_QGEMV_TC4 && T == 1 ? ldx / 2 : 0; }
 
 struct gemv_mat {
     const uint32_t * qw;
@@ -251,6 +263,48 @@ __device__ __forceinline__ half group_mx(const piece_regs & s) {
 #endif
 }
 
+// ---- 4-bit pieces on the tensor cores (GGX_QGEMV_MMA4) ----
+// The fp16 pairs spend ~13 instructions on a 4-bit word (a LOP3, an HSUB2 for the zero point and an
+// HFMA2 per pair of codes, plus the x pairs): ncu on gate/up (run 210, H100) counted 548 per 64-row
+// piece of 4 columns, 2.9 per weight in all, and the loop streams ~28.5 GB/s per SM whatever the
+// number of SMs (run 211: down on 96 or 112 blocks), so the SMs, not DRAM, bound it. Here a word
+// costs a shift and four LOP3 (the codes as fp16 1024 + q, or 1024 + 16 q for the odd nibbles
+// against x / 16, as the pairs take them) and one mma.sync m16n8k16 takes 16 columns x 16 rows.
+//
+// A warp's 128 columns are 4 blocks b of 32. Lane l = 4 g + t loads, for each 32-row half h of a
+// piece, the words of columns 32 b + 4 g .. + 3 at word row 4 h + t, so the quad g holds all 32
+// rows of those 4 columns (one uint4 per load, as the pairs' loads: 8 per 64-row piece). A's row g
+// is column 4 g + 2 p of block b, row g + 8 column 4 g + 2 p + 1 (p = 0, 1: two accumulators); its k
+// are the lane's nibbles (0, 4), (1, 5) [, (2, 6), (3, 7) after a shift by 8]. B holds x only in its
+// columns 2 b and 2 b + 1 (the lanes of quads 2 b and 2 b + 1 load x; the others a zero slot), so
+// the four blocks' products land in different C columns and lane (g, t) ends with block t's
+// columns 4 g + 2 p and 4 g + 2 p + 1 in C[0] and C[2]: its own 4 columns, no exchange per piece.
+// The sums are fp32. The 1024 and the zero point come out in the same accumulators: one more mma
+// per 16 rows whose A is -(1024 + z) (even nibbles) and -(1024 + 16 z) (odd, against x / 16) in
+// every row and whose B is x in every column adds -sum (1024 + z) x to every column's sum.
+// In a warp whose 4-bit pieces take this path, every piece of the loop (of any width) sums the
+// lane's columns 32 t + 4 g .. + 3 of the warp's 128 (tc4_cols), and the loop's end moves the sums
+// to the pairs' layout (4 l ..) with one shuffle per column.
+#if GGX_QGEMV_TC4
+struct tc4_lane {
+    bool on;   // one row, and all 128 columns of the warp exist: its 4-bit pieces come here
+};
+
+// Whether piece pc takes the tensor cores: 4 bits, whole 32-row halves, one group (pc.z & 31: the
+// bits and the across-groups flag)
+__device__ __forceinline__ bool tc4_piece(const tc4_lane & L, int4 pc) {
+    return L.on && (pc.z & 31) == 4 && pc.w % 32 == 0;
+}
+
+// The first of lane l = 4 g + t's 4 columns, from n, the first of the pairs' (4 l of the warp's)
+__device__ __forceinline__ int tc4_cols(int n) {
+    const int lane = threadIdx.x % GGX_CUDA_WARP;
+    return n - 4 * lane + 32 * (lane % 4) + 4 * (lane / 4);
+}
+#else
+struct tc4_lane {};   // (the fp16 pairs only)
+#endif
+
 // A read-only half-word loaded straight into a 32-bit register (zero-extended by the load): from
 // C++ a widening cvt would follow the load and wait for it.
 __device__ __forceinline__ uint32_t load_u16_wide(const uint16_t * p) {
@@ -263,15 +317,29 @@ __device__ __forceinline__ uint32_t load_u16_wide(const uint16_t * p) {
 #endif
 }
 
-__device__ __forceinline__ void piece_load_from(const gemv_mat & M, int4 pc, int n, piece_regs & s, float evict) {
+__device__ __forceinline__ void piece_load_from(const gemv_mat & M, int4 pc, int n, piece_regs & s, float evict,
+                                                const tc4_lane & L) {
     s.pc = pc;
     const int bits = s.pc.z & 15, g = s.pc.z >> 5;
     const int nw = s.pc.w * bits / 32;
-    const uint32_t * base = M.qw + (size_t)s.pc.y * M.Np + n;
     const uint64_t pol = evict_policy(evict);
+    // word i: row i, or on the tensor cores (n = tc4_cols) row 4 (i / 4) + t of columns n - 32 t +
+    // 32 (i % 4), block i % 4 of half i / 4 (see tc4_lane). One address form for both (a branch
+    // between two loops of loads spilled k_qgemv<1, 4>).
+    size_t shift = 0;   // (t: the lane % 4)
+    int step = M.Np;    // from word i to i + 1 inside a group of 4
+#if GGX_QGEMV_TC4
+    if (tc4_piece(L, pc)) {
+        shift = (size_t)(threadIdx.x % 4) * (M.Np - 32);
+        step = 32;
+    }
+#else
+    (void)L;
+#endif
+    const uint32_t * base = M.qw + (size_t)s.pc.y * M.Np + n + shift;
 #pragma unroll
     for (int i = 0; i < 8; i++)
-        if (i < nw) s.w[i] = load_weights((const uint4 *)(base + (size_t)i * M.Np), pol);
+        if (i < nw) s.w[i] = load_weights((const uint4 *)(base + (size_t)(i / 4) * 4 * M.Np + (size_t)(i % 4) * step), pol);
     const uint32_t * qs = M.qs + (size_t)g * (M.Np / 8) + n / 8;
     // the 4 columns' codes as one half-word (n % 8 is 0 or 4; little-endian), so that no shift
     // of the loaded word waits for it before the PDL wait: the late-entering blocks reach their
@@ -291,8 +359,8 @@ __device__ __forceinline__ void piece_load_from(const gemv_mat & M, int4 pc, int
 }
 
 // piece p: its descriptor, then (one L2 round trip later) its words and scale
-__device__ __forceinline__ void piece_load(const gemv_mat & M, int p, int n, piece_regs & s, float evict) {
-    piece_load_from(M, ggx_load_ro(M.pieces + p), n, s, evict);
+__device__ __forceinline__ void piece_load(const gemv_mat & M, int p, int n, piece_regs & s, float evict, const tc4_lane & L) {
+    piece_load_from(M, ggx_load_ro(M.pieces + p), n, s, evict, L);
 }
 
 // v[t][c] += scale_c * sum over the piece's rows of (q - z) x[t][row]: the sum in fp16 pairs (at
@@ -363,8 +431,54 @@ __device__ __forceinline__ void piece_halves(piece_regs & s, const half * xp, in
 #endif
 }
 
+#if GGX_QGEMV_TC4
+// v[c] += the 4-bit piece's sums for the lane's columns tc4_cols(n) + c, scaled (see tc4_lane); xb,
+// ld: the x rows as piece_apply has them, x in B order ld halves further; zero: 16 zero bytes
+__device__ __forceinline__ void tc4_apply(const piece_regs & s, const half * xb, int ld, const uint4 * zero, float (&v)[4]) {
+    constexpr uint32_t lo = 0x000f000fu, hi = 0x00f000f0u, magic = 0x64006400u;
+    // -(1024 + 8) and -(1024 + 128) = -16 (64 + 8) as fp16 pairs: the bias rows' A (z = 8)
+    constexpr uint32_t neven = 0xe408e408u, nodd = 0xe480e480u;
+    const uint32_t ab[4] = {neven, neven, nodd, nodd};
+    const int lane = threadIdx.x % GGX_CUDA_WARP, own = lane / 8;   // own: the block whose x the lane holds
+    const uint4 * xr = (const uint4 *)(xb + ld) + s.pc.x / 8 + lane % 4;
+    float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};   // columns 4 g + 0 | 1, 4 g + 2 | 3
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (h * 32 >= s.pc.w) break;
+        const uint4 xa = xr[4 * h];   // x in every column: the bias rows
+        mma16816(c0, ab, xa.x, xa.y);
+        mma16816(c1, ab, xa.x, xa.y);
+        mma16816(c0, ab, xa.z, xa.w);
+        mma16816(c1, ab, xa.z, xa.w);
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+            const uint4 x = *(b == own ? xr + 4 * h : zero);
+            const uint4 w = s.w[4 * h + b];
+            const uint32_t a0[4] = {and_or<lo>(w.x, magic), and_or<lo>(w.y, magic), and_or<hi>(w.x, magic), and_or<hi>(w.y, magic)};
+            const uint32_t a1[4] = {and_or<lo>(w.z, magic), and_or<lo>(w.w, magic), and_or<hi>(w.z, magic), and_or<hi>(w.w, magic)};
+            mma16816(c0, a0, x.x, x.y);
+            mma16816(c1, a1, x.x, x.y);
+            const uint32_t sx = w.x >> 8, sy = w.y >> 8, sz = w.z >> 8, sw = w.w >> 8;
+            const uint32_t a2[4] = {and_or<lo>(sx, magic), and_or<lo>(sy, magic), and_or<hi>(sx, magic), and_or<hi>(sy, magic)};
+            const uint32_t a3[4] = {and_or<lo>(sz, magic), and_or<lo>(sw, magic), and_or<hi>(sz, magic), and_or<hi>(sw, magic)};
+            mma16816(c0, a2, x.z, x.w);
+            mma16816(c1, a3, x.z, x.w);
+        }
+    }
+    const half2 mx2 = __half2half2(group_mx(s));
+    const float2 s01 = __half22float2(scale_pair(s.sw, mx2)), s23 = __half22float2(scale_pair(s.sw >> 8, mx2));
+    v[0] = fmaf(c0[0], s01.x, v[0]);
+    v[1] = fmaf(c0[2], s01.y, v[1]);
+    v[2] = fmaf(c1[0], s23.x, v[2]);
+    v[3] = fmaf(c1[2], s23.y, v[3]);
+}
+#endif
+
 template <int T>
-__device__ __forceinline__ void piece_apply(piece_regs & s, const half * xb, int ld, float (&v)[T][4]) {
+__device__ __forceinline__ void piece_apply(piece_regs & s, const half * xb, int ld, float (&v)[T][4], const tc4_lane & L,
+                                            const uint4 * zero) {
+    (void)zero;
+    (void)L;
     half2 acc[T][4];
 #pragma unroll
     for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = __float2half2_rn(0.0f);
@@ -378,7 +492,11 @@ __device__ __forceinline__ void piece_apply(piece_regs & s, const half * xb, int
             case 8: piece_dot<8, T>(s.w, s.pc.w, xp, ld, acc); piece_scale<T>(s, acc, v); break;
             case 6: piece_dot<6, T>(s.w, s.pc.w, xp, ld, acc); piece_scale<T>(s, acc, v); break;
             case 5: piece_dot<5, T>(s.w, s.pc.w, xp, ld, acc); piece_scale<T>(s, acc, v); break;
-            case 4: piece_halves<4>(s, xp, ld, acc, v); break;
+            case 4:
+#if GGX_QGEMV_TC4
+                if (tc4_piece(L, s.pc)) { tc4_apply(s, xb, ld, zero, v[0]); break; }
+#endif
+                piece_halves<4>(s, xp, ld, acc, v); break;
             case 3: piece_halves<3>(s, xp, ld, acc, v); break;
             default: piece_halves<2>(s, xp, ld, acc, v); break;
         }
@@ -624,6 +742,12 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     float * smem = (float *)smem4;    // x rows [T][W * R] in fp16 (or the groups' sums), then the RoPE tile [T][k_tile]
     __shared__ float red[T][NT / GGX_CUDA_WARP], redmax[T][NT / GGX_CUDA_WARP];
     __shared__ int last, trace_slot;
+#if GGX_QGEMV_TC4
+    __shared__ uint4 tc4_zero;   // B's zeros (tc4_apply)
+    const uint4 * zero = &tc4_zero;
+#else
+    const uint4 * zero = nullptr;
+#endif
     ggx_trace_begin(a.trace, &trace_slot);
 
     int mi = 0;
@@ -661,7 +785,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     // the graph runs), so they are computed (or read from the step's table: rope-table.cu) while
     // the weights load; the epilogue of the tile's last block reads them back (the double-
     // precision angle at the end of the last block made the qkv launch several us longer)
-    float * tb = smem + T * max(ldx / 2, (W - 1) * k_tile);   // RoPE tile, past the x rows (fp16) and group sums
+    float * tb = smem + T * max(ldx / 2 + tc4_floats(T, ldx), (W - 1) * k_tile);   // RoPE tile, past the x rows and group sums
     float2 * rcs = (float2 *)(tb + T * k_tile);                      // [T][k_tile] (cos, sin)
     // One row's table values wait in registers (rope_regs), loaded before anything else, and reach
     // shared memory just before the PDL wait: a store of a loaded value stalls its warp until the
@@ -696,11 +820,18 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     //    descriptor per round trip (four or five in a row with the RoPE values) took their median
     //    block 5.4 us from entry to its wait, the four in one trip after slice_first 4.6 (run 204,
     //    H100, llama3-8b 4.0: tg128@16 +0.6% at 4.0 and 3.0, +0.1% on llama3.2-1b, +0.5% @4096).
+    // the loop's columns: n, or in a warp whose 4-bit pieces take the tensor cores tc4_cols(n)
+    tc4_lane L;
+    int nl = n;
+#if GGX_QGEMV_TC4
+    L.on = T == 1 && n - 4 * (int)(threadIdx.x % GGX_CUDA_WARP) + 4 * GGX_CUDA_WARP <= M.Np;   // warp-uniform
+    if (L.on) nl = tc4_cols(n);
+#endif
     piece_regs A, B;
     if (work) {
         // (h1, h2 are clamped to the table's last piece: used only when inside this range)
-        piece_load_from(M, h0, n, A, a.evict_first);
-        if (p_begin + 1 < p_end && !one_piece) piece_load_from(M, h1, n, B, a.evict_first);
+        piece_load_from(M, h0, nl, A, a.evict_first, L);
+        if (p_begin + 1 < p_end && !one_piece) piece_load_from(M, h1, nl, B, a.evict_first, L);
         if (a.prefetch > 0 && p_begin + 2 < p_end) {
             const int q1 = min(he.y, h2.y + a.prefetch);   // he.y: where piece p_end - 1 ends
             for (int r = h2.y; r < q1; r++) prefetch<2>(M.qw + (size_t)r * M.Np + n);
@@ -822,6 +953,19 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         if (src[j] >= 0)
 #pragma unroll
             for (int t = 0; t < T; t++) xh[t * ldx + threadIdx.x + j * NT] = __float2half_rn(xv[j][t] * xscale[t]);
+#if GGX_QGEMV_TC4
+    if constexpr (T == 1) {
+        // x again in B's order (tc4_lane): row 8 r + j at half 4 (j % 4 / 2) + 2 (j % 2) + j / 4 of
+        // 16-byte row r, the odd j as x / 16; and beta per fine slice (a warp's 32 rows for each j)
+        half * xm = xh + ldx;
+        if (threadIdx.x == 0) tc4_zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int j = 0; j < k_stage; j++) {
+            const int i = threadIdx.x + j * NT, r = i % 8;
+            if (src[j] >= 0) xm[i - r + 4 * (r % 4 / 2) + 2 * (r % 2) + r / 4] = __float2half_rn(xv[j][0] * xscale[0] * (r % 2 ? 0.0625f : 1.0f));
+        }
+    }
+#endif
     __syncthreads();
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP);
 
@@ -834,17 +978,17 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         if (one_piece) {
             // one piece in flight
             for (int p = p_begin; p < p_end; p++) {
-                piece_apply<T>(A, xb, ldx, v);
-                if (p + 1 < p_end) piece_load(M, p + 1, n, A, a.evict_first);
+                piece_apply<T>(A, xb, ldx, v, L, zero);
+                if (p + 1 < p_end) piece_load(M, p + 1, nl, A, a.evict_first, L);
             }
         } else {
             // two pieces in flight: the next one's words load while this one is multiplied
             for (int p = p_begin; p < p_end; p += 2) {
-                piece_apply<T>(A, xb, ldx, v);
-                if (p + 2 < p_end) piece_load(M, p + 2, n, A, a.evict_first);
+                piece_apply<T>(A, xb, ldx, v, L, zero);
+                if (p + 2 < p_end) piece_load(M, p + 2, nl, A, a.evict_first, L);
                 if (p + 1 >= p_end) break;
-                piece_apply<T>(B, xb, ldx, v);
-                if (p + 3 < p_end) piece_load(M, p + 3, n, B, a.evict_first);
+                piece_apply<T>(B, xb, ldx, v, L, zero);
+                if (p + 3 < p_end) piece_load(M, p + 3, nl, B, a.evict_first, L);
             }
         }
 #pragma unroll
@@ -852,6 +996,13 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
 #pragma unroll
             for (int c = 0; c < 4; c++) v[t][c] *= xunscale[t];
     }
+#if GGX_QGEMV_TC4
+    if (L.on) {   // warp-uniform, and every lane works: lane l's columns n + c were lane 4 (l % 8) + l / 8's
+        const int lane = threadIdx.x % GGX_CUDA_WARP, from = 4 * (lane % 8) + lane / 8;
+#pragma unroll
+        for (int c = 0; c < 4; c++) v[0][c] = __shfl_sync(0xffffffffu, v[0][c], from);
+    }
+#endif
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP_END);
     const bool lead = grp == 0;   // group 0 finishes the tile; the others only join barriers
     // RoPE: a tile holds whole heads (k_tile % head_dim == 0), so pairs are inside the block.
@@ -1099,7 +1250,8 @@ args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part,
 // With the attention tail (attn_bound keys of heads of hd columns), at least part A's floats.
 size_t smem_bytes(int T, int m, bool rope, int attn_bound = 0, int hd = 0) {
     const int W = groups_for(T);
-    const size_t rows = std::max((size_t)W * m * k_fine / 2, W > 1 ? (size_t)(W - 1) * k_tile : 0);
+    const int ldx = W * m * k_fine;
+    const size_t rows = std::max((size_t)(ldx / 2 + tc4_floats(T, ldx)), W > 1 ? (size_t)(W - 1) * k_tile : 0);
     const size_t bytes = (size_t)T * (rows + (rope ? 3 * k_tile : 0)) * sizeof(float);
     return attn_bound > 0 ? std::max(bytes, (size_t)attn_smem_floats(k_group * W, hd, attn_bound) * sizeof(float)) : bytes;
 }

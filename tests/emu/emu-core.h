@@ -138,6 +138,16 @@ template <class T> inline T __shfl_xor_sync(unsigned, T v, int o) {
     wsync();
     return r;
 }
+template <class T> inline T __shfl_sync(unsigned, T v, int from) {
+    static_assert(sizeof(T) == 4, "32-bit shuffles only");
+    const int l = lane_(), w = warp_();
+    memcpy(&g_x[w][l][0], &v, 4);
+    wsync();
+    T r;
+    memcpy(&r, &g_x[w][from & 31][0], 4);
+    wsync();
+    return r;
+}
 inline int vote(bool p, bool all) {
     const int l = lane_(), w = warp_();
     g_x[w][l][0] = p;

@@ -34,6 +34,7 @@ fix "$out" 'extern __shared__ float4 smem4[];' 'float4 * smem4 = (float4 *)g_sme
 fix "$out" '__shared__ float red[T][NT / GGX_CUDA_WARP], redmax[T][NT / GGX_CUDA_WARP];' \
     'auto & red = emu_shared<float[T][NT / GGX_CUDA_WARP], 0>(); auto & redmax = emu_shared<float[T][NT / GGX_CUDA_WARP], 1>();'
 fix "$out" '__shared__ int last, trace_slot;' 'int & last = emu_shared<int, 2>(); int trace_slot = 0;'
+fix "$out" '__shared__ uint4 tc4_zero;' 'auto & tc4_zero = emu_shared<uint4, 3>();'
 # device-only text may stay only inside `#if defined(__CUDA_ARCH__) ...` branches, which the host
 # compiler drops; check() would see their asm, so look for the rest only
 if grep -n '__shared__\|__global__\|__device__\|__grid_constant__' "$out" >&2; then die "device-only text left in $out"; fi

@@ -1,5 +1,5 @@
 #!/bin/bash
-# mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|all]: injects known bugs into a copy of the kernel source, one at a
+# mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|qgemv-mma4|all]: injects known bugs into a copy of the kernel source, one at a
 # time, and runs the emulator's default cases on each (stopping at the first failure). One line
 # per mutant: caught or NOT caught. Exit status 0 only when every mutant is caught.
 # A mutant whose sed expression no longer changes the source, or that does not build, counts as
@@ -12,9 +12,9 @@ build=${EMU_BUILD:-$root/build-emu}
 jobs=${EMU_JOBS:-$(nproc)}
 what=${1:-all}
 case "$what" in
-    prefill | decode | qgemv | qgemv-pairgroups | qgemv-compact) kinds=$what ;;
+    prefill | decode | qgemv | qgemv-pairgroups | qgemv-compact | qgemv-mma4) kinds=$what ;;
     all) kinds="prefill decode qgemv" ;;
-    *) echo "usage: mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|all]" >&2; exit 2 ;;
+    *) echo "usage: mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|qgemv-mma4|all]" >&2; exit 2 ;;
 esac
 
 # NAME SED_EXPRESSION
@@ -60,7 +60,7 @@ qgemv_mutants=(
     groups_sum1 's/for (int g = 1; g < W; g++)/for (int g = 2; g < W; g++)/'
     norm_weight 's/if (a.norm) xv\[j\]\[t\] \*= rinv\[t\] \* nw\[j\];/if (a.norm) xv[j][t] *= rinv[t];/'
     last_early 's/last = atomicAdd(ctr, 1) == M.arrivals - 1;/last = atomicAdd(ctr, 1) == M.arrivals - 2;/'
-    odd_pieces 's/if (p + 3 < p_end) piece_load(M, p + 3, n, B, a.evict_first);/if (p + 3 < p_end - 1) piece_load(M, p + 3, n, B, a.evict_first);/'
+    odd_pieces 's/if (p + 3 < p_end) piece_load(M, p + 3, nl, B, a.evict_first, L);/if (p + 3 < p_end - 1) piece_load(M, p + 3, nl, B, a.evict_first, L);/'
     glu_arrivals 's/a.m\[jm.pair\].arrivals = M.arrivals = a.m\[jm.pair\].n_slices + M.n_slices;/a.m[jm.pair].arrivals = M.arrivals = M.n_slices;/'
     paired_m_odd 's/const bool paired = pairs \&\& e->pieces2;/const bool paired = e->pieces2;/'
     scale_half 's/s.sw = load_u16_wide((const uint16_t \*)qs + (n % 8) \/ 4);/s.sw = load_u16_wide((const uint16_t *)qs);/'
@@ -83,6 +83,16 @@ qgemv_pairgroups_mutants=(
 qgemv_compact_mutants=(
     compact_front 's/for (int i = 0; i < B; i++) s.w\[i\] = s.w\[B + i\];/for (int i = 1; i < B; i++) s.w[i] = s.w[B + i];/'
     compact_x 's/piece_dot<B, 1>(s.w, min(s.pc.w - 32 \* h, 32), xp + 32 \* h, ld, acc);/piece_dot<B, 1>(s.w, min(s.pc.w - 32 * h, 32), xp, ld, acc);/'
+)
+qgemv_mma4_mutants=(
+    tc_own 's/const uint4 x = \*(b == own ? xr + 4 \* h : zero);/const uint4 x = *(b != own ? xr + 4 * h : zero);/'
+    tc_bias_odd 's/nodd = 0xe480e480u/nodd = 0xe408e408u/'
+    tc_remap 's/from = 4 \* (lane % 8) + lane \/ 8;/from = lane;/'
+    tc_row 's/shift = (size_t)(threadIdx.x % 4) \* (M.Np - 32);/shift = (size_t)(threadIdx.x % 4) * M.Np;/'
+    tc_x_order 's/xm\[i - r + 4 \* (r % 4 \/ 2) + 2 \* (r % 2) + r \/ 4\]/xm[i]/'
+    tc_part_warp 's/+ 4 \* GGX_CUDA_WARP <= M.Np;/+ 4 * GGX_CUDA_WARP <= M.Np + 64;/'
+    tc_one_half 's/if (h \* 32 >= s.pc.w) break;/if (h >= 1) break;/'
+    tc_lanes 's/return n - 4 \* lane + 32 \* (lane % 4) + 4 \* (lane \/ 4);/return n;/'
 )
 
 # one mutant: its result line into DIR/result
