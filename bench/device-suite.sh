@@ -128,6 +128,9 @@
 #                   wait, during the decode attention, when DRAM idles) against the default, two rounds:
 #                   llama3-8b 4.0 and 2.5, llama3.2-1b 4.0 @16, llama3-8b 4.0 @4096; then once each the
 #                   whole slice for gate_proj, down_proj and q_proj, and o_proj:8 (eight rows)
+#   mma4            the variant mma4 (4-bit pieces on the tensor cores) against the default build: its
+#                   tests, tg128@16 A/B (8B 4.0, 4.25, 1B 4.0 twice; 3.0, 5.0, @4096 once), the layer
+#                   traces, ncu's warp instructions of its four GEMV launches
 #   downfew         tg128@16 with down in 96 and 80 blocks (GGX_QGEMV_ROWS_FOR=down_proj:320 / 384) against
 #                   the default 112, two rounds; 96 @4096; the traces of 96 and the default
 #   sassdump        gate/up's ncu source page (SASS lines with executed counts and stall samples) as
@@ -480,6 +483,29 @@ for part in "$@"; do
                 ab GGX_QGEMV_ROWS_FOR=down_proj:224 "llama3-8b 4.0"
                 ab GGX_QGEMV_ROWS_FOR=down_proj:64 "llama3.2-1b 4.0"
             done ;;
+        mma4)
+            # the tensor-core 4-bit pieces (variant mma4, session 46) against the default build: the
+            # variant's GEMV and model tests, tg128@16 two rounds (4.0 and the mixed 4.25 on llama3-8b,
+            # llama3.2-1b 4.0), once at 3.0 and 5.0 and @4096, both layer traces, and ncu's counts of
+            # the variant's four GEMV launches (warp instructions per launch: run 210 had gate/up at
+            # 10.59 M)
+            gemv_variant_ready mma4 || continue
+            variant_rounds mma4 "" "llama3-8b 4.0" "llama3-8b 4.25" "llama3.2-1b 4.0"
+            for b in 3.0 5.0; do
+                echo "-- llama3-8b $b @16: mma4, then the default build"
+                B=build-dev-mma4/bench tg --synthetic llama3-8b --bpw $b --ctx 16
+                tg --synthetic llama3-8b --bpw $b --ctx 16
+            done
+            echo "-- llama3-8b 4.0 @4096: mma4, then the default build"
+            B=build-dev-mma4/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
+            tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
+            B=build-dev-mma4/bench layer_trace ""
+            layer_trace ""
+            echo "-- mma4: the GEMV launches of one layer (ncu, eager; launch 200 is gate/up)"
+            GGX_CUDA_NO_GRAPH=1 timeout 240 $NCU --cache-control none --clock-control none \
+                --metrics gpu__time_duration.sum,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,dram__bytes_read.sum \
+                -k regex:k_qgemv -s 200 -c 4 build-dev-mma4/bench --synthetic llama3-8b --bpw 4.0 -p 0 -n 4 -r 1 --ctx 16 2>&1 |
+                grep -vE '^==PROF==' | grep -E 'k_qgemv|gpu__|smsp__|dram__' | head -24 ;;
         downfew)
             # down in fewer blocks than its 112 (m 10: 96 blocks, m 12: 80), so that more of the next
             # q/k/v's blocks are resident before down ends (run 204: 20 early, 76 late by ~4 us). o

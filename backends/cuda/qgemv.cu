@@ -441,10 +441,13 @@ __device__ __forceinline__ void tc4_apply(const piece_regs & s, const half * xb,
     const uint32_t ab[4] = {neven, neven, nodd, nodd};
     const int lane = threadIdx.x % GGX_CUDA_WARP, own = lane / 8;   // own: the block whose x the lane holds
     const uint4 * xr = (const uint4 *)(xb + ld) + s.pc.x / 8 + lane % 4;
-    float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};   // columns 4 g + 0 | 1, 4 g + 2 | 3
+    const half2 mx2 = __half2half2(group_mx(s));
+    const half2 h01 = scale_pair(s.sw, mx2), h23 = scale_pair(s.sw >> 8, mx2);   // (fp16: two registers, not four)
+    // each 32-row half is scaled on its own, as the plain tables' 32-row pieces are (the same bits)
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         if (h * 32 >= s.pc.w) break;
+        float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};   // columns 4 g + 0 | 1, 4 g + 2 | 3
         const uint4 xa = xr[4 * h];   // x in every column: the bias rows
         mma16816(c0, ab, xa.x, xa.y);
         mma16816(c1, ab, xa.x, xa.y);
@@ -464,13 +467,12 @@ __device__ __forceinline__ void tc4_apply(const piece_regs & s, const half * xb,
             mma16816(c0, a2, x.z, x.w);
             mma16816(c1, a3, x.z, x.w);
         }
+        const float2 s01 = __half22float2(h01), s23 = __half22float2(h23);
+        v[0] = fmaf(c0[0], s01.x, v[0]);
+        v[1] = fmaf(c0[2], s01.y, v[1]);
+        v[2] = fmaf(c1[0], s23.x, v[2]);
+        v[3] = fmaf(c1[2], s23.y, v[3]);
     }
-    const half2 mx2 = __half2half2(group_mx(s));
-    const float2 s01 = __half22float2(scale_pair(s.sw, mx2)), s23 = __half22float2(scale_pair(s.sw >> 8, mx2));
-    v[0] = fmaf(c0[0], s01.x, v[0]);
-    v[1] = fmaf(c0[2], s01.y, v[1]);
-    v[2] = fmaf(c1[0], s23.x, v[2]);
-    v[3] = fmaf(c1[2], s23.y, v[3]);
 }
 #endif
 
