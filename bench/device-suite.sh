@@ -133,8 +133,8 @@
 #                   traces, ncu's warp instructions of its four GEMV launches
 #   downfew         tg128@16 with down in 96 and 80 blocks (GGX_QGEMV_ROWS_FOR=down_proj:320 / 384) against
 #                   the default 112, two rounds; 96 @4096; the traces of 96 and the default
-#   sassdump        gate/up's ncu source page (SASS lines with executed counts and stall samples) as
-#                   xz-compressed CSV into $OUT
+#   sassdump[:VARIANT]  gate/up's ncu source page (SASS lines with executed counts and stall samples) as
+#                   xz-compressed CSV into $OUT, and its opcode sums (of a build variant's bench)
 #   loopbound       ncu on one layer's four decode GEMV launches (eager): warp instructions, issue use, DRAM;
 #                   then gate/up's stall reasons and its SASS summed by opcode (bench/probes/sass-mix.py)
 #   l2miss          ncu (eager, --cache-control none: L2 as the step left it) on 10 decode GEMV / attention
@@ -519,13 +519,18 @@ for part in "$@"; do
             CTX=4096 ab GGX_QGEMV_ROWS_FOR=down_proj:320 "llama3-8b 4.0"
             layer_trace GGX_QGEMV_ROWS_FOR=down_proj:320
             layer_trace "" ;;
-        sassdump)
+        sassdump | sassdump:*)
             # gate/up's ncu source page (SASS, executed counts, stall samples per line) as CSV into
-            # $OUT (or /tmp) for reading off the device
-            GGX_CUDA_NO_GRAPH=1 timeout 240 $NCU --cache-control none --clock-control none --section SourceCounters \
-                -k regex:k_qgemv -s 200 -c 1 -f -o /tmp/gateup-src $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 4 -r 1 --ctx 16 > /dev/null 2>&1
-            $NCU -i /tmp/gateup-src.ncu-rep --page source --csv --print-source sass 2>/dev/null | xz > ${OUT:-/tmp}/gateup-sass.csv.xz
-            ls -l ${OUT:-/tmp}/gateup-sass.csv.xz ;;
+            # $OUT (or /tmp) for reading off the device, and summed by opcode; sassdump:VARIANT for a
+            # build variant's bench
+            sb=$B tag=""
+            if [ "$part" != sassdump ]; then v=${part#sassdump:}; variant_bench "$v" || continue; sb=build-dev-$v/bench; tag=-$v; fi
+            GGX_CUDA_NO_GRAPH=1 timeout 240 $NCU --cache-control none --clock-control none --section SourceCounters --section WarpStateStats \
+                -k regex:k_qgemv -s 200 -c 1 -f -o /tmp/gateup-src $sb --synthetic llama3-8b --bpw 4.0 -p 0 -n 4 -r 1 --ctx 16 > /dev/null 2>&1
+            $NCU -i /tmp/gateup-src.ncu-rep --page source --csv --print-source sass 2>/dev/null > /tmp/gateup-sass.csv
+            python3 bench/probes/sass-mix.py < /tmp/gateup-sass.csv | head -48
+            xz < /tmp/gateup-sass.csv > ${OUT:-/tmp}/gateup-sass$tag.csv.xz
+            ls -l ${OUT:-/tmp}/gateup-sass$tag.csv.xz ;;
         redcost)
             for r in 1 2; do
                 ab GGX_QGEMV_RED_SLICE_COST=8 "llama3-8b 4.0" "mistral-7b 4.0" "llama3.2-1b 2.5" "llama3.2-1b 5.0" "llama3.2-1b 8.0" \

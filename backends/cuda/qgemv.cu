@@ -323,23 +323,27 @@ __device__ __forceinline__ void piece_load_from(const gemv_mat & M, int4 pc, int
     const int bits = s.pc.z & 15, g = s.pc.z >> 5;
     const int nw = s.pc.w * bits / 32;
     const uint64_t pol = evict_policy(evict);
+#if GGX_QGEMV_TC4
     // word i: row i, or on the tensor cores (n = tc4_cols) row 4 (i / 4) + t of columns n - 32 t +
     // 32 (i % 4), block i % 4 of half i / 4 (see tc4_lane). One address form for both (a branch
     // between two loops of loads spilled k_qgemv<1, 4>).
     size_t shift = 0;   // (t: the lane % 4)
     int step = M.Np;    // from word i to i + 1 inside a group of 4
-#if GGX_QGEMV_TC4
     if (tc4_piece(L, pc)) {
         shift = (size_t)(threadIdx.x % 4) * (M.Np - 32);
         step = 32;
     }
-#else
-    (void)L;
-#endif
     const uint32_t * base = M.qw + (size_t)s.pc.y * M.Np + n + shift;
 #pragma unroll
     for (int i = 0; i < 8; i++)
         if (i < nw) s.w[i] = load_weights((const uint4 *)(base + (size_t)(i / 4) * 4 * M.Np + (size_t)(i % 4) * step), pol);
+#else
+    (void)L;
+    const uint32_t * base = M.qw + (size_t)s.pc.y * M.Np + n;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        if (i < nw) s.w[i] = load_weights((const uint4 *)(base + (size_t)i * M.Np), pol);
+#endif
     const uint32_t * qs = M.qs + (size_t)g * (M.Np / 8) + n / 8;
     // the 4 columns' codes as one half-word (n % 8 is 0 or 4; little-endian), so that no shift
     // of the loaded word waits for it before the PDL wait: the late-entering blocks reach their

@@ -207,7 +207,7 @@ TEST_CASE("cuda: EXL2 one-row GEMV, paired piece tables give the same bits as th
             }
             REQUIRE(plain.bytes.size() == paired.bytes.size());
             CHECK_MESSAGE(memcmp(plain.bytes.data(), paired.bytes.data(), plain.bytes.size()) == 0,
-                          "exl2 '" << lay << "' at " << rows << " rows per warp group: paired tables differ");
+                          "exl2 '" << std::string(lay) << "' at " << std::string(rows) << " rows per warp group: paired tables differ");
         }
         check_qmatmul(c, 1, false, std::string("exl2 '") + lay + "' T 1 (paired tables where chosen)");
     }
@@ -246,7 +246,7 @@ TEST_CASE("cuda: EXL2 one-row GEMV gives row 0 of the two-row GEMV bit for bit (
             REQUIRE(one.bytes.size() == (size_t)N * sizeof(float));
             REQUIRE(two.bytes.size() == 2 * one.bytes.size());
             CHECK_MESSAGE(memcmp(one.bytes.data(), two.bytes.data(), one.bytes.size()) == 0,
-                          "exl2 '" << lay << "' at " << rows << " rows per warp group: one row differs from row 0 of two");
+                          "exl2 '" << std::string(lay) << "' at " << std::string(rows) << " rows per warp group: one row differs from row 0 of two");
         }
     }
 }
