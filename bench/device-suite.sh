@@ -131,6 +131,7 @@
 #   mma4            the variant mma4 (4-bit pieces on the tensor cores) against the default build: its
 #                   tests, tg128@16 A/B (8B 4.0, 4.25, 1B 4.0 twice; 3.0, 5.0, @4096 once), the layer
 #                   traces, ncu's warp instructions of its four GEMV launches
+#   vtests:VARIANT  a build variant's test-cuda: the cases of TC_FILTER, default all
 #   downfew         tg128@16 with down in 96 and 80 blocks (GGX_QGEMV_ROWS_FOR=down_proj:320 / 384) against
 #                   the default 112, two rounds; 96 @4096; the traces of 96 and the default
 #   sassdump[:VARIANT]  gate/up's ncu source page (SASS lines with executed counts and stall samples) as
@@ -506,6 +507,10 @@ for part in "$@"; do
                 --metrics gpu__time_duration.sum,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,dram__bytes_read.sum \
                 -k regex:k_qgemv -s 200 -c 4 build-dev-mma4/bench --synthetic llama3-8b --bpw 4.0 -p 0 -n 4 -r 1 --ctx 16 2>&1 |
                 grep -vE '^==PROF==' | grep -E 'k_qgemv|gpu__|smsp__|dram__' | head -24 ;;
+        vtests:*)
+            # a build variant's test-cuda, the cases of TC_FILTER (default: all)
+            v=${part#vtests:}
+            variant_tests "$v" && TC=build-dev-$v/test-cuda run_tests -tc="${TC_FILTER:-*}" ;;
         downfew)
             # down in fewer blocks than its 112 (m 10: 96 blocks, m 12: 80), so that more of the next
             # q/k/v's blocks are resident before down ends (run 204: 20 early, 76 late by ~4 us). o
