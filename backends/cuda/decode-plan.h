@@ -247,6 +247,10 @@ constexpr bool ggx_attn_tail_takes(int pos, int bound) { return bound > 0 && pos
 // Whether a MUL_MAT node can run as a decode GEMV job (EXL2 weights prepared for CUDA, f32 input
 // of at most GGX_CUDA_QGEMV_MAX_T rows).
 bool          ggx_cuda_qgemv_supports(const struct ggx_tensor * mul_mat);
+// Whether this build's one-row decode GEMV takes 4-bit pieces on the tensor cores (GGX_QGEMV_MMA4
+// on CUDA): its sums then differ in rounding from the fp16 pairs of multi-row GEMVs. For tests,
+// which are host code built without the kernels' switches.
+bool          ggx_cuda_qgemv_mma4(void);
 // The job of one MUL_MAT node on its own: y = W x into the node's result.
 ggx_qgemv_job ggx_cuda_qgemv_single(struct ggx_tensor * mul_mat);
 // Fine slices per warp group (m) for a decode GEMV job on n_sm SMs: the launch shape qgemv.cu

@@ -327,10 +327,10 @@ __device__ __forceinline__ void piece_load_from(const gemv_mat & M, int4 pc, int
     // word i: row i, or on the tensor cores (n = tc4_cols) row 4 (i / 4) + t of columns n - 32 t +
     // 32 (i % 4), block i % 4 of half i / 4 (see tc4_lane). One address form for both (a branch
     // between two loops of loads spilled k_qgemv<1, 4>).
-    size_t shift = 0;   // (t: the lane % 4)
-    int step = M.Np;    // from word i to i + 1 inside a group of 4
+    int shift = 0;     // (t: the lane % 4)
+    int step = M.Np;   // from word i to i + 1 inside a group of 4
     if (tc4_piece(L, pc)) {
-        shift = (size_t)(threadIdx.x % 4) * (M.Np - 32);
+        shift = (int)(threadIdx.x % 4) * (M.Np - 32);
         step = 32;
     }
     const uint32_t * base = M.qw + (size_t)s.pc.y * M.Np + n + shift;
@@ -451,7 +451,9 @@ __device__ __forceinline__ void tc4_apply(const piece_regs & s, const half * xb,
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         if (h * 32 >= s.pc.w) break;
-        float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};   // columns 4 g + 0 | 1, 4 g + 2 | 3
+        // columns 4 g + 0 | 1 (c0), 4 g + 2 | 3 (c1): two chains of 10 dependent mma per half (four
+        // chains spilled k_qgemv<1, 4>: 32 bytes)
+        float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         const uint4 xa = xr[4 * h];   // x in every column: the bias rows
         mma16816(c0, ab, xa.x, xa.y);
         mma16816(c1, ab, xa.x, xa.y);
@@ -963,13 +965,15 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     if constexpr (T == 1) {
         // x again in B's order (tc4_lane): row 8 r + j at half 4 (j % 4 / 2) + 2 (j % 2) + j / 4 of
         // 16-byte row r, the odd j as x / 16; and beta per fine slice (a warp's 32 rows for each j)
-        half * xm = xh + ldx;
+        // (r = i % 8 is the thread's for every j: NT is a multiple of 8; unsigned, so no signed
+        // remainders per j, which cost ~30 instructions each, run 213)
+        const unsigned r = threadIdx.x % 8;
+        half * xm = xh + ldx + (4 * (r % 4 / 2) + 2 * (r % 2) + r / 4) - r;
+        const float xs = xscale[0] * (r % 2 ? 0.0625f : 1.0f);
         if (threadIdx.x == 0) tc4_zero = make_uint4(0, 0, 0, 0);
 #pragma unroll
-        for (int j = 0; j < k_stage; j++) {
-            const int i = threadIdx.x + j * NT, r = i % 8;
-            if (src[j] >= 0) xm[i - r + 4 * (r % 4 / 2) + 2 * (r % 2) + r / 4] = __float2half_rn(xv[j][0] * xscale[0] * (r % 2 ? 0.0625f : 1.0f));
-        }
+        for (int j = 0; j < k_stage; j++)
+            if (src[j] >= 0) xm[threadIdx.x + j * NT] = __float2half_rn(xv[j][0] * xs);
     }
 #endif
     __syncthreads();
@@ -1330,6 +1334,8 @@ float evict_first_fraction() {
 }
 
 }  // namespace
+
+bool ggx_cuda_qgemv_mma4(void) { return GGX_QGEMV_TC4 != 0; }
 
 bool ggx_cuda_qgemv_supports(const ggx_tensor * mm) {
     const ggx_tensor * w = mm->src[0];

@@ -222,12 +222,12 @@ TEST_CASE("cuda: EXL2 one-row GEMV, paired piece tables give the same bits as th
 // No 2-bit codes here: one-row GEMVs sum half of their pairs 16 times too large in a second
 // accumulator (exl2-unpack.cuh, pair_shape), a different order of sums; the case "every converter
 // layout option" checks them against the CPU. Nor 4-bit codes in a build whose one-row GEMV takes
-// them on the tensor cores (GGX_QGEMV_MMA4: fp32 sums).
+// them on the tensor cores (GGX_QGEMV_MMA4: fp32 sums; a switch of the kernels' build, so asked at run time).
 TEST_CASE("cuda: EXL2 one-row GEMV gives row 0 of the two-row GEMV bit for bit (pair windows against per-code shifts)") {
     REQUIRE_CUDA();
     uint64_t seed = 400;
     for (const char * lay : {"6 g32", "5 g32", "3 g64", "8/6/5 g32 .05/.1/.85", "6/3 g32,64 .05/.95", "4/3 g32 .25/.75"}) {
-        if (GGX_QGEMV_MMA4 && strchr(lay, '4')) {
+        if (ggx_cuda_qgemv_mma4() && strchr(lay, '4')) {
             seed++;
             continue;
         }
