@@ -88,7 +88,7 @@ qgemv_mma4_mutants=(
     tc_own 's/const uint4 x = \*(b == own ? xr + 4 \* h : zero);/const uint4 x = *(b != own ? xr + 4 * h : zero);/'
     tc_bias_odd 's/nodd = 0xe480e480u/nodd = 0xe408e408u/'
     tc_remap 's/from = 4 \* (lane % 8) + lane \/ 8;/from = lane;/'
-    tc_row 's/shift = (size_t)(threadIdx.x % 4) \* (M.Np - 32);/shift = (size_t)(threadIdx.x % 4) * M.Np;/'
+    tc_row 's/shift = (int)(threadIdx.x % 4) \* (M.Np - 32);/shift = (int)(threadIdx.x % 4) * M.Np;/'
     tc_x_order 's/half \* xm = xh + ldx + (4 \* (r % 4 \/ 2) + 2 \* (r % 2) + r \/ 4) - r;/half * xm = xh + ldx;/'
     tc_part_warp 's/+ 4 \* GGX_CUDA_WARP <= M.Np;/+ 4 * GGX_CUDA_WARP <= M.Np + 64;/'
     tc_one_half 's/if (h \* 32 >= s.pc.w) break;/if (h >= 1) break;/'
