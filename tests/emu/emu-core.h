@@ -128,17 +128,8 @@ inline void __threadfence() {}
 
 // ---- warp shuffles and votes (per-warp exchange) ----
 inline uint32_t g_x[WARPS_MAX][32][8];
-template <class T> inline T __shfl_xor_sync(unsigned, T v, int o) {
-    static_assert(sizeof(T) == 4, "32-bit shuffles only");
-    const int l = lane_(), w = warp_();
-    memcpy(&g_x[w][l][0], &v, 4);
-    wsync();
-    T r;
-    memcpy(&r, &g_x[w][l ^ o][0], 4);
-    wsync();
-    return r;
-}
-template <class T> inline T __shfl_sync(unsigned, T v, int from) {
+// v of lane `from` (0-31) of the calling lane's warp
+template <class T> inline T shfl_from(T v, int from) {
     static_assert(sizeof(T) == 4, "32-bit shuffles only");
     const int l = lane_(), w = warp_();
     memcpy(&g_x[w][l][0], &v, 4);
@@ -148,6 +139,8 @@ template <class T> inline T __shfl_sync(unsigned, T v, int from) {
     wsync();
     return r;
 }
+template <class T> inline T __shfl_xor_sync(unsigned, T v, int o) { return shfl_from(v, lane_() ^ o); }
+template <class T> inline T __shfl_sync(unsigned, T v, int from) { return shfl_from(v, from); }
 inline int vote(bool p, bool all) {
     const int l = lane_(), w = warp_();
     g_x[w][l][0] = p;

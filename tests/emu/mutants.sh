@@ -50,7 +50,7 @@ qgemv_mutants=(
     rows_unrotated 's/        rope(v);   \/\/ (the q\/k\/v rows only/        \/\/ (not rotated/'
     red_not_in_place 's/M.in_place = ggx_qgemv_adds_in_place(jm);/M.in_place = jm.epi == GGX_QGEMV_ADD;/'
     no_unscale 's/for (int c = 0; c < 4; c++) v\[t\]\[c\] \*= xunscale\[t\];/for (int c = 0; c < 4; c++) v[t][c] *= 1.0f;/'
-    one_deep_short 's/if (p + 1 < p_end) piece_load(M, p + 1, n, A, a.evict_first);/if (p + 2 < p_end) piece_load(M, p + 1, n, A, a.evict_first);/'
+    one_deep_short 's/if (p + 1 < p_end) piece_load(M, p + 1, nl, A, a.evict_first, L);/if (p + 2 < p_end) piece_load(M, p + 1, nl, A, a.evict_first, L);/'
     second_half_w0 's/piece_dot<B, 1, B>(s.w, 32, xp + 32, ld, acc);/piece_dot<B, 1, 0>(s.w, 32, xp + 32, ld, acc);/'
     slices_short 's/sum_partials<T, 1>(one, ns, n, s);/sum_partials<T, 1>(one, ns - 1, n, s);/'
     rope_sign 's/v\[t\]\[c\] = first ? x0 \* cs - x1 \* sn : x0 \* sn + x1 \* cs;/v[t][c] = first ? x0 * cs + x1 * sn : x0 * sn + x1 * cs;/'
