@@ -259,6 +259,12 @@ fi
 export EXL2_REQUIRE_GPU=1   # test-cuda fails, not skips, when the GPU does not come up
 B=bench/bench
 NCU=/usr/local/cuda/bin/ncu
+# ncu over an eager step (no graph: ncu profiles launches) of llama3-8b 4.0 at context CTX (default
+# 16) run by the bench NB (default $B); the arguments are ncu's (sections or metrics, -k, -s, -c, -o)
+ncu_step() {
+    GGX_CUDA_NO_GRAPH=1 timeout 240 $NCU --cache-control none --clock-control none "$@" \
+        ${NB:-$B} --synthetic llama3-8b --bpw 4.0 -p 0 -n 4 -r 1 --ctx ${CTX:-16}
+}
 tg() { $B "$@" -p 0 -n 128 -r 3 2>&1 | grep -E '^\| tg|^copy bandwidth'; }
 # tg128 at context CTX (default 16) of each "model bpw" with the environment setting $1
 # (VAR=VALUE), then without it
@@ -492,21 +498,16 @@ for part in "$@"; do
             # 10.59 M)
             gemv_variant_ready mma4 || continue
             variant_rounds mma4 "" "llama3-8b 4.0" "llama3-8b 4.25" "llama3.2-1b 4.0"
-            for b in 3.0 5.0; do
-                echo "-- llama3-8b $b @16: mma4, then the default build"
-                B=build-dev-mma4/bench tg --synthetic llama3-8b --bpw $b --ctx 16
-                tg --synthetic llama3-8b --bpw $b --ctx 16
-            done
+            ab_variant mma4 "4-bit pieces on the tensor cores" 3.0 5.0
             echo "-- llama3-8b 4.0 @4096: mma4, then the default build"
             B=build-dev-mma4/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
             tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
             B=build-dev-mma4/bench layer_trace ""
             layer_trace ""
             echo "-- mma4: the GEMV launches of one layer (ncu, eager; launch 200 is gate/up)"
-            GGX_CUDA_NO_GRAPH=1 timeout 240 $NCU --cache-control none --clock-control none \
+            NB=build-dev-mma4/bench ncu_step \
                 --metrics gpu__time_duration.sum,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,dram__bytes_read.sum \
-                -k regex:k_qgemv -s 200 -c 4 build-dev-mma4/bench --synthetic llama3-8b --bpw 4.0 -p 0 -n 4 -r 1 --ctx 16 2>&1 |
-                grep -vE '^==PROF==' | grep -E 'k_qgemv|gpu__|smsp__|dram__' | head -24 ;;
+                -k regex:k_qgemv -s 200 -c 4 2>&1 | grep -vE '^==PROF==' | grep -E 'k_qgemv|gpu__|smsp__|dram__' | head -24 ;;
         vtests:*)
             # a build variant's test-cuda, the cases of TC_FILTER (default: all)
             v=${part#vtests:}
@@ -530,8 +531,7 @@ for part in "$@"; do
             # build variant's bench
             sb=$B tag=""
             if [ "$part" != sassdump ]; then v=${part#sassdump:}; variant_bench "$v" || continue; sb=build-dev-$v/bench; tag=-$v; fi
-            GGX_CUDA_NO_GRAPH=1 timeout 240 $NCU --cache-control none --clock-control none --section SourceCounters --section WarpStateStats \
-                -k regex:k_qgemv -s 200 -c 1 -f -o /tmp/gateup-src $sb --synthetic llama3-8b --bpw 4.0 -p 0 -n 4 -r 1 --ctx 16 > /dev/null 2>&1
+            NB=$sb ncu_step --section SourceCounters --section WarpStateStats -k regex:k_qgemv -s 200 -c 1 -f -o /tmp/gateup-src > /dev/null 2>&1
             $NCU -i /tmp/gateup-src.ncu-rep --page source --csv --print-source sass 2>/dev/null > /tmp/gateup-sass.csv
             python3 bench/probes/sass-mix.py < /tmp/gateup-sass.csv | head -48
             xz < /tmp/gateup-sass.csv > ${OUT:-/tmp}/gateup-sass$tag.csv.xz
@@ -565,10 +565,9 @@ for part in "$@"; do
         l2miss)
             for c in 16 4096; do
                 echo "-- llama3-8b 4.0 @$c: L2 lookups per launch (ncu, eager)"
-                GGX_CUDA_NO_GRAPH=1 timeout 240 $NCU --cache-control none --clock-control none \
+                CTX=$c ncu_step \
                     --metrics gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum,lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum \
-                    -k regex:'k_qgemv|k_attn_decode' -s 200 -c 10 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 4 -r 1 --ctx $c 2>&1 |
-                    grep -E 'k_qgemv|k_attn_decode|duration|dram__|lts__' | head -70
+                    -k regex:'k_qgemv|k_attn_decode' -s 200 -c 10 2>&1 | grep -E 'k_qgemv|k_attn_decode|duration|dram__|lts__' | head -70
             done ;;
         loopbound)
             # Is the decode GEMV's loop bound by the SMs or by DRAM (session 45: 30% of gate/up warmed
@@ -577,15 +576,12 @@ for part in "$@"; do
             # down, q/k/v, o): issue use, warp instructions, DRAM; then gate/up alone: stall reasons
             # and its SASS summed by opcode (the loop is unrolled, so no single line stands out)
             echo "-- llama3-8b 4.0 @16: the GEMV launches of one layer (ncu, eager)"
-            GGX_CUDA_NO_GRAPH=1 timeout 240 $NCU --cache-control none --clock-control none \
+            ncu_step \
                 --metrics gpu__time_duration.sum,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__warps_active.avg.per_cycle_active,dram__bytes_read.sum,sm__cycles_active.avg,smsp__cycles_active.avg \
-                -k regex:k_qgemv -s 200 -c 4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 4 -r 1 --ctx 16 2>&1 |
-                grep -vE '^==PROF==|^\|' | grep -E 'k_qgemv|gpu__|smsp__|dram__|sm__' | head -40
+                -k regex:k_qgemv -s 200 -c 4 2>&1 | grep -vE '^==PROF==|^\|' | grep -E 'k_qgemv|gpu__|smsp__|dram__|sm__' | head -40
             echo "-- gate/up (k_qgemv launch 200): stall reasons and SASS by opcode"
-            GGX_CUDA_NO_GRAPH=1 timeout 240 $NCU --cache-control none --clock-control none \
-                --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section SourceCounters \
-                --section LaunchStats -k regex:k_qgemv -s 200 -c 1 -f -o /tmp/gateup \
-                $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 4 -r 1 --ctx 16 > /dev/null 2>&1
+            ncu_step --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section SourceCounters \
+                --section LaunchStats -k regex:k_qgemv -s 200 -c 1 -f -o /tmp/gateup > /dev/null 2>&1
             $NCU -i /tmp/gateup.ncu-rep --page details 2>/dev/null |
                 grep -E 'k_qgemv|Grid Size|Duration|DRAM Throughput|Issued Warp|No Eligible|Warp Cycles Per Issued|Active Warps Per' | head -10
             $NCU -i /tmp/gateup.ncu-rep --page raw --csv 2>/dev/null | python3 -c '

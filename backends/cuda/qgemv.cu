@@ -963,8 +963,8 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
             for (int t = 0; t < T; t++) xh[t * ldx + threadIdx.x + j * NT] = __float2half_rn(xv[j][t] * xscale[t]);
 #if GGX_QGEMV_TC4
     if constexpr (T == 1) {
-        // x again in B's order (tc4_lane): row 8 r + j at half 4 (j % 4 / 2) + 2 (j % 2) + j / 4 of
-        // 16-byte row r, the odd j as x / 16; and beta per fine slice (a warp's 32 rows for each j)
+        // x again in B's order (tc4_lane): row 8 q + r at half 4 (r % 4 / 2) + 2 (r % 2) + r / 4 of
+        // 16-byte row q, the odd r as x / 16; and the zero slot
         // (r = i % 8 is the thread's for every j: NT is a multiple of 8; unsigned, so no signed
         // remainders per j, which cost ~30 instructions each, run 213)
         const unsigned r = threadIdx.x % 8;

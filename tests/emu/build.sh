@@ -1,7 +1,7 @@
 #!/bin/bash
 # build.sh prefill|decode|qgemv[-VARIANT] OUT_DIR [KERNEL_SRC]: the kernel text as host
 # code (gen-KIND.sh), then the emulator OUT_DIR/emu-KIND (qgemv-VARIANT: the GEMV of a build variant
-# of bench/variants.sh that changes it, pairgroups or compact). KERNEL_SRC defaults to the repository's
+# of bench/variants.sh that changes it, pairgroups, compact or mma4). KERNEL_SRC defaults to the repository's
 # kernel (mutants.sh passes a changed copy). CUDA_HOME (default /usr/local/cuda) gives cuda_fp16.h; CXX the compiler.
 set -e -o pipefail
 here=$(cd "$(dirname "$0")" && pwd)
