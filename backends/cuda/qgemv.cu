@@ -276,12 +276,14 @@ __device__ __forceinline__ half group_mx(const piece_regs & s) {
 // rows of those 4 columns (one uint4 per load, as the pairs' loads: 8 per 64-row piece). A's row g
 // is column 4 g + 2 p of block b, row g + 8 column 4 g + 2 p + 1 (p = 0, 1: two accumulators); its k
 // are the lane's nibbles (0, 4), (1, 5) [, (2, 6), (3, 7) after a shift by 8]. B holds x only in its
-// columns 2 b and 2 b + 1 (the lanes of quads 2 b and 2 b + 1 load x; the others a zero slot), so
-// the four blocks' products land in different C columns and lane (g, t) ends with block t's
-// columns 4 g + 2 p and 4 g + 2 p + 1 in C[0] and C[2]: its own 4 columns, no exchange per piece.
-// The sums are fp32. The 1024 and the zero point come out in the same accumulators: one more mma
+// column 2 b (the lanes of quad 2 b load x; the others a zero slot), so the four blocks' products
+// land in different C columns and lane (g, t) ends with block t's columns 4 g + 2 p and 4 g + 2 p
+// + 1 in C[0] and C[2]: its own 4 columns, no exchange per piece.
+// The sums are fp32. The 1024 and the zero point come out of the same accumulators: one more mma
 // per 16 rows whose A is -(1024 + z) (even nibbles) and -(1024 + 16 z) (odd, against x / 16) in
-// every row and whose B is x in every column adds -sum (1024 + z) x to every column's sum.
+// every row and whose B is x in every column adds -sum (1024 + z) x to every C element, the odd
+// columns included, which hold nothing else: one such mma per chain, and each chain adds the
+// other's odd column at the end.
 // In a warp whose 4-bit pieces take this path, every piece of the loop (of any width) sums the
 // lane's columns 32 t + 4 g .. + 3 of the warp's 128 (tc4_cols), and the loop's end moves the sums
 // to the pairs' layout (4 l ..) with one shuffle per column.
@@ -443,7 +445,12 @@ __device__ __forceinline__ void tc4_apply(const piece_regs & s, const half * xb,
     // -(1024 + 8) and -(1024 + 128) = -16 (64 + 8) as fp16 pairs: the bias rows' A (z = 8)
     constexpr uint32_t neven = 0xe408e408u, nodd = 0xe480e480u;
     const uint32_t ab[4] = {neven, neven, nodd, nodd};
-    const int lane = threadIdx.x % GGX_CUDA_WARP, own = lane / 8;   // own: the block whose x the lane holds
+    // Quad g = 2 b gives block b's x in B's column 2 b, the odd quads zeros: C[1] and C[3] (the odd
+    // columns) get no products. The bias rows' two mma (16 rows each, x in every column) go one to
+    // each chain, so that c0[1] and c1[1] hold the two parts of the bias (the same sum in every
+    // row) and each chain is 9 mma deep (run 213: two chains of 10, four bias mma).
+    const int lane = threadIdx.x % GGX_CUDA_WARP, g = lane / 4;
+    const int own = g % 2 ? -1 : g / 2;   // the block whose x the lane gives
     const uint4 * xr = (const uint4 *)(xb + ld) + s.pc.x / 8 + lane % 4;
     const half2 mx2 = __half2half2(group_mx(s));
     const half2 h01 = scale_pair(s.sw, mx2), h23 = scale_pair(s.sw >> 8, mx2);   // (fp16: two registers, not four)
@@ -451,13 +458,10 @@ __device__ __forceinline__ void tc4_apply(const piece_regs & s, const half * xb,
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         if (h * 32 >= s.pc.w) break;
-        // columns 4 g + 0 | 1 (c0), 4 g + 2 | 3 (c1): two chains of 10 dependent mma per half (four
-        // chains spilled k_qgemv<1, 4>: 32 bytes)
+        // columns 4 g + 0 | 1 (c0), 4 g + 2 | 3 (c1): two chains (four spilled k_qgemv<1, 4>: 32 bytes)
         float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         const uint4 xa = xr[4 * h];   // x in every column: the bias rows
         mma16816(c0, ab, xa.x, xa.y);
-        mma16816(c1, ab, xa.x, xa.y);
-        mma16816(c0, ab, xa.z, xa.w);
         mma16816(c1, ab, xa.z, xa.w);
 #pragma unroll
         for (int b = 0; b < 4; b++) {
@@ -474,10 +478,11 @@ __device__ __forceinline__ void tc4_apply(const piece_regs & s, const half * xb,
             mma16816(c1, a3, x.z, x.w);
         }
         const float2 s01 = __half22float2(h01), s23 = __half22float2(h23);
-        v[0] = fmaf(c0[0], s01.x, v[0]);
-        v[1] = fmaf(c0[2], s01.y, v[1]);
-        v[2] = fmaf(c1[0], s23.x, v[2]);
-        v[3] = fmaf(c1[2], s23.y, v[3]);
+        // each chain's even columns hold its bias part already: add the other chain's
+        v[0] = fmaf(c0[0] + c1[1], s01.x, v[0]);
+        v[1] = fmaf(c0[2] + c1[1], s01.y, v[1]);
+        v[2] = fmaf(c1[0] + c0[1], s23.x, v[2]);
+        v[3] = fmaf(c1[2] + c0[1], s23.y, v[3]);
     }
 }
 #endif

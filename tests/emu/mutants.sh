@@ -87,6 +87,8 @@ qgemv_compact_mutants=(
 qgemv_mma4_mutants=(
     tc_own 's/const uint4 x = \*(b == own ? xr + 4 \* h : zero);/const uint4 x = *(b != own ? xr + 4 * h : zero);/'
     tc_bias_odd 's/nodd = 0xe480e480u/nodd = 0xe408e408u/'
+    tc_odd_quads 's/const int own = g % 2 ? -1 : g \/ 2;/const int own = g \/ 2;/'
+    tc_bias_other 's/v\[2\] = fmaf(c1\[0\] + c0\[1\], s23.x, v\[2\]);/v[2] = fmaf(c1[0], s23.x, v[2]);/'
     tc_remap 's/from = 4 \* (lane % 8) + lane \/ 8;/from = lane;/'
     tc_row 's/shift = (int)(threadIdx.x % 4) \* (M.Np - 32);/shift = (int)(threadIdx.x % 4) * M.Np;/'
     tc_x_order 's/half \* xm = xh + ldx + (4 \* (r % 4 \/ 2) + 2 \* (r % 2) + r \/ 4) - r;/half * xm = xh + ldx;/'
