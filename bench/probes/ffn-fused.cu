@@ -22,8 +22,11 @@
 //
 // Variants, each a graph of L layers with PDL between the kernels:
 //   fused     one kernel per layer, as above
+//   loads     the fused kernel's loads without the unpacking (XOR of the words): its floor
 //   split     the same work as two kernels per layer (h through global memory; down's blocks
 //             load their first pieces before the PDL wait): what the boundary alone costs
+// then the fused kernel once more with block stamps (globaltimer): per layer, the median block's
+// moments (wait, x staged, gate/up summed, h staged, end) and the first and last block ends.
 // Layer 0's output is checked against a double-precision CPU sum first.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Ibackends/cuda -I. -Iinclude bench/probes/ffn-fused.cu -o /tmp/ffn-fused
@@ -32,6 +35,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cmath>
+#include <algorithm>
 #include <vector>
 #include <cuda_fp16.h>
 #include "exl2-unpack.cuh"
@@ -49,7 +53,18 @@ struct layer {
     float * y;                         // output [H], zero on entry (+=)
     float * zero_next;                 // the next layer's output, zeroed here ([H], or null)
     float * h;                         // split: [F]
+    unsigned long long * stamps;       // [blocks][k_stamps] (globaltimer), or null
 };
+
+// the block's moments (thread 0, each after a block barrier but the first two and the last)
+enum { st_entry, st_waited, st_staged, st_gateup, st_h, st_end, k_stamps };
+__device__ __forceinline__ void stamp(const layer & L, int i) {
+    if (L.stamps && threadIdx.x == 0) {
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        L.stamps[blockIdx.x * k_stamps + i] = t;
+    }
+}
 
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_next() { asm volatile("griddepcontrol.launch_dependents;"); }
@@ -71,9 +86,18 @@ __device__ __forceinline__ void piece_load(const uint32_t * q, const half * s, i
     p.s = __ldg((const uint2 *)(s + (size_t)(row0 / kGroup) * Np + n));
 }
 
-// v[c] += scale_c * sum over the piece's 64 rows of (q - 8) x (x: fp16, the piece's rows)
+// v[c] += scale_c * sum over the piece's 64 rows of (q - 8) x (x: fp16, the piece's rows); with
+// Stream, only a word's XOR (the loads' floor: no unpacking, results meaningless)
+template <bool Stream>
 __device__ __forceinline__ void piece_apply(const piece & p, const half * x, float (&v)[4]) {
     using namespace ggx_exl2_unpack;
+    if constexpr (Stream) {
+        uint32_t a = p.s.x ^ p.s.y;
+#pragma unroll
+        for (int i = 0; i < 8; i++) a ^= p.w[i].x ^ p.w[i].y ^ p.w[i].z ^ p.w[i].w;
+        v[0] += __uint_as_float(a & 0x3fffffffu) * 1e-30f;
+        return;
+    }
     const half2 s01 = *(const half2 *)&p.s.x, s23 = *(const half2 *)&p.s.y;
     const float sc[4] = {__low2float(s01), __high2float(s01), __low2float(s23), __high2float(s23)};
 #pragma unroll
@@ -100,7 +124,7 @@ __device__ __forceinline__ float block_scale(float amax, float * red) {
 
 // gate/up for the block's 128 columns over all of K; returns with h (fp16, scaled by *hs) in hx
 // and the first two down pieces in A, B when Fused
-template <bool Fused>
+template <bool Fused, bool Stream>
 __device__ void gate_up(const layer & L, half * xh, float * part, half * hx, float * hs_out, piece & A, piece & B) {
     __shared__ float red[kWarps];
     const int j = blockIdx.x, w = threadIdx.x / 32, l = threadIdx.x % 32, n = j * kTW + 4 * l;
@@ -109,10 +133,12 @@ __device__ void gate_up(const layer & L, half * xh, float * part, half * hx, flo
     auto load = [&](int q, piece & p) {
         piece_load(q % 2 ? L.uq : L.gq, q % 2 ? L.us : L.gs, kF, r0 + 64 * (q / 2), n, p);
     };
+    stamp(L, st_entry);
     load(0, A);
     load(1, B);
     pdl_wait();
     pdl_next();
+    stamp(L, st_waited);
     // RMS norm of the input, then x in fp16 scaled into [8, 16)
     float xv[8], ss = 0.0f, amax = 0.0f;
 #pragma unroll
@@ -139,12 +165,13 @@ __device__ void gate_up(const layer & L, half * xh, float * part, half * hx, flo
         if (i < kH) L.zero_next[i] = 0.0f;
     }
     __syncthreads();
+    stamp(L, st_staged);
     float g[4] = {0, 0, 0, 0}, u[4] = {0, 0, 0, 0};
 #pragma unroll 1
     for (int q = 0; q < 8; q += 2) {
-        piece_apply(A, xh + r0 + 64 * (q / 2), g);
+        piece_apply<Stream>(A, xh + r0 + 64 * (q / 2), g);
         if (q + 2 < 8) load(q + 2, A);
-        piece_apply(B, xh + r0 + 64 * (q / 2), u);
+        piece_apply<Stream>(B, xh + r0 + 64 * (q / 2), u);
         if (q + 3 < 8) load(q + 3, B);
     }
     if constexpr (Fused) {   // down's first pieces: rows 128 j (+ 64) for columns 256 w + 4 l
@@ -159,6 +186,7 @@ __device__ void gate_up(const layer & L, half * xh, float * part, half * hx, flo
         part[(w * 2 + 1) * kTW + 4 * l + c] = u[c] * unscale;
     }
     __syncthreads();
+    stamp(L, st_gateup);
     float hv = 0.0f;
     if (threadIdx.x < kTW) {
         float gs = 0.0f, us = 0.0f;
@@ -174,40 +202,44 @@ __device__ void gate_up(const layer & L, half * xh, float * part, half * hx, flo
         if (threadIdx.x < kTW) hx[threadIdx.x] = __float2half_rn(hv * hsc);
         *hs_out = hsc;
         __syncthreads();
+        stamp(L, st_h);
     }
 }
 
 // down: the block's 128 rows (h in hx, scaled by hs) for columns 256 w .. + 255, added into y
+template <bool Stream>
 __device__ void down(const layer & L, const half * hx, float hs, piece & A, piece & B) {
     const int j = blockIdx.x, w = threadIdx.x / 32, l = threadIdx.x % 32;
     float v0[4] = {0, 0, 0, 0}, v1[4] = {0, 0, 0, 0};
     // pieces: (rows + 0, cols + 0) in A, (rows + 64, cols + 0) in B, then the same for cols + 128
-    piece_apply(A, hx, v0);
+    piece_apply<Stream>(A, hx, v0);
     piece_load(L.dq, L.ds, kH, kTW * j, 256 * w + 128 + 4 * l, A);
-    piece_apply(B, hx + 64, v0);
+    piece_apply<Stream>(B, hx + 64, v0);
     piece_load(L.dq, L.ds, kH, kTW * j + 64, 256 * w + 128 + 4 * l, B);
-    piece_apply(A, hx, v1);
-    piece_apply(B, hx + 64, v1);
+    piece_apply<Stream>(A, hx, v1);
+    piece_apply<Stream>(B, hx + 64, v1);
     const float inv = 1.0f / hs;
     red_add4(L.y + 256 * w + 4 * l, make_float4(v0[0] * inv, v0[1] * inv, v0[2] * inv, v0[3] * inv));
     red_add4(L.y + 256 * w + 128 + 4 * l, make_float4(v1[0] * inv, v1[1] * inv, v1[2] * inv, v1[3] * inv));
+    stamp(L, st_end);
 }
 
+template <bool Stream>
 __global__ void __launch_bounds__(kThreads, 1) k_fused(const __grid_constant__ layer L) {
     __shared__ __align__(16) half xh[kH];
     __shared__ __align__(16) float part[2 * kWarps * kTW];
     __shared__ __align__(16) half hx[kTW];
     __shared__ float hs;
     piece A, B;
-    gate_up<true>(L, xh, part, hx, &hs, A, B);
-    down(L, hx, hs, A, B);
+    gate_up<true, Stream>(L, xh, part, hx, &hs, A, B);
+    down<Stream>(L, hx, hs, A, B);
 }
 
 __global__ void __launch_bounds__(kThreads, 1) k_gu(const __grid_constant__ layer L) {
     __shared__ __align__(16) half xh[kH];
     __shared__ __align__(16) float part[2 * kWarps * kTW];
     piece A, B;
-    gate_up<false>(L, xh, part, nullptr, nullptr, A, B);
+    gate_up<false, false>(L, xh, part, nullptr, nullptr, A, B);
 }
 
 __global__ void __launch_bounds__(kThreads, 1) k_down(const __grid_constant__ layer L) {
@@ -225,7 +257,7 @@ __global__ void __launch_bounds__(kThreads, 1) k_down(const __grid_constant__ la
     if (threadIdx.x < kTW) hx[threadIdx.x] = __float2half_rn(hv * hsc);
     if (threadIdx.x == 0) hs = hsc;
     __syncthreads();
-    down(L, hx, hs, A, B);
+    down<false>(L, hx, hs, A, B);
 }
 
 __global__ void k_fill(uint32_t * p, size_t n, uint32_t seed) {
@@ -292,7 +324,7 @@ int main(int argc, char ** argv) {
     CK(cudaStreamCreate(&st));
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
-    auto launch = [&](void (*k)(layer), const layer & y) {
+    auto launch = [&](void (*k)(layer), const layer & y) {   // one layer's kernel, PDL after the previous
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = dim3(kBlocks); cfg.blockDim = dim3(kThreads); cfg.stream = st;
         cudaLaunchAttribute at[1];
@@ -318,22 +350,28 @@ int main(int argc, char ** argv) {
     double rmax = 0.0;
     for (double r : ref) rmax = std::max(rmax, std::fabs(r));
 
-    struct variant { const char * name; bool fused; };
-    const variant vs[] = {{"fused (one kernel a layer)", true}, {"split (gate/up, then down)", false}};
+    // variants: 0 fused, 1 fused with the loads only (no unpacking: the access pattern's floor),
+    // 2 split; then the fused one again with block stamps for the breakdown
+    struct variant { const char * name; int kind; bool check; };
+    const variant vs[] = {{"fused (one kernel a layer)", 0, true}, {"fused, loads only", 1, false}, {"split (gate/up, then down)", 2, true}};
     printf("ffn-fused: %d layers of llama3-8b's FFN at 4 bits, %.1f MB a layer, %d blocks of %d threads\n", L, bytes / L / 1e6, kBlocks, kThreads);
-    for (const variant & v : vs) {
-        cudaFuncAttributes fa;
-        CK(cudaFuncGetAttributes(&fa, v.fused ? k_fused : k_gu));
+    auto capture = [&](int kind) {
         cudaGraph_t gph; cudaGraphExec_t ge;
         CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
         CK(cudaMemsetAsync(buf + kH, 0, kH * 4, st));
         for (int i = 0; i < L; i++) {
-            if (v.fused) launch(k_fused, Ls[i]);
+            if (kind == 0) launch(k_fused<false>, Ls[i]);
+            else if (kind == 1) launch(k_fused<true>, Ls[i]);
             else { launch(k_gu, Ls[i]); launch(k_down, Ls[i]); }
         }
         CK(cudaStreamEndCapture(st, &gph));
         CK(cudaGraphInstantiate(&ge, gph, 0));
-        float best = 1e9f, sum = 0.0f;
+        CK(cudaGraphDestroy(gph));
+        return ge;
+    };
+    auto replay = [&](cudaGraphExec_t ge, float & best, float & mean) {
+        best = 1e9f;
+        float sum = 0.0f;
         const int reps = 20;
         for (int r = 0; r < reps + 1; r++) {
             CK(cudaEventRecord(e0, st));
@@ -343,16 +381,64 @@ int main(int argc, char ** argv) {
             float ms; CK(cudaEventElapsedTime(&ms, e0, e1));
             if (r > 0) { best = std::min(best, ms); sum += ms; }
         }
-        std::vector<float> y(kH);
-        CK(cudaMemcpy(y.data(), buf + kH, kH * 4, cudaMemcpyDeviceToHost));
-        double emax = 0.0;
-        for (int i = 0; i < kH; i++) emax = std::max(emax, std::fabs(y[i] - ref[i]));
-        // fp16 x and h (relative 2^-11) and fp16 sums of 16 products per half-piece: ~1e-3 of the
-        // largest output is the expected error; 1e-2 flags a wrong result
-        const bool ok = emax <= 1e-2 * rmax;
-        printf("%-28s %3d registers: %.2f us a layer (best; mean %.2f), %.0f GB/s; layer 0 max |err| %.3g of max |y| %.3g: %s\n",
-               v.name, fa.numRegs, best * 1000 / L, sum / reps * 1000 / L, bytes / (best * 1e-3) / 1e9, emax, rmax, ok ? "ok" : "WRONG");
-        CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(gph));
+        mean = sum / reps;
+    };
+    for (const variant & v : vs) {
+        cudaFuncAttributes fa;
+        CK(cudaFuncGetAttributes(&fa, v.kind == 0 ? (const void *)k_fused<false> : v.kind == 1 ? (const void *)k_fused<true> : (const void *)k_gu));
+        cudaGraphExec_t ge = capture(v.kind);
+        float best, mean;
+        replay(ge, best, mean);
+        printf("%-28s %3d registers: %.2f us a layer (best; mean %.2f), %.0f GB/s", v.name, fa.numRegs, best * 1000 / L, mean * 1000 / L,
+               bytes / (best * 1e-3) / 1e9);
+        if (v.check) {
+            std::vector<float> y(kH);
+            CK(cudaMemcpy(y.data(), buf + kH, kH * 4, cudaMemcpyDeviceToHost));
+            double emax = 0.0;
+            for (int i = 0; i < kH; i++) emax = std::max(emax, std::fabs(y[i] - ref[i]));
+            // fp16 x and h (relative 2^-11) and fp16 sums of 16 products per half-piece: ~1e-3 of
+            // the largest output is the expected error; 1e-2 flags a wrong result
+            printf("; layer 0 max |err| %.3g of max |y| %.3g: %s", emax, rmax, emax <= 1e-2 * rmax ? "ok" : "WRONG");
+        }
+        printf("\n");
+        CK(cudaGraphExecDestroy(ge));
     }
+    // where a fused layer's time goes: per layer, each moment's median over the blocks, from the
+    // layer's first block entry (layers 1 .. L - 1: the first has no kernel before it)
+    unsigned long long * stamps;
+    const size_t per = (size_t)kBlocks * k_stamps;
+    CK(cudaMalloc(&stamps, L * per * 8));
+    for (int i = 0; i < L; i++) Ls[i].stamps = stamps + i * per;
+    cudaGraphExec_t ge = capture(0);
+    float best, mean;
+    replay(ge, best, mean);
+    std::vector<unsigned long long> hst(L * per);
+    CK(cudaMemcpy(hst.data(), stamps, hst.size() * 8, cudaMemcpyDeviceToHost));
+    const char * names[k_stamps] = {"entry", "waited", "x staged", "gate/up summed", "h staged", "end"};
+    std::vector<double> med(k_stamps, 0.0), last_end(1, 0.0);
+    double lag = 0.0, span = 0.0, first_end = 0.0;
+    for (int i = 1; i < L; i++) {
+        const unsigned long long * b = hst.data() + i * per, * pb = hst.data() + (i - 1) * per;
+        unsigned long long t0 = ~0ull, tend = 0, pend = 0, fend = ~0ull;
+        for (int j = 0; j < kBlocks; j++) {
+            t0 = std::min(t0, b[j * k_stamps + st_entry]);
+            tend = std::max(tend, b[j * k_stamps + st_end]);
+            fend = std::min(fend, b[j * k_stamps + st_end]);
+            pend = std::max(pend, pb[j * k_stamps + st_end]);
+        }
+        for (int k = 0; k < k_stamps; k++) {
+            std::vector<double> d;
+            for (int j = 0; j < kBlocks; j++) d.push_back((double)(b[j * k_stamps + k] - t0) / 1000.0);
+            std::nth_element(d.begin(), d.begin() + d.size() / 2, d.end());
+            med[k] += d[d.size() / 2] / (L - 1);
+        }
+        lag += ((double)tend - (double)pend) / 1000.0 / (L - 1);    // previous layer's last end to this one's
+        span += (double)(tend - t0) / 1000.0 / (L - 1);
+        first_end += (double)(fend - t0) / 1000.0 / (L - 1);
+    }
+    printf("fused, stamped: %.2f us a layer (best); per layer, medians over the blocks from its first block's entry:\n", best * 1000 / L);
+    for (int k = 0; k < k_stamps; k++) printf("  %-16s %7.2f us\n", names[k], med[k]);
+    printf("  first block end  %7.2f us, last %7.2f; previous layer's last end to this one's %.2f us\n", first_end, span, lag);
+    CK(cudaGraphExecDestroy(ge));
     return 0;
 }
