@@ -25,6 +25,8 @@
 //   loads     the fused kernel's loads without the unpacking (XOR of the words): its floor
 //   split     the same work as two kernels per layer (h through global memory; down's blocks
 //             load their first pieces before the PDL wait): what the boundary alone costs
+//   in place  the fused kernel adding into the buffer it reads (as the engine's residual), its
+//             adds held until a count says every block has staged x
 // then the fused kernel once more with block stamps (globaltimer): per layer, the median block's
 // moments (wait, x staged, gate/up summed, h staged, end) and the first and last block ends.
 // Layer 0's output is checked against a double-precision CPU sum first.
@@ -54,6 +56,7 @@ struct layer {
     float * zero_next;                 // the next layer's output, zeroed here ([H], or null)
     float * h;                         // split: [F]
     unsigned long long * stamps;       // [blocks][k_stamps] (globaltimer), or null
+    unsigned * staged;                 // in place (x == y): blocks that have staged x, or null
 };
 
 // the block's moments (thread 0, each after a block barrier but the first two and the last)
@@ -166,6 +169,7 @@ __device__ void gate_up(const layer & L, half * xh, float * part, half * hx, flo
     }
     __syncthreads();
     stamp(L, st_staged);
+    if (L.staged && threadIdx.x == 0) atomicAdd(L.staged, 1u);   // this block has read all of x
     float g[4] = {0, 0, 0, 0}, u[4] = {0, 0, 0, 0};
 #pragma unroll 1
     for (int q = 0; q < 8; q += 2) {
@@ -219,6 +223,13 @@ __device__ void down(const layer & L, const half * hx, float hs, piece & A, piec
     piece_apply<Stream>(A, hx, v1);
     piece_apply<Stream>(B, hx + 64, v1);
     const float inv = 1.0f / hs;
+    if (L.staged) {   // in place: no block adds before every block has read x (~20 us earlier)
+        if (threadIdx.x == 0) {
+            unsigned n;
+            do asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(n) : "l"(L.staged)); while (n < kBlocks);
+        }
+        __syncthreads();
+    }
     red_add4(L.y + 256 * w + 4 * l, make_float4(v0[0] * inv, v0[1] * inv, v0[2] * inv, v0[3] * inv));
     red_add4(L.y + 256 * w + 128 + 4 * l, make_float4(v1[0] * inv, v1[1] * inv, v1[2] * inv, v1[3] * inv));
     stamp(L, st_end);
@@ -351,17 +362,34 @@ int main(int argc, char ** argv) {
     for (double r : ref) rmax = std::max(rmax, std::fabs(r));
 
     // variants: 0 fused, 1 fused with the loads only (no unpacking: the access pattern's floor),
-    // 2 split; then the fused one again with block stamps for the breakdown
+    // 2 split, 3 fused adding into the buffer it reads; then the fused one again with block
+    // stamps for the breakdown
     struct variant { const char * name; int kind; bool check; };
-    const variant vs[] = {{"fused (one kernel a layer)", 0, true}, {"fused, loads only", 1, false}, {"split (gate/up, then down)", 2, true}};
+    const variant vs[] = {{"fused (one kernel a layer)", 0, true}, {"fused, loads only", 1, false}, {"split (gate/up, then down)", 2, true},
+                          {"fused, residual in place", 3, false}};
+    // in place: every layer reads and adds into one buffer, after a count of the blocks that
+    // have staged x (what the engine needs to add into the residual it reads)
+    float * res;
+    unsigned * counts;
+    CK(cudaMalloc(&res, kH * 4));
+    CK(cudaMalloc(&counts, L * 4));
+    auto inplace = [&](int i) {
+        layer y = Ls[i];
+        y.x = y.y = res;
+        y.zero_next = nullptr;
+        y.staged = counts + i;
+        return y;
+    };
     printf("ffn-fused: %d layers of llama3-8b's FFN at 4 bits, %.1f MB a layer, %d blocks of %d threads\n", L, bytes / L / 1e6, kBlocks, kThreads);
     auto capture = [&](int kind) {
         cudaGraph_t gph; cudaGraphExec_t ge;
         CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
         CK(cudaMemsetAsync(buf + kH, 0, kH * 4, st));
+        CK(cudaMemsetAsync(counts, 0, L * 4, st));
         for (int i = 0; i < L; i++) {
             if (kind == 0) launch(k_fused<false>, Ls[i]);
             else if (kind == 1) launch(k_fused<true>, Ls[i]);
+            else if (kind == 3) launch(k_fused<false>, inplace(i));
             else { launch(k_gu, Ls[i]); launch(k_down, Ls[i]); }
         }
         CK(cudaStreamEndCapture(st, &gph));
@@ -385,7 +413,7 @@ int main(int argc, char ** argv) {
     };
     for (const variant & v : vs) {
         cudaFuncAttributes fa;
-        CK(cudaFuncGetAttributes(&fa, v.kind == 0 ? (const void *)k_fused<false> : v.kind == 1 ? (const void *)k_fused<true> : (const void *)k_gu));
+        CK(cudaFuncGetAttributes(&fa, v.kind == 1 ? (const void *)k_fused<true> : v.kind == 2 ? (const void *)k_gu : (const void *)k_fused<false>));
         cudaGraphExec_t ge = capture(v.kind);
         float best, mean;
         replay(ge, best, mean);
@@ -402,6 +430,18 @@ int main(int argc, char ** argv) {
         }
         printf("\n");
         CK(cudaGraphExecDestroy(ge));
+    }
+    {   // the in-place form on one layer: x0 + layer 0's output
+        CK(cudaMemcpy(res, x0.data(), kH * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemset(counts, 0, 4));
+        launch(k_fused<false>, inplace(0));
+        CK(cudaStreamSynchronize(st));
+        std::vector<float> y(kH);
+        CK(cudaMemcpy(y.data(), res, kH * 4, cudaMemcpyDeviceToHost));
+        double emax = 0.0;
+        for (int i = 0; i < kH; i++) emax = std::max(emax, std::fabs(y[i] - (x0[i] + ref[i])));
+        printf("fused, residual in place, one layer: max |err| %.3g against x + the host's output: %s\n", emax,
+               emax <= 1e-2 * rmax ? "ok" : "WRONG");
     }
     // where a fused layer's time goes: per layer, each moment's median over the blocks, from the
     // layer's first block entry (layers 1 .. L - 1: the first has no kernel before it)
