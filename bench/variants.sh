@@ -6,7 +6,7 @@
 #   nox16       -DGGX_PAIR_X16_2BIT=0      2-bit pairs each shifted into place (before session 24)
 #   pairgroups  -DGGX_QGEMV_PAIR_GROUPS=1  paired pieces also across two groups (session 30; -2.8% to +2%, runs 155, 157)
 #   compact     -DGGX_QGEMV_COMPACT_HALVES=1  a 64-row piece's two halves by one copy of the code (session 32)
-#   mma4        -DGGX_QGEMV_MMA4=1         a one-row GEMV's 4-bit pieces on the tensor cores (session 46; -6.5%, run 212)
+#   mma4        -DGGX_QGEMV_MMA4=1         a one-row GEMV's 4-bit pieces on the tensor cores (session 46; H100: -6.5% in run 212, -2.8% in run 215)
 #   fencesc     -DGGX_FENCE_SC=1           the blocks' hand-offs fence with __threadfence (fence.sc) in their one
 #                                          fencing thread (run 170: within 0.2% of fence.acq_rel)
 variant_names="nowin nox16 pairgroups compact mma4 fencesc"

@@ -55,8 +55,9 @@
 // Built with -DGGX_QGEMV_MMA4=1 (bench/variants.sh: mma4), a one-row decode GEMV multiplies its
 // 4-bit pieces on the tensor cores (qgemv.cu: tc4_apply) wherever all 128 columns of a warp exist:
 // 294 instructions per 64-row piece instead of 548, but tg128@16 -5 to -7% on the H100 (run 212:
-// the mma chains wait, and the build's other costs), so not the default. CUDA only (HIP keeps the
-// fp16 pairs).
+// the mma chains wait, and the build's other costs); -2.8% after the staging fix and one bias mma
+// per chain (run 215). Not the default: on the H100 the loop cannot gain (112 SMs meet DRAM).
+// CUDA only (HIP keeps the fp16 pairs).
 #ifndef GGX_QGEMV_MMA4
 #define GGX_QGEMV_MMA4 0
 #endif
