@@ -13,15 +13,25 @@
 #include <random>
 #include <vector>
 
-inline exl2::QLayerHost synth_layer(const char * layout, int K, int N, uint64_t seed) {
+inline exl2::QLayerHost synth_layer(const char * layout, int K, int N, uint64_t seed, bool bias = false,
+                                    const char * name = "L") {
     exl2::SafeTensors st;
     exl2::SynthExl2Options so;
     so.seed = seed;
     so.act_order = true;
-    exl2::synth_add(st, exl2::synth_exl2_layer("L", K, N, exl2::exl2_layout_parse(layout), so));
+    so.bias = bias;
+    exl2::synth_add(st, exl2::synth_exl2_layer(name, K, N, exl2::exl2_layout_parse(layout), so));
     exl2::QLoadOptions lo;
     lo.N = N;
-    return exl2::qlayer_load(st, "L", lo);
+    return exl2::qlayer_load(st, name, lo);
+}
+
+// The reference dequantizer's fp16 weights [K][N] of a loaded EXL2 or GPTQ layer, rows in its
+// original input order
+inline std::vector<uint16_t> qlayer_dequant(const exl2::QLayerHost & L) {
+    std::vector<uint16_t> W((size_t)L.K * L.N);
+    exl2::qmatrix_dequant(exl2::qlayer_host_view(L), L.format == exl2::QFormat::EXL2 ? GGX_TYPE_EXL2 : GGX_TYPE_GPTQ, W.data());
+    return W;
 }
 
 // Random x in [-1, 1) (xq: the same in quantized row order) and y = W x through the reference
@@ -36,8 +46,7 @@ struct GemvReference {
 
 inline GemvReference gemv_reference(const exl2::QLayerHost & Q, uint64_t seed) {
     const int K = Q.K, N = Q.N;
-    std::vector<uint16_t> W((size_t)K * N);
-    exl2::qmatrix_dequant(exl2::qlayer_host_view(Q), GGX_TYPE_EXL2, W.data());   // original row order
+    const std::vector<uint16_t> W = qlayer_dequant(Q);   // original row order
     GemvReference R;
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);

@@ -2,6 +2,8 @@
 // bit, and the MLP computes what it did. References: the scalar dequantizer (itself checked
 // bit for bit against ExLlamaV2's reconstruct in test-exl2-format.cpp) on the layer before the
 // transform, and a double-precision MLP over the dequantized matrices.
+#include "synth-layer.h"
+
 #include "exl2/error.h"
 #include "exl2/quant/dequant.h"
 #include "exl2/quant/glu-order.h"
@@ -21,24 +23,6 @@
 using namespace exl2;
 
 namespace {
-
-// fp16 bits [K][N], rows in the layer's input order
-std::vector<uint16_t> dequant(const QLayerHost & L) {
-    std::vector<uint16_t> w((size_t)L.K * L.N);
-    qmatrix_dequant(qlayer_host_view(L), L.format == QFormat::EXL2 ? GGX_TYPE_EXL2 : GGX_TYPE_GPTQ, w.data());
-    return w;
-}
-
-QLayerHost exl2_layer(const std::string & name, int K, int N, const char * layout, bool bias, uint64_t seed) {
-    SafeTensors st;
-    SynthExl2Options o;
-    o.bias = bias;
-    o.seed = seed;
-    synth_add(st, synth_exl2_layer(name, K, N, exl2_layout_parse(layout), o));
-    QLoadOptions lo;
-    lo.N = N;
-    return qlayer_load(st, name, lo);
-}
 
 QLayerHost gptq_layer(const std::string & name, int K, int N, bool act_order, uint64_t seed) {
     SafeTensors st;
@@ -70,7 +54,7 @@ void check_columns(const std::vector<uint16_t> & before, const std::vector<uint1
 // y = down (silu(gate x) * up x), in double over the dequantized matrices; rows of down in its
 // input order (`hperm`: input k of down is h[hperm[k]], or h[k] when empty)
 std::vector<double> mlp(const QLayerHost & gate, const QLayerHost & up, const QLayerHost & down, const std::vector<double> & x) {
-    const std::vector<uint16_t> G = dequant(gate), U = dequant(up), D = dequant(down);
+    const std::vector<uint16_t> G = qlayer_dequant(gate), U = qlayer_dequant(up), D = qlayer_dequant(down);
     const int K = gate.K, F = gate.N, H = down.N;
     std::vector<double> h(F, 0.0), y(H, 0.0);
     for (int f = 0; f < F; f++) {
@@ -90,13 +74,13 @@ std::vector<double> mlp(const QLayerHost & gate, const QLayerHost & up, const QL
 
 TEST_CASE("glu order: an EXL2 layer's columns move whole, bit for bit, padding and bias included") {
     // 72 columns pad to 96: the padding's codes must stay where the kernels expect them
-    QLayerHost L = exl2_layer("L", 256, 72, "6/3/2 g32,64,64 .05/.2/.75", true, 7);
-    const std::vector<uint16_t> before = dequant(L);
+    QLayerHost L = synth_layer("6/3/2 g32,64,64 .05/.2/.75", 256, 72, 7, true);
+    const std::vector<uint16_t> before = qlayer_dequant(L);
     const std::vector<uint32_t> qw = L.q_weight, qs = L.q_scale;
     const std::vector<float> bias = L.bias;
     const std::vector<int32_t> cols = shuffled(72, 11);
     qlayer_permute_columns(L, cols);
-    check_columns(before, dequant(L), 256, 72, cols);
+    check_columns(before, qlayer_dequant(L), 256, 72, cols);
     REQUIRE(L.bias.size() == 72);
     for (int n = 0; n < 72; n++) CHECK(L.bias[n] == bias[cols[n]]);
     size_t pad_changed = 0;
@@ -116,11 +100,11 @@ TEST_CASE("glu order: an EXL2 layer's columns move whole, bit for bit, padding a
 
 TEST_CASE("glu order: a GPTQ layer's columns move whole, bit for bit (weights, zeros, scales, bias)") {
     QLayerHost L = gptq_layer("L", 128, 64, true, 3);
-    const std::vector<uint16_t> before = dequant(L);
+    const std::vector<uint16_t> before = qlayer_dequant(L);
     const std::vector<float> bias = L.bias;
     const std::vector<int32_t> cols = shuffled(64, 5);
     qlayer_permute_columns(L, cols);
-    check_columns(before, dequant(L), 128, 64, cols);
+    check_columns(before, qlayer_dequant(L), 128, 64, cols);
     for (int n = 0; n < 64; n++) CHECK(L.bias[n] == bias[cols[n]]);
 }
 
@@ -128,20 +112,20 @@ TEST_CASE("glu order: down reads h in its quantized order and the MLP computes w
     for (const char * fmt : {"exl2", "gptq"}) {
         CAPTURE(fmt);
         const bool exl2 = std::string(fmt) == "exl2";
-        QLayerHost gate = exl2 ? exl2_layer("gate", 128, 256, "4/3 g32 .25/.75", false, 1) : gptq_layer("gate", 128, 256, true, 1);
-        QLayerHost up = exl2 ? exl2_layer("up", 128, 256, "5/4 g64 .5/.5", false, 2) : gptq_layer("up", 128, 256, true, 2);
-        QLayerHost down = exl2 ? exl2_layer("down", 256, 96, "8/4/2 g32 .1/.6/.3", false, 3) : gptq_layer("down", 256, 96, true, 3);
+        QLayerHost gate = exl2 ? synth_layer("4/3 g32 .25/.75", 128, 256, 1, false, "gate") : gptq_layer("gate", 128, 256, true, 1);
+        QLayerHost up = exl2 ? synth_layer("5/4 g64 .5/.5", 128, 256, 2, false, "up") : gptq_layer("up", 128, 256, true, 2);
+        QLayerHost down = exl2 ? synth_layer("8/4/2 g32 .1/.6/.3", 256, 96, 3, false, "down") : gptq_layer("down", 256, 96, true, 3);
         REQUIRE(down.q_perm.size() == 256);
         std::vector<double> x(128);
         for (int k = 0; k < 128; k++) x[k] = std::sin(0.7 * k + 0.3);
         const std::vector<double> y0 = mlp(gate, up, down, x);
-        const std::vector<uint16_t> G0 = dequant(gate), D0 = dequant(down);
+        const std::vector<uint16_t> G0 = qlayer_dequant(gate), D0 = qlayer_dequant(down);
         const std::vector<int32_t> perm = down.q_perm;
         REQUIRE(glu_order(gate, up, down));
         CHECK(down.q_perm.empty());
-        check_columns(G0, dequant(gate), 128, 256, perm);
+        check_columns(G0, qlayer_dequant(gate), 128, 256, perm);
         // down's rows in quantized order: row k is the old input row perm[k]
-        const std::vector<uint16_t> D1 = dequant(down);
+        const std::vector<uint16_t> D1 = qlayer_dequant(down);
         size_t bad = 0;
         for (int k = 0; k < 256; k++)
             for (int n = 0; n < 96; n++) bad += D1[(size_t)k * 96 + n] != D0[(size_t)perm[k] * 96 + n];
@@ -163,7 +147,7 @@ TEST_CASE("glu order: down reads h in its quantized order and the MLP computes w
 }
 
 TEST_CASE("glu order: wrong orders and shapes are refused with the layer's name") {
-    QLayerHost L = exl2_layer("model.layers.0.mlp.gate_proj", 64, 32, "4 g32", false, 9);
+    QLayerHost L = synth_layer("4 g32", 64, 32, 9, false, "model.layers.0.mlp.gate_proj");
     std::vector<int32_t> cols = shuffled(32, 1);
     const std::vector<uint32_t> qw = L.q_weight;
     auto message = [&](const std::vector<int32_t> & c) {
@@ -183,8 +167,8 @@ TEST_CASE("glu order: wrong orders and shapes are refused with the layer's name"
     out[0] = 32;
     CHECK(message(out).find("(entry 32)") != std::string::npos);
     CHECK(L.q_weight == qw);   // refused orders change nothing
-    QLayerHost up = exl2_layer("up", 64, 32, "4 g32", false, 10);
-    QLayerHost down = exl2_layer("down", 64, 16, "4 g32", false, 11);   // K 64, not 32
+    QLayerHost up = synth_layer("4 g32", 64, 32, 10, false, "up");
+    QLayerHost down = synth_layer("4 g32", 64, 16, 11, false, "down");   // K 64, not 32
     CHECK_THROWS_WITH_AS(glu_order(L, up, down), doctest::Contains("not a gated MLP"), Error);
     // a down without a permutation (GPTQ without act-order): nothing to do
     QLayerHost g2 = gptq_layer("g", 64, 32, false, 1), u2 = gptq_layer("u", 64, 32, false, 2), d2 = gptq_layer("d", 32, 16, false, 3);

@@ -14,6 +14,7 @@
 //   tol = 2^-11 (1 + 2^-11) sum|x W| + 2^-25 sum|x| + 2 (R + G + 4) 2^-24 S
 // A sanity check below shows the bound is tight enough to catch a wrong permutation.
 #include "fixtures.h"
+#include "synth-layer.h"
 
 #include "backends/cpu/cpu-qmatmul.h"
 #include "exl2/quant/dequant.h"
@@ -143,12 +144,6 @@ void check_simd_and_scalar(const QLayerHost & L, const std::vector<uint16_t> & W
     }
 }
 
-std::vector<uint16_t> dequant(const QLayerHost & L) {
-    std::vector<uint16_t> W((size_t)L.K * L.N);
-    qmatrix_dequant(qlayer_host_view(L), L.format == QFormat::EXL2 ? GGX_TYPE_EXL2 : GGX_TYPE_GPTQ, W.data());
-    return W;
-}
-
 }  // namespace
 
 TEST_CASE("qmatmul: every fixture layer, SIMD and scalar, against ExLlamaV2's dequantized weights") {
@@ -202,7 +197,7 @@ TEST_CASE("qmatmul: synthetic EXL2 layers, every width, odd T, N not a multiple 
             QLoadOptions lo;
             lo.N = N;
             const QLayerHost L = qlayer_load(st, "L", lo);
-            const std::vector<uint16_t> W = dequant(L);
+            const std::vector<uint16_t> W = qlayer_dequant(L);
             std::vector<int> Ts = {1, 8, 17};
             if (N == 100)
                 for (int T = 3; T <= 33; T += 2) Ts.push_back(T);
@@ -236,7 +231,7 @@ TEST_CASE("qmatmul: synthetic GPTQ layers, act-order and not, v1 and v2") {
                     QLoadOptions lo;
                     lo.gptq_v2 = v2;
                     const QLayerHost L = qlayer_load(st, "L", lo);
-                    const std::vector<uint16_t> W = dequant(L);
+                    const std::vector<uint16_t> W = qlayer_dequant(L);
                     for (int T : {1, 3, 8, 15, 33}) {
                         CAPTURE(act);
                         CAPTURE(v2);
@@ -256,7 +251,7 @@ TEST_CASE("qmatmul: threads share nothing; more threads than panels; a dropped p
     QLoadOptions lo;
     lo.N = 200;
     const QLayerHost L = qlayer_load(st, "L", lo);
-    const std::vector<uint16_t> W = dequant(L);
+    const std::vector<uint16_t> W = qlayer_dequant(L);
     double ratio;
     for (int nth : {2, 3, 8, 13}) {   // 200 columns = 7 panels of 32: 8 and 13 leave threads idle
         CAPTURE(nth);

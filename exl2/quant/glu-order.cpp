@@ -2,6 +2,7 @@
 #include "exl2/quant/glu-order.h"
 
 #include "exl2/error.h"
+#include "exl2/quant/exl2-pack.h"
 
 namespace exl2 {
 
@@ -20,15 +21,11 @@ void permute_rows(std::vector<T> & v, size_t width, int N, const std::vector<int
 // rows of `words` 32-bit words holding 8 nibbles each (nibble n % 8 of word n / 8 is column n):
 // nibble n < N of each row becomes old nibble cols[n]
 void permute_nibbles(std::vector<uint32_t> & v, size_t words, int N, const std::vector<int32_t> & cols) {
-    std::vector<uint32_t> row(words);
-    for (size_t r = 0; r + words <= v.size(); r += words) {
-        std::copy(v.begin() + r, v.begin() + r + words, row.begin());
-        for (int n = 0; n < N; n++) {
-            const uint32_t code = row[cols[n] / 8] >> (4 * (cols[n] % 8)) & 15u;
-            uint32_t & w = v[r + n / 8];
-            w = (w & ~(15u << (4 * (n % 8)))) | code << (4 * (n % 8));
-        }
-    }
+    const int R = (int)(v.size() / words), W = (int)words * 8;
+    std::vector<uint8_t> codes((size_t)R * W);
+    nibbles_unpack(v.data(), R, W, codes.data());
+    permute_rows(codes, W, N, cols);
+    nibbles_pack(codes.data(), R, W, v.data());
 }
 
 }  // namespace
