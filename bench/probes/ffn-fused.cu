@@ -33,16 +33,9 @@
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Ibackends/cuda -I. -Iinclude bench/probes/ffn-fused.cu -o /tmp/ffn-fused
 //   /tmp/ffn-fused [LAYERS]
-#include <cstdio>
-#include <cstdint>
-#include <cstdlib>
-#include <cmath>
 #include <algorithm>
 #include <vector>
-#include <cuda_fp16.h>
-#include "exl2-unpack.cuh"
-
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); exit(1); } } while (0)
+#include "probe-common.cuh"   // CK, k_fill, exl2-unpack.cuh
 
 constexpr int kH = 4096, kF = 14336, kTW = 128, kThreads = 512, kWarps = 16, kGroup = 128;
 constexpr int kBlocks = kF / kTW;
@@ -271,13 +264,6 @@ __global__ void __launch_bounds__(kThreads, 1) k_down(const __grid_constant__ la
     down<false>(L, hx, hs, A, B);
 }
 
-__global__ void k_fill(uint32_t * p, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t x = (uint32_t)i * 2654435761u ^ seed;
-        x ^= x >> 13; x *= 0x5bd1e995u; x ^= x >> 15;
-        p[i] = x;
-    }
-}
 // scales in [0.01, 0.02)
 __global__ void k_fill_scales(half * p, size_t n, uint32_t seed) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {

@@ -1,6 +1,6 @@
-// Pieces shared by the probes that multiply 4-bit slices (mega-probe.cu, loop-micro.cu). A
-// 32-row slice of one quad (4 adjacent columns) is 4 word rows of one uint4 each: word c of row i
-// holds rows 8i..8i+7 of column c, one nibble each, zero point 8.
+// Pieces shared by the probes that multiply 4-bit slices (mega-probe.cu, loop-micro.cu; ffn-fused.cu
+// takes CK and k_fill). A 32-row slice of one quad (4 adjacent columns) is 4 word rows of one
+// uint4 each: word c of row i holds rows 8i..8i+7 of column c, one nibble each, zero point 8.
 #pragma once
 
 #include <cstdio>
