@@ -3,6 +3,7 @@
 #include "model.h"
 #include "architecture.h"
 #include "error.h"
+#include "quant/glu-order.h"
 #include "quant/qlayer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -114,29 +115,40 @@ static std::vector<float> values_f32(const StTensor & s) {
     return out;
 }
 
+QLayerHost Model::load_qlayer(const std::string & prefix, int64_t K, int64_t N) {
+    QLoadOptions opt;
+    opt.gptq_v2 = cfg.gptq_v2;
+    opt.N = (int)N;
+    QLayerHost host = qlayer_load(*st_, prefix, opt);
+    if (host.K != K || host.N != N)
+        fail("%s: quantized layer %s is %d x %d (in x out), expected %lld x %lld", st_->where().c_str(), prefix.c_str(), host.K,
+             host.N, (long long)K, (long long)N);
+    return host;
+}
+
+Linear Model::upload_qlayer(QLayerHost & host, const std::string & prefix, bool bias) {
+    Linear l;
+    void * buf = nullptr;
+    l.w = qlayer_upload(wctx_, backend, host, &buf);
+    ggx_set_name(l.w, "%s", prefix.c_str());
+    qlayers_.push_back({l.w, buf});
+    n_params += (uint64_t)host.K * (uint64_t)host.N;
+    weight_bytes += qlayer_bytes_read(host);
+    device_bytes += qlayer_bytes_read(host);
+    n_quantized_++;
+    const std::string bname = prefix + ".bias";
+    if (!host.bias.empty()) l.b = bias_f32(bname, std::move(host.bias));
+    else if (bias) fail("%s: tensor %s not found", st_->where().c_str(), bname.c_str());
+    return l;
+}
+
 Linear Model::linear(const std::string & prefix, int64_t K, int64_t N, bool bias, bool required) {
+    if (qlayer_detect(*st_, prefix) != QFormat::NONE) {
+        QLayerHost host = load_qlayer(prefix, K, N);
+        return upload_qlayer(host, prefix, bias);
+    }
     Linear l;
     const std::string bname = prefix + ".bias";
-    if (qlayer_detect(*st_, prefix) != QFormat::NONE) {
-        QLoadOptions opt;
-        opt.gptq_v2 = cfg.gptq_v2;
-        opt.N = (int)N;
-        QLayerHost host = qlayer_load(*st_, prefix, opt);
-        if (host.K != K || host.N != N)
-            fail("%s: quantized layer %s is %d x %d (in x out), expected %lld x %lld", st_->where().c_str(), prefix.c_str(),
-                 host.K, host.N, (long long)K, (long long)N);
-        void * buf = nullptr;
-        l.w = qlayer_upload(wctx_, backend, host, &buf);
-        ggx_set_name(l.w, "%s", prefix.c_str());
-        qlayers_.push_back({l.w, buf});
-        n_params += (uint64_t)K * (uint64_t)N;
-        weight_bytes += qlayer_bytes_read(host);
-        device_bytes += qlayer_bytes_read(host);
-        n_quantized_++;
-        if (!host.bias.empty()) l.b = bias_f32(bname, std::move(host.bias));
-        else if (bias) fail("%s: tensor %s not found", st_->where().c_str(), bname.c_str());
-        return l;
-    }
     l.w = tensor(prefix + ".weight", {K, N}, required);
     if (!l.w) return l;
     if (bias || st_->has(bname)) {
@@ -146,6 +158,29 @@ Linear Model::linear(const std::string & prefix, int64_t K, int64_t N, bool bias
         weight_bytes += s->nbytes;
     }
     return l;
+}
+
+void Model::gated_mlp(const std::string & prefix, int64_t D, int64_t F, bool bias, Linear & gate, Linear & up, Linear & down) {
+    const std::string pg = prefix + "gate_proj", pu = prefix + "up_proj", pd = prefix + "down_proj";
+    if (qlayer_detect(*st_, pg) == QFormat::NONE || qlayer_detect(*st_, pu) == QFormat::NONE ||
+        qlayer_detect(*st_, pd) == QFormat::NONE) {
+        gate = linear(pg, D, F, bias);
+        up = linear(pu, D, F, bias);
+        down = linear(pd, F, D, bias);
+        return;
+    }
+    // All three quantized: gate's and up's columns in down's input order, down's gather dropped
+    // (glu-order.h); the results are the same bits, and the fused decode FFN needs this order.
+    QLayerHost hg = load_qlayer(pg, D, F), hu = load_qlayer(pu, D, F), hd = load_qlayer(pd, F, D);
+    glu_order(hg, hu, hd);
+    const bool same_perm = hg.q_perm == hu.q_perm;
+    gate = upload_qlayer(hg, pg, bias);
+    up = upload_qlayer(hu, pu, bias);
+    down = upload_qlayer(hd, pd, bias);
+    // One input order for both: up reads gate's copy, so that a kernel taking both sees one
+    // pointer (the CUDA decode FFN stages x once). Up's own identical copy stays allocated: what
+    // preparing it for the backend derived from it holds either way.
+    if (same_perm) ((ggx_qmatrix *)up.w->extra)->q_perm = ((ggx_qmatrix *)gate.w->extra)->q_perm;
 }
 
 void Model::finish_load() {

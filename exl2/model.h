@@ -15,6 +15,8 @@
 
 namespace exl2 {
 
+struct QLayerHost;
+
 class Tokenizer;
 class Architecture;
 
@@ -62,11 +64,19 @@ public:
     // (prefix.qweight) or plain (prefix.weight); bias prefix.bias when `bias` is true (required)
     // or when present.
     Linear linear(const std::string & prefix, int64_t K, int64_t N, bool bias = false, bool required = true);
+    // A gated MLP's three layers under `prefix` (prefix + "gate_proj", "up_proj", "down_proj"; D
+    // inputs, F hidden): when all three are quantized, gate's and up's columns are put in down's
+    // input order and down's order dropped (exl2/quant/glu-order.h), else each as linear().
+    void gated_mlp(const std::string & prefix, int64_t D, int64_t F, bool bias, Linear & gate, Linear & up, Linear & down);
     bool has_tensor(const std::string & name) const;
 
 private:
     Model();
     void finish_load();
+    // A quantized layer's host copy, its shape checked against K x N.
+    QLayerHost load_qlayer(const std::string & prefix, int64_t K, int64_t N);
+    // Uploads a quantized layer (its bias becomes an f32 tensor; `bias` requires one).
+    Linear upload_qlayer(QLayerHost & host, const std::string & prefix, bool bias);
     // The file's tensor `name`, checked for presence, dtype (F16/BF16/F32) and shape; nullptr when
     // absent and not required.
     const StTensor * checked(const std::string & name, std::initializer_list<int64_t> ne, bool required);

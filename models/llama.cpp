@@ -37,9 +37,7 @@ public:
             L.v = m.linear(p + "self_attn.v_proj", D, Dkv, attn_bias);
             L.o = m.linear(p + "self_attn.o_proj", Dq, D, c.attention_bias && !qkv_bias_);
             L.ffn_norm = m.tensor(p + "post_attention_layernorm.weight", {D});
-            L.gate = m.linear(p + "mlp.gate_proj", D, F, c.mlp_bias);
-            L.up = m.linear(p + "mlp.up_proj", D, F, c.mlp_bias);
-            L.down = m.linear(p + "mlp.down_proj", F, D, c.mlp_bias);
+            m.gated_mlp(p + "mlp.", D, F, c.mlp_bias, L.gate, L.up, L.down);
         }
         out_norm_ = m.tensor("model.norm.weight", {D});
         // EXL2 files always carry lm_head; HF checkpoints with tied embeddings do not.
