@@ -111,6 +111,7 @@ struct LinearJob {
     BitLayout layout;
     bool bias;
     uint64_t seed;
+    uint64_t perm_seed = 0;   // SynthExl2Options::perm_seed
     std::vector<SynthTensor> out;
 };
 
@@ -145,6 +146,9 @@ SyntheticModel synthetic_build(const std::string & name, double bpw, int n_layer
         add(p + "self_attn.o_proj", Dq, D, bpw, false);
         add(p + "mlp.gate_proj", D, F, bpw, false);
         add(p + "mlp.up_proj", D, F, bpw, false);
+        // gate and up read the same activations: one input order for both, as a converter gives
+        // them (and the CUDA decode FFN needs: decode-plan.h, ggx_cuda_ffn_ok)
+        jobs[jobs.size() - 2].perm_seed = jobs[jobs.size() - 1].perm_seed = jobs[jobs.size() - 2].seed;
         add(p + "mlp.down_proj", F, D, bpw, false);
     }
     add("lm_head", D, V, head_bits, false);
@@ -161,6 +165,7 @@ SyntheticModel synthetic_build(const std::string & name, double bpw, int n_layer
                     o.act_order = true;
                     o.bias = jobs[i].bias;
                     o.seed = jobs[i].seed;
+                    o.perm_seed = jobs[i].perm_seed;
                     jobs[i].out = synth_exl2_layer(jobs[i].prefix, jobs[i].K, jobs[i].N, jobs[i].layout, o);
                 }
             } catch (const std::exception & e) {

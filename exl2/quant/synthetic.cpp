@@ -210,7 +210,12 @@ std::vector<SynthTensor> synth_exl2_layer(const std::string & P, int K, int N, c
     std::vector<uint16_t> q_scale_max(G);
     for (auto & m : q_scale_max) m = r.log_uniform_f16(1e-3, 1e-1);
     std::vector<int32_t> q_invperm(K);
-    if (opt.act_order) q_invperm = random_perm(r, K);
+    if (opt.act_order && opt.perm_seed) {
+        Rng pr{opt.perm_seed * 0x9E3779B97F4A7C15ull + 3};
+        q_invperm = random_perm(pr, K);
+    } else if (opt.act_order) {
+        q_invperm = random_perm(r, K);
+    }
     else std::iota(q_invperm.begin(), q_invperm.end(), 0);
 
     std::vector<SynthTensor> out;

@@ -55,6 +55,10 @@ struct SynthExl2Options {
     bool     act_order = true;    // random q_invperm (else identity)
     bool     bias      = false;   // add P.bias F16 [N]
     uint64_t seed      = 1;
+    // With act_order: 0 draws q_invperm with the weights; else from its own generator seeded so,
+    // which layers of one input share (a converter gives gate and up, which see the same
+    // activations, the same order: ExLlamaV2's models do)
+    uint64_t perm_seed = 0;
 };
 // P.q_weight, P.q_scale, P.q_scale_max (log-uniform in [1e-3, 1e-1], so M/256 is often an fp16
 // subnormal), P.q_groups, P.q_invperm (+ P.bias). Padding columns hold the zero code 2^(b-1) and

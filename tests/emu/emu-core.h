@@ -164,6 +164,9 @@ template <class V> inline V ggx_load_cg(const V * p) { return *p; }
 inline void ggx_pdl_wait() { g_f[g_cur].pdl_waited = true; }
 inline void ggx_pdl_launch_next() {}
 inline void ggx_fence_acq_rel() {}
+// blocks run one after another: a count that waits for later blocks cannot be reached here
+inline void ggx_count_arrive(int * p) { ++*p; }
+inline void ggx_count_wait(const int * p, int n) { CHECKX(*p >= n, "a block waits for a count (%d of %d) that later blocks make", *p, n); }
 inline void ggx_red_add4(float * p, float4 v, int valid) {
     const float f[4] = {v.x, v.y, v.z, v.w};
     for (int c = 0; c < 4 && c < valid; c++) p[c] += f[c];

@@ -5,7 +5,8 @@
 # A mutant whose sed expression no longer changes the source, or that does not build, counts as
 # a failure: fix its expression here after the kernel changed.
 # Work files: $EMU_BUILD/mut/KIND/NAME (src.cu, diff.txt, build.txt, out.txt, err.txt).
-# EMU_JOBS mutants run at a time (default: the number of cores).
+# EMU_JOBS mutants run at a time (default: the number of cores); EMU_MUTANTS=REGEX runs only the
+# mutants whose names match it (e.g. '^ffn_').
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${EMU_BUILD:-$root/build-emu}
@@ -75,6 +76,15 @@ qgemv_mutants=(
     attn_no_rescale 's/wa = __expf(m - mn), wb/wa = 1.0f, wb/'
     attn_warps_sum 's/for (int w = 0; w < NT \/ GGX_CUDA_WARP; w++) sum += red/for (int w = 1; w < NT \/ GGX_CUDA_WARP; w++) sum += red/'
     attn_state_head 's/float \* st = at.state + (size_t)(h0 + hl) \* (hd + 2);/float * st = at.state + (size_t)hl * (hd + 2);/'
+    ffn_no_switch_odd 's/        if (s + 1 == ng) gate_done();/        \/\/ (no switch at odd s)/'
+    ffn_h_unscaled 's/hx\[threadIdx.x\] = __float2half_rn(h \* hscale);/hx[threadIdx.x] = __float2half_rn(h);/'
+    ffn_down_cols 's/return k_ffn_cols \* (w + k_ffn_warps \* c) + 4 \* lane;/return k_ffn_cols * (w + c) + 4 * lane;/'
+    ffn_bias_every_block 's/if (D.bias \&\& j == 0) {/if (D.bias) {/'
+    ffn_up_bias 's/u = U.bias ? U.bias\[col\] : 0.0f;/u = U.bias ? G.bias[col] : 0.0f;/'
+    ffn_run_odd 's/const int mf = ((G.n_fine + k_ffn_warps - 1) \/ k_ffn_warps + 1) \& ~1;/const int mf = (G.n_fine + k_ffn_warps - 1) \/ k_ffn_warps + 1;/'
+    ffn_flush_b 's/if ((i + 2) % nd == 0) flush((i + 1) \/ nd);/\/\/ (B never flushes)/'
+    ffn_no_unscale 's/const float xunscale = 1.0f \/ xscale;/const float xunscale = 1.0f;/'
+    ffn_warps_sum 's/for (int i = 0; i < k_ffn_warps; i++) {$/for (int i = 1; i < k_ffn_warps; i++) {/'
 )
 qgemv_pairgroups_mutants=(
     across_same_scale 's/piece_scale<1>(s.sw >> 16, __high2half(s.mx), acc, v);/piece_scale<1>(s.sw, __low2half(s.mx), acc, v);/'
@@ -130,6 +140,7 @@ for kind in $kinds; do
     declare -n list=${kind//-/_}_mutants
     names=()
     for ((i = 0; i < ${#list[@]}; i += 2)); do
+        [[ -n "${EMU_MUTANTS:-}" && ! "${list[i]}" =~ $EMU_MUTANTS ]] && continue
         while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
         mutant "$kind" "${list[i]}" "${list[i + 1]}" "$src" "$build/mut/$kind/${list[i]}" &
         names+=("${list[i]}")
