@@ -23,6 +23,7 @@
 #   ffn             tg128@16 with GGX_QGEMV_FFN=0 (each layer's GLU and down as two jobs, not one kernel),
 #                   then the default: llama3-8b 4.0, llama3.2-1b 4.0, llama3-8b 2.5 and 5.0, mistral-7b 3.0;
 #                   llama3-8b 4.0 @4096; the layer trace with the fused FFN and without
+#   ffn-short       the first two of part ffn only
 #   ffnprobe        bench/probes/ffn-fused.cu built and run (16 layers): fused, loads only, split,
 #                   residual in place, and the per-block timeline
 #   pairs           tg128@16 at 2.5, 3.0, 4.0 bpw and llama3.2-1b with GGX_QGEMV_PAIR_BITS=4 (only
@@ -344,6 +345,8 @@ for part in "$@"; do
             CTX=4096 ab GGX_QGEMV_FFN=0 "llama3-8b 4.0"
             layer_trace
             layer_trace GGX_QGEMV_FFN=0 ;;
+        ffn-short)
+            ab GGX_QGEMV_FFN=0 "llama3-8b 4.0" "llama3.2-1b 4.0" ;;
         ffnprobe)
             nvcc -O3 -std=c++17 -arch=sm_90 -Ibackends/cuda -I. -Iinclude bench/probes/ffn-fused.cu -o /tmp/ffn-fused && /tmp/ffn-fused 16 ;;
         pairs)
