@@ -20,7 +20,7 @@
 #                   partials summed, C the results stored, each after a block barrier
 #   blocks          every block of layer 5's q/k/v and gate/up launches (GGX_CUDA_TRACE_BLOCKS): entry,
 #                   wait, loop, hand-off and exit of each, after the per-layer trace lines
-#   ffn             tg128@16 with GGX_QGEMV_FFN=0 (each layer's GLU and down as two jobs, not one kernel),
+#   ffn             tg128@16 with GGX_QGEMV_FFN=1 (each layer's GLU and down as one kernel, not two jobs),
 #                   then the default: llama3-8b 4.0, llama3.2-1b 4.0, llama3-8b 2.5 and 5.0, mistral-7b 3.0;
 #                   llama3-8b 4.0 @4096; the layer trace with the fused FFN and without
 #   ffn-short       the first two of part ffn only
@@ -341,12 +341,12 @@ for part in "$@"; do
             GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -20
             GGX_CUDA_TRACE=4 $B --synthetic llama3.2-1b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | grep -E 'trace, step|^\| tg' ;;
         ffn)
-            ab GGX_QGEMV_FFN=0 "llama3-8b 4.0" "llama3.2-1b 4.0" "llama3-8b 2.5" "llama3-8b 5.0" "mistral-7b 3.0"
-            CTX=4096 ab GGX_QGEMV_FFN=0 "llama3-8b 4.0"
-            layer_trace
-            layer_trace GGX_QGEMV_FFN=0 ;;
+            ab GGX_QGEMV_FFN=1 "llama3-8b 4.0" "llama3.2-1b 4.0" "llama3-8b 2.5" "llama3-8b 5.0" "mistral-7b 3.0"
+            CTX=4096 ab GGX_QGEMV_FFN=1 "llama3-8b 4.0"
+            layer_trace GGX_QGEMV_FFN=1
+            layer_trace ;;
         ffn-short)
-            ab GGX_QGEMV_FFN=0 "llama3-8b 4.0" "llama3.2-1b 4.0" ;;
+            ab GGX_QGEMV_FFN=1 "llama3-8b 4.0" "llama3.2-1b 4.0" ;;
         ffnprobe)
             nvcc -O3 -std=c++17 -arch=sm_90 -Ibackends/cuda -I. -Iinclude bench/probes/ffn-fused.cu -o /tmp/ffn-fused && /tmp/ffn-fused 16 ;;
         pairs)

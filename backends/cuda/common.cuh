@@ -147,8 +147,8 @@ struct ggx_cuda_ctx {
     long           qkv_rows_jobs = 0;        // jobs recorded adding into them (ggx_backend_cuda_qkv_rows_jobs)
     long           attn_tail_jobs = 0;
     // The decode FFN as one kernel (qgemv.cu, k_ffn; with red: it adds into the residual with
-    // atomics). GGX_QGEMV_FFN=0 at backend start turns it off.
-    bool           ffn_on = true;
+    // atomics). Off until measured on a GPU: GGX_QGEMV_FFN=1 at backend start turns it on.
+    bool           ffn_on = false;
     long           ffn_jobs = 0;             // FFN jobs recorded (ggx_backend_cuda_ffn_jobs)
     char           name[16] = {0};
 };

@@ -635,7 +635,7 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->attn_tail = ggx_env_int_in("GGX_ATTN_TAIL", 0, GGX_ATTN_TAIL_MAX_KEYS, 0);
     ctx->red = ggx_env_int_in("GGX_QGEMV_RED", 0, 1, 1) != 0;
     ctx->qkv_rows_on = ggx_env_int_in("GGX_QKV_ROWS", 0, 1, 1) != 0;
-    ctx->ffn_on = ggx_env_int_in("GGX_QGEMV_FFN", 0, 1, 1) != 0;
+    ctx->ffn_on = ggx_env_int_in("GGX_QGEMV_FFN", 0, 1, 0) != 0;
 #if defined(GGX_USE_HIP)
     // its units are 32 lanes wide, one per slice: not written for 64-wide wavefronts, never run on AMD
     if (ctx->strip_step) fprintf(stderr, "ggx-cuda: GGX_CUDA_STEP is not available in the HIP build; ignored\n");

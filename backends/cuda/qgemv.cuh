@@ -24,5 +24,5 @@
 size_t          ggx_cuda_qgemv_scratch(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job);
 enum ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job);
 // Blocks of the decode FFN kernel that fit on the device at once (the most an FFN job may launch:
-// ggx_cuda_ffn_ok); 0 when it is off (ggx_cuda_ctx::ffn_on).
+// ggx_cuda_ffn_ok); 0 when it is off (ggx_cuda_ctx::ffn_on, GGX_QGEMV_FFN).
 int             ggx_cuda_ffn_max_blocks(const ggx_cuda_ctx & ctx);

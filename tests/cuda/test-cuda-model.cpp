@@ -318,9 +318,9 @@ TEST_CASE("cuda: q/k/v rows read by the decode attention give the logits of the 
     }
 }
 
-// The decode FFN as one kernel (GGX_QGEMV_FFN, on by default; read when the backend starts): each
-// layer's gate, up and down in one launch (qgemv.cu, k_ffn; against a double reference in every
-// block order in tests/emu), against the GLU job and the down job it replaces (GGX_QGEMV_FFN=0).
+// The decode FFN as one kernel (GGX_QGEMV_FFN=1, read when the backend starts): each layer's gate,
+// up and down in one launch (qgemv.cu, k_ffn; against a double reference in every block order in
+// tests/emu), against the GLU job and the down job it replaces (the default).
 // The loader put gate's and up's columns in down's input order for both (glu_order: the same
 // bits). The fused kernel scales x to fp16 over all of K instead of per K-slice, sums gate and up
 // in another order and rounds h to fp16 with one scale per 128 rows instead of per K-slice of
@@ -336,10 +336,10 @@ TEST_CASE("cuda: the FFN as one kernel gives the logits of the GLU and down jobs
         const std::string model = std::string(mb.first) + " " + std::to_string(mb.second).substr(0, 3);
         CAPTURE(model);
         const int layers = strcmp(mb.first, "mistral-7b") == 0 ? 1 : 2;
-        const three_models m = load_synthetic(mb.first, mb.second, layers, "GGX_QGEMV_FFN", "0");
-        compare_models(*m.cpu, *m.gpu, model + " (FFN as one kernel)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu_env.get(), 5e-3);
-        CHECK(ggx_backend_cuda_ffn_jobs(m.gpu->backend) >= layers);
-        CHECK(ggx_backend_cuda_ffn_jobs(m.gpu_env->backend) == 0);
+        const three_models m = load_synthetic(mb.first, mb.second, layers, "GGX_QGEMV_FFN", "1");
+        compare_models(*m.cpu, *m.gpu_env, model + " (FFN as one kernel)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu.get(), 5e-3);
+        CHECK(ggx_backend_cuda_ffn_jobs(m.gpu_env->backend) >= layers);
+        CHECK(ggx_backend_cuda_ffn_jobs(m.gpu->backend) == 0);
     }
 }
 
