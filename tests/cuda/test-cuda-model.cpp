@@ -137,10 +137,12 @@ three_models load_synthetic(const char * name, double bpw, int layers, const cha
 void compare_synthetic(const char * name, double bpw, int layers) {
     const three_models m = load_synthetic(name, bpw, layers, "GGX_CUDA_NO_FUSE");
     // Random weights have no structure to damp rounding: the fp16 activations of the GPU (2^-11
-    // relative; the prefill's reach the cache, the decode GEMV's its sums) move decode logits
-    // by up to ~3.4% of the largest one (measured on the H200), so 5e-2 here. The
-    // fused-vs-unfused check (5e-3) is the sharp one.
-    compare_models(*m.cpu, *m.gpu, name, {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu_env.get());
+    // relative; the prefill's reach the cache, the decode GEMV's its sums) move logits by up to
+    // ~3.4% of the largest one (measured on the H200), and 6.0% at one prefill token of the
+    // llama3.2-1b slice once the synthetic models' gate and up shared an input order (a new random
+    // draw; run 216, H100; decode 2.3%), so 1e-1 here, as for the paired pieces across groups
+    // below. The fused-vs-unfused check (5e-3) is the sharp one.
+    compare_models(*m.cpu, *m.gpu, name, {1, 1, 3, 1, 8, 2, 1}, 1e-1, m.gpu_env.get());
 }
 
 // The strip step (GGX_CUDA_STEP=1, backends/cuda/strip-plan.cuh): a layer's o, gate/up and down
@@ -326,7 +328,9 @@ TEST_CASE("cuda: q/k/v rows read by the decode attention give the logits of the 
 // in another order and rounds h to fp16 with one scale per 128 rows instead of per K-slice of
 // down: fp16 roundings flip now and then, as between the fused and unfused paths, hence their
 // bound, 5e-3. A column of h in the wrong place, a block's rows of down added twice or left out,
-// or the residual read after another block added into it moves logits by O(1e-2) or more.
+// or the residual read after another block added into it moves logits by O(1e-2) or more. Against
+// the CPU, compare_synthetic's 1e-1 (the prefill, which the FFN kernel does not touch, is 6.0e-2
+// off at one token of the llama3.2-1b slice: run 216).
 // llama3.2-1b (F 8192: 64 blocks of 128 columns) at 4.0 bpw and at 2.5 (6/3/2 bits: widths mixed
 // in gate, up and down alike); the mistral-7b slice has llama3-8b's FFN (112 blocks).
 TEST_CASE("cuda: the FFN as one kernel gives the logits of the GLU and down jobs") {
@@ -337,7 +341,7 @@ TEST_CASE("cuda: the FFN as one kernel gives the logits of the GLU and down jobs
         CAPTURE(model);
         const int layers = strcmp(mb.first, "mistral-7b") == 0 ? 1 : 2;
         const three_models m = load_synthetic(mb.first, mb.second, layers, "GGX_QGEMV_FFN", "1");
-        compare_models(*m.cpu, *m.gpu_env, model + " (FFN as one kernel)", {1, 1, 3, 1, 8, 2, 1}, 5e-2, m.gpu.get(), 5e-3);
+        compare_models(*m.cpu, *m.gpu_env, model + " (FFN as one kernel)", {1, 1, 3, 1, 8, 2, 1}, 1e-1, m.gpu.get(), 5e-3);
         CHECK(ggx_backend_cuda_ffn_jobs(m.gpu_env->backend) >= layers);
         CHECK(ggx_backend_cuda_ffn_jobs(m.gpu->backend) == 0);
     }
