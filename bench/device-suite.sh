@@ -288,7 +288,7 @@ ab() {
 # setting $1 (VAR=VALUE, or "" for none)
 layer_trace() {
     echo "-- trace, llama3-8b 4.0 @16: ${1:-no setting}, $B"
-    (if [ -n "$1" ]; then export "$1"; fi; GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p)
+    (if [ -n "${1:-}" ]; then export "$1"; fi; GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n 4,11p)
 }
 # every block of layer 5's q/k/v and gate/up launches (GGX_CUDA_TRACE_BLOCKS) in a GGX_CUDA_TRACE=4
 # step of llama3-8b 4.0 @16 by $B with the environment setting $1 (VAR=VALUE, or "" for none),
@@ -296,7 +296,7 @@ layer_trace() {
 block_dump() {
     local names=${NAMES:-layers.5.self_attn.q_proj,layers.5.mlp.gate_proj}
     echo "-- blocks of $names, llama3-8b 4.0 @16: ${1:-no setting}, $B"
-    (if [ -n "$1" ]; then export "$1"; fi; GGX_CUDA_TRACE=4 GGX_CUDA_TRACE_BLOCKS=$names \
+    (if [ -n "${1:-}" ]; then export "$1"; fi; GGX_CUDA_TRACE=4 GGX_CUDA_TRACE_BLOCKS=$names \
         $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | sed -n '4,11p;/blocks of/,$p' | head -${LINES_MAX:-230})
 }
 # test-cuda (TC, default build-dev/test-cuda) with each failure's case, values and messages (run

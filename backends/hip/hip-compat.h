@@ -53,6 +53,7 @@
 #define cudaMemsetAsync             hipMemsetAsync
 #define cudaMemset                  hipMemset
 #define cudaFuncSetAttribute(f, attr, v) hipFuncSetAttribute((const void *)(f), attr, v)
+#define cudaOccupancyMaxActiveBlocksPerMultiprocessor hipOccupancyMaxActiveBlocksPerMultiprocessor
 #define cudaStreamCreateWithFlags   hipStreamCreateWithFlags
 #define cudaStreamDestroy           hipStreamDestroy
 #define cudaStreamSynchronize       hipStreamSynchronize
