@@ -147,7 +147,8 @@ struct ggx_cuda_ctx {
     long           qkv_rows_jobs = 0;        // jobs recorded adding into them (ggx_backend_cuda_qkv_rows_jobs)
     long           attn_tail_jobs = 0;
     // The decode FFN as one kernel (qgemv.cu, k_ffn; with red: it adds into the residual with
-    // atomics). Off until measured on a GPU: GGX_QGEMV_FFN=1 at backend start turns it on.
+    // atomics). Off: run 216 measured it slower (-2% on llama3-8b 4.0, H100; NOTES, session 48);
+    // GGX_QGEMV_FFN=1 at backend start turns it on.
     bool           ffn_on = false;
     long           ffn_jobs = 0;             // FFN jobs recorded (ggx_backend_cuda_ffn_jobs)
     char           name[16] = {0};
