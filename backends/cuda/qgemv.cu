@@ -1409,8 +1409,9 @@ size_t attn_state_bytes(const ggx_qgemv_job & job) {
 // (ggx_qgemv_job_mat::rows) in `rows`. The caller adds what depends on the backend's state: the
 // step's RoPE table, the norm tables, the counters' base, the prefetch rows, the L2 policy and the
 // trace. Host code, run by tests/emu too.
-args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part, float * rows, gemv_args & a) {
-    args_layout L;
+// What fill_args and fill_ffn_args take alike from a job: its input, norm and activation, and each
+// matrix's arrays and piece tables (the paired ones when `pairs` and the matrix has them).
+void fill_input(const ggx_qgemv_job & job, gemv_args & a) {
     a.n_mat = job.n_mat;
     a.x = (const float *)job.x->data;
     a.K = (int)job.x->ne[0];
@@ -1418,47 +1419,57 @@ args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part,
     a.norm_w = job.norm_w ? job.norm_w->data : nullptr;
     a.norm_type = job.norm_w ? (int)job.norm_w->type : (int)GGX_TYPE_F32;
     a.norm_eps = job.norm_eps;
+    a.act = job.act;
+}
+void fill_matrix(const ggx_qgemv_job_mat & jm, bool pairs, gemv_mat & M) {
+    const ggx_qmatrix * q = (const ggx_qmatrix *)jm.w->extra;
+    const ggx_cuda_qextra * e = ggx_cuda_qextra_of(jm.w);
+    M.qw = q->q_weight;
+    M.qs = q->q_scale;
+    M.qsmax = (const half *)q->q_scale_max;
+    M.perm = q->q_perm;
+    const bool paired = pairs && e->pieces2;
+    M.pieces = paired ? e->pieces2 : e->pieces;
+    M.heads = paired ? e->heads2 : e->heads;
+    M.pair_shift = paired ? 1 : 0;
+    M.K = q->K;
+    M.N = q->N;
+    M.Np = q->Np;
+    M.n_fine = e->n_slices;
+    M.bias = jm.bias ? (const float *)jm.bias->data : nullptr;
+    M.epi = jm.epi;
+    M.is_gate = jm.is_gate;
+}
+
+args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part, float * rows, gemv_args & a) {
+    args_layout L;
+    fill_input(job, a);
     a.pos = job.pos ? (const int32_t *)job.pos->data : nullptr;
     a.freq_div = job.freq_div ? (const float *)job.freq_div->data : nullptr;
     a.rope = job.rope;
     a.head_dim = job.head_dim;
-    a.act = job.act;
     for (int i = 0; i < job.n_mat; i++) {
         const ggx_qgemv_job_mat & jm = job.m[i];
         const ggx_qmatrix * q = (const ggx_qmatrix *)jm.w->extra;
         const ggx_cuda_qextra * e = ggx_cuda_qextra_of(jm.w);
         gemv_mat & M = a.m[i];
-        M.qw = q->q_weight;
-        M.qs = q->q_scale;
-        M.qsmax = (const half *)q->q_scale_max;
-        M.perm = q->q_perm;
-        const bool paired = pairs && e->pieces2;
-        M.pieces = paired ? e->pieces2 : e->pieces;
-        M.heads = paired ? e->heads2 : e->heads;
-        M.pair_shift = paired ? 1 : 0;
-        M.K = q->K;
-        M.N = q->N;
-        M.Np = q->Np;
+        fill_matrix(jm, pairs, M);
         M.m = m;
-        M.n_fine = e->n_slices;
         M.n_slices = block_slices(e, job.T, m);
         M.n_tiles = (q->Np + k_tile - 1) / k_tile;
         M.block0 = L.blocks;
         L.blocks += M.n_tiles * M.n_slices;
         M.partial = (float *)(part + L.partial_bytes);
         L.partial_bytes += partial_bytes(e, job.T, q->Np, m);
-        M.bias = jm.bias ? (const float *)jm.bias->data : nullptr;
         M.rows = jm.rows >= 0;
         M.y = M.rows ? rows + jm.rows : jm.cache ? nullptr : (float *)jm.out->data;
         M.resid = jm.resid ? (const float *)jm.resid->data : nullptr;
         M.cache = jm.cache && !M.rows ? jm.cache->data : nullptr;
         M.cache_type = jm.cache ? (int)jm.cache->type : 0;
         M.cache_rows = jm.cache ? (int)(ggx_nelements(jm.cache) / q->N) : 0;
-        M.epi = jm.epi;
         M.in_place = ggx_qgemv_adds_in_place(jm);
         M.rope = jm.rope;
         M.pair = jm.pair;
-        M.is_gate = jm.is_gate;
         L.rope |= jm.rope;
         if (jm.epi == GGX_QGEMV_GLU && jm.pair < i) {   // the second of a pair shares the first's counters
             M.counter0 = a.m[jm.pair].counter0;
@@ -1496,34 +1507,8 @@ args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part,
 // matrix on its paired piece tables where it has them. The caller adds the norm tables, the
 // counters, the L2 policy and the trace. Host code, run by tests/emu too.
 void fill_ffn_args(const ggx_qgemv_job & job, gemv_args & a) {
-    a.n_mat = 3;
-    a.x = (const float *)job.x->data;
-    a.K = (int)job.x->ne[0];
-    a.norm = job.norm;
-    a.norm_w = job.norm_w ? job.norm_w->data : nullptr;
-    a.norm_type = job.norm_w ? (int)job.norm_w->type : (int)GGX_TYPE_F32;
-    a.norm_eps = job.norm_eps;
-    a.act = job.act;
-    for (int i = 0; i < 3; i++) {
-        const ggx_qgemv_job_mat & jm = job.m[i];
-        const ggx_qmatrix * q = (const ggx_qmatrix *)jm.w->extra;
-        const ggx_cuda_qextra * e = ggx_cuda_qextra_of(jm.w);
-        gemv_mat & M = a.m[i];
-        M.qw = q->q_weight;
-        M.qs = q->q_scale;
-        M.qsmax = (const half *)q->q_scale_max;
-        M.perm = q->q_perm;
-        M.pieces = e->pieces2 ? e->pieces2 : e->pieces;
-        M.heads = e->pieces2 ? e->heads2 : e->heads;
-        M.pair_shift = e->pieces2 ? 1 : 0;
-        M.K = q->K;
-        M.N = q->N;
-        M.Np = q->Np;
-        M.n_fine = e->n_slices;
-        M.bias = jm.bias ? (const float *)jm.bias->data : nullptr;
-        M.epi = jm.epi;
-        M.is_gate = jm.is_gate;
-    }
+    fill_input(job, a);
+    for (int i = 0; i < 3; i++) fill_matrix(job.m[i], true, a.m[i]);
     gemv_mat & D = a.m[2];
     D.y = (float *)job.m[2].out->data;
     D.resid = (const float *)job.m[2].resid->data;
