@@ -1157,7 +1157,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
 // layer against 40.8 for the same work as two kernels (run 215, H100, llama3-8b's FFN at 4 bits).
 // Every block reads all of x, which is the residual it adds into: a block adds only once every
 // block has staged x (a count, waited on after gate/up, ~20 us later); the plan launches no more
-// blocks than fit at once (ggx_cuda_ffn_fits), so the wait cannot starve a block of its SM.
+// blocks than fit at once (ggx_cuda_ffn_ok), so the wait cannot starve a block of its SM.
 constexpr int k_ffn_warps = 16;
 constexpr int k_ffn_threads = k_ffn_warps * GGX_CUDA_WARP;
 constexpr int k_ffn_cols = GGX_FFN_COLS;                 // gate/up columns (down rows) per block
@@ -1404,11 +1404,6 @@ size_t attn_state_bytes(const ggx_qgemv_job & job) {
     return job.attn.bound > 0 ? align256((size_t)job.attn.H * (job.head_dim + 2) * sizeof(float)) : 0;
 }
 
-// The launch arguments of a job run with m fine slices per warp group (pairs: on the paired piece
-// tables), its partials laid out from `part` (each matrix's 256-byte aligned), its q/k/v rows
-// (ggx_qgemv_job_mat::rows) in `rows`. The caller adds what depends on the backend's state: the
-// step's RoPE table, the norm tables, the counters' base, the prefetch rows, the L2 policy and the
-// trace. Host code, run by tests/emu too.
 // What fill_args and fill_ffn_args take alike from a job: its input, norm and activation, and each
 // matrix's arrays and piece tables (the paired ones when `pairs` and the matrix has them).
 void fill_input(const ggx_qgemv_job & job, gemv_args & a) {
@@ -1441,6 +1436,11 @@ void fill_matrix(const ggx_qgemv_job_mat & jm, bool pairs, gemv_mat & M) {
     M.is_gate = jm.is_gate;
 }
 
+// The launch arguments of a job run with m fine slices per warp group (pairs: on the paired piece
+// tables), its partials laid out from `part` (each matrix's 256-byte aligned), its q/k/v rows
+// (ggx_qgemv_job_mat::rows) in `rows`. The caller adds what depends on the backend's state: the
+// step's RoPE table, the norm tables, the counters' base, the prefetch rows, the L2 policy and the
+// trace. Host code, run by tests/emu too.
 args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part, float * rows, gemv_args & a) {
     args_layout L;
     fill_input(job, a);
@@ -1509,10 +1509,7 @@ args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part,
 void fill_ffn_args(const ggx_qgemv_job & job, gemv_args & a) {
     fill_input(job, a);
     for (int i = 0; i < 3; i++) fill_matrix(job.m[i], true, a.m[i]);
-    gemv_mat & D = a.m[2];
-    D.y = (float *)job.m[2].out->data;
-    D.resid = (const float *)job.m[2].resid->data;
-    D.in_place = 1;
+    a.m[2].y = (float *)job.m[2].out->data;   // the residual (k_ffn: in place when it is x)
 }
 
 // Dynamic shared memory of a launch of T rows with m fine slices per warp group: x in fp16 (2

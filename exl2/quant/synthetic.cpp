@@ -215,8 +215,9 @@ std::vector<SynthTensor> synth_exl2_layer(const std::string & P, int K, int N, c
         q_invperm = random_perm(pr, K);
     } else if (opt.act_order) {
         q_invperm = random_perm(r, K);
+    } else {
+        std::iota(q_invperm.begin(), q_invperm.end(), 0);
     }
-    else std::iota(q_invperm.begin(), q_invperm.end(), 0);
 
     std::vector<SynthTensor> out;
     out.push_back(std::move(q_weight));
