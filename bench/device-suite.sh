@@ -24,6 +24,10 @@
 #                   then the default: llama3-8b 4.0, llama3.2-1b 4.0, llama3-8b 2.5 and 5.0, mistral-7b 3.0;
 #                   llama3-8b 4.0 @4096; the layer trace with the fused FFN and without
 #   ffn-short       the first two of part ffn only
+#   ffnpf           tg128@16 of llama3-8b 4.0 with GGX_QGEMV_FFN=1 and GGX_QGEMV_FFN_PREFETCH = 0, 2, 4
+#                   and 1000 (down's rows into L2 that many pieces before the gate/up loop's end), then
+#                   the default, twice; llama3.2-1b at 0 and 4 and the default; the FFN's layer trace
+#                   at 0 and 4
 #   ffnprobe        bench/probes/ffn-fused.cu built and run (16 layers): fused, loads only, split,
 #                   residual in place, and the per-block timeline
 #   pairs           tg128@16 at 2.5, 3.0, 4.0 bpw and llama3.2-1b with GGX_QGEMV_PAIR_BITS=4 (only
@@ -347,6 +351,21 @@ for part in "$@"; do
             layer_trace ;;
         ffn-short)
             ab GGX_QGEMV_FFN=1 "llama3-8b 4.0" "llama3.2-1b 4.0" ;;
+        ffnpf)
+            for r in 1 2; do
+                for P in 0 2 4 1000; do
+                    echo "-- llama3-8b 4.0 @16, round $r: GGX_QGEMV_FFN=1 GGX_QGEMV_FFN_PREFETCH=$P"
+                    GGX_QGEMV_FFN=1 GGX_QGEMV_FFN_PREFETCH=$P tg --synthetic llama3-8b --bpw 4.0 --ctx 16
+                done
+                echo "-- llama3-8b 4.0 @16, round $r: the default"; tg --synthetic llama3-8b --bpw 4.0 --ctx 16
+            done
+            for P in 0 4; do
+                echo "-- llama3.2-1b 4.0 @16: GGX_QGEMV_FFN=1 GGX_QGEMV_FFN_PREFETCH=$P"
+                GGX_QGEMV_FFN=1 GGX_QGEMV_FFN_PREFETCH=$P tg --synthetic llama3.2-1b --bpw 4.0 --ctx 16
+            done
+            echo "-- llama3.2-1b 4.0 @16: the default"; tg --synthetic llama3.2-1b --bpw 4.0 --ctx 16
+            layer_trace GGX_QGEMV_FFN=1
+            (export GGX_QGEMV_FFN_PREFETCH=4; layer_trace GGX_QGEMV_FFN=1) ;;
         ffnprobe)
             nvcc -O3 -std=c++17 -arch=sm_90 -Ibackends/cuda -I. -Iinclude bench/probes/ffn-fused.cu -o /tmp/ffn-fused && /tmp/ffn-fused 16 ;;
         pairs)

@@ -26,6 +26,7 @@
 #include "qgemv.cuh"
 
 #include "activation.cuh"
+#include "async-copy.cuh"
 #include "env-knobs.h"
 #include "exl2-unpack.cuh"
 #include "mma.cuh"
@@ -1167,9 +1168,11 @@ static_assert(k_ffn_cols == 4 * GGX_CUDA_WARP && k_ffn_max_k % k_ffn_threads == 
               "a warp's lanes take 4 columns each; whole fine slices of down per block");
 
 // Dynamic shared memory of k_ffn for K inputs: x in fp16, the warps' gate and up sums
-// [k_ffn_warps][2][k_ffn_cols], h in fp16 [k_ffn_cols], a float per warp.
+// [k_ffn_warps][2][k_ffn_cols], h in fp16 [k_ffn_cols], down's four head records (ffn_range_copy),
+// a float2 per warp.
 constexpr size_t ffn_smem_bytes(int K) {
-    return ((size_t)K * 2 + 15) / 16 * 16 + (size_t)k_ffn_warps * 2 * k_ffn_cols * 4 + k_ffn_cols * 2 + k_ffn_warps * 4;
+    return ((size_t)K * 2 + 15) / 16 * 16 + (size_t)k_ffn_warps * 2 * k_ffn_cols * 4 + k_ffn_cols * 2 + 4 * 16 +
+           k_ffn_warps * 8;
 }
 
 // The pieces of fine slices f0 .. f1 - 1 of M (f0 even on a paired table): the first two
@@ -1186,21 +1189,65 @@ __device__ __forceinline__ void ffn_range(const gemv_mat & M, int f0, int f1, in
     pe = ggx_load_ro(M.heads + 4 * ((f1 + sh) >> sh) + 3).x;
 }
 
-// The power of two that brings a block's largest |value| (each thread's amax) into [8, 16), as
-// the GEMV's staging of x (see k_qgemv). wm: a float per warp of shared memory.
-__device__ __forceinline__ float ffn_block_scale(float amax, float * wm) {
-    amax = ggx_warp_max(amax);
-    if (threadIdx.x % GGX_CUDA_WARP == 0) wm[threadIdx.x / GGX_CUDA_WARP] = amax;
-    __syncthreads();
-    float m = 0.0f;
-#pragma unroll
-    for (int w = 0; w < k_ffn_warps; w++) m = fmaxf(m, wm[w]);
-    __syncthreads();   // wm is free again
-    return __int_as_float((127 + x_scale_exponent(m)) << 23);
+// The same records as ffn_range, copied into shared memory (dst: 4 int4) by lanes 0 .. 3 of the
+// calling warp without holding registers: the first two descriptors, then the records whose .x are
+// the range's first and end piece (zeros for an empty range). Read them with ffn_range_read once
+// the copies are waited for and a barrier has passed. Down's range is the block's and static, so
+// the copies go out before the PDL wait and its records are in shared memory when gate/up ends:
+// loading them there put an L2 round trip in front of down's first pieces (run 217).
+__device__ __forceinline__ void ffn_range_copy(const gemv_mat & M, int f0, int f1, int4 * dst) {
+    const int lane = threadIdx.x % GGX_CUDA_WARP;
+    f1 = min(f1, M.n_fine);
+    const int sh = M.pair_shift;
+    // lane 0, 1: descriptors 0, 1 of f0's record; lane 2: its piece; lane 3: f1's piece
+    const int4 * src = M.heads + 4 * ((lane == 3 ? f1 + sh : f0) >> sh) + (lane < 2 ? lane : 3);
+    if (lane < 4) ggx_cp_async16(dst + lane, src, f0 < f1);
+    ggx_cp_async_commit();
 }
+__device__ __forceinline__ void ffn_range_read(const int4 * r, int4 & d0, int4 & d1, int & pb, int & pe) {
+    d0 = r[0];
+    d1 = r[1];
+    pb = r[2].x;
+    pe = r[3].x;
+}
+
+// Warp w's share of the block's rows of down (one span of packed words: 128 rows over all columns)
+// asked of L2 by its lane 0 (no registers held, nothing waits), so that down's loads after the
+// hand-off hit L2 while DRAM keeps streaming. r: the records of ffn_range_copy (their .y: the word
+// rows where the block's rows begin and end).
+__device__ __forceinline__ void ffn_prefetch_down(const gemv_mat & D, const int4 * r) {
+    const int w = threadIdx.x / GGX_CUDA_WARP;
+    const size_t row_bytes = (size_t)D.Np * 4, bytes = (size_t)max(0, r[3].y - r[2].y) * row_bytes;
+    const size_t share = (bytes / k_ffn_warps + 15) & ~(size_t)15, off = (size_t)w * share;
+    if (threadIdx.x % GGX_CUDA_WARP == 0 && off < bytes)
+        ggx_prefetch_l2((const char *)D.qw + (size_t)r[2].y * row_bytes + off, (uint32_t)min(share, bytes - off));
+}
+
+// The sum of s and the largest m over the block in one exchange (wm: a float2 per warp of shared
+// memory, not read again before the block's next barrier).
+__device__ __forceinline__ float2 ffn_block_sum_max(float s, float m, float2 * wm) {
+    s = ggx_warp_sum(s);
+    m = ggx_warp_max(m);
+    if (threadIdx.x % GGX_CUDA_WARP == 0) wm[threadIdx.x / GGX_CUDA_WARP] = make_float2(s, m);
+    __syncthreads();
+    float2 r = make_float2(0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < k_ffn_warps; w++) {
+        const float2 v = wm[w];
+        r.x += v.x;
+        r.y = fmaxf(r.y, v.y);
+    }
+    return r;
+}
+
+// The power of two that brings a largest |value| into [8, 16), as the GEMV's staging of x (see
+// k_qgemv).
+__device__ __forceinline__ float ffn_scale_for(float amax) { return __int_as_float((127 + x_scale_exponent(amax)) << 23); }
 
 // a.m[0] gate, a.m[1] up (one q_perm), a.m[2] down (none; y the residual, a.x when in place);
 // a.counters[0 .. 1]: the staged count and the count of blocks past it (back to 0 at the end).
+// Trace stamps past the loop's end (warp 0's): A every warp's sums written, B h's maximum known,
+// C and HANDOFF h staged (down starts).
 __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant__ gemv_args a) {
     extern __shared__ float4 smem4[];
     const gemv_mat & G = a.m[0];
@@ -1210,7 +1257,8 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
     half * xh = (half *)smem4;                                             // [K]
     float * part = (float *)smem4 + (K * 2 + 15) / 16 * 4;                 // [warps][2][cols]
     half * hx = (half *)(part + k_ffn_warps * 2 * k_ffn_cols);             // [cols]
-    float * wm = (float *)(hx + k_ffn_cols);                               // [warps]
+    int4 * d_heads = (int4 *)(hx + k_ffn_cols);                            // [4] (ffn_range_copy)
+    float2 * wm = (float2 *)(d_heads + 4);                                 // [warps]
     int trace_slot = 0;
     ggx_trace_begin(a.trace, &trace_slot);
     const int j = blockIdx.x, w = threadIdx.x / GGX_CUDA_WARP, lane = threadIdx.x % GGX_CUDA_WARP;
@@ -1218,13 +1266,15 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
     const uint4 * zero = nullptr;
 
     // 1. static data first: this warp's gate and up pieces (a run of fine slices of K: even, for
-    //    the paired tables) and its first two; the x rows' sources and norm weights
+    //    the paired tables) and its first two; down's head records for the block's rows; the x
+    //    rows' sources
     const int n = j * k_ffn_cols + 4 * lane;
     const int mf = ((G.n_fine + k_ffn_warps - 1) / k_ffn_warps + 1) & ~1;
     int4 g0 = {}, g1 = {}, u0 = {}, u1 = {};
     int gb, ge, ub, ue;
     ffn_range(G, w * mf, (w + 1) * mf, g0, g1, gb, ge);
     ffn_range(U, w * mf, (w + 1) * mf, u0, u1, ub, ue);
+    if (w == 1) ffn_range_copy(D, j * (k_ffn_cols / k_fine), (j + 1) * (k_ffn_cols / k_fine), d_heads);
     // gate's pieces, then up's (the same rows: both or neither has pieces here)
     const int ng = ge - gb, S = ng + ue - ub;
     auto gu_load = [&](int s, piece_regs & P) {
@@ -1248,40 +1298,28 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
 
     // 2. x through q_perm, RMS-normalised if asked, in fp16 scaled into [8, 16) (as k_qgemv). The
     //    norm weights load with x, in the same round trip: held from before the wait with the
-    //    first pieces, they spilled.
-    float xv[k_ffn_stage], nw[k_ffn_stage];
+    //    first pieces, they spilled. The sum of squares comes from the same values (q_perm only
+    //    reorders x) and goes through one exchange with max |x w|, the scale's input.
+    float xv[k_ffn_stage];
+    float ss = 0.0f, amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < k_ffn_stage; i++) {
         const int k = threadIdx.x + i * k_ffn_threads;
-        xv[i] = src[i] >= 0 ? a.x[src[i]] : 0.0f;
-        nw[i] = !a.norm || !a.norm_w || src[i] < 0 ? 1.0f : G.norm_wp ? G.norm_wp[k] : ggx_load_any(a.norm_w, a.norm_type, src[i]);
-    }
-    float rinv = 1.0f;
-    if (a.norm) {
-        float ss = 0.0f;
-        for (int i = threadIdx.x * 4; i < K; i += k_ffn_threads * 4) {
-            const float4 x4 = *(const float4 *)(a.x + i);
-            ss += x4.x * x4.x + x4.y * x4.y + x4.z * x4.z + x4.w * x4.w;
-        }
-        ss = ggx_warp_sum(ss);
-        if (lane == 0) wm[w] = ss;
-        __syncthreads();
-        float s = 0.0f;
-#pragma unroll
-        for (int i = 0; i < k_ffn_warps; i++) s += wm[i];
-        __syncthreads();
-        rinv = rsqrtf(s / (float)K + a.norm_eps);
-    }
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < k_ffn_stage; i++) {
-        if (a.norm) xv[i] *= rinv * nw[i];
+        const float x = src[i] >= 0 ? a.x[src[i]] : 0.0f;
+        const float nw =
+            !a.norm || !a.norm_w || src[i] < 0 ? 1.0f : G.norm_wp ? G.norm_wp[k] : ggx_load_any(a.norm_w, a.norm_type, src[i]);
+        ss += x * x;
+        xv[i] = x * nw;
         amax = fmaxf(amax, fabsf(xv[i]));
     }
-    const float xscale = ffn_block_scale(amax, wm);
+    if (w == 1) ggx_cp_async_wait<0>();   // down's head records (read after the next barrier)
+    const float2 sm = ffn_block_sum_max(ss, amax, wm);
+    const float rinv = a.norm ? rsqrtf(sm.x / (float)K + a.norm_eps) : 1.0f;
+    const float xscale = ffn_scale_for(sm.y * rinv);
+    const float xmul = rinv * xscale;
 #pragma unroll
     for (int i = 0; i < k_ffn_stage; i++)
-        if (src[i] >= 0) xh[threadIdx.x + i * k_ffn_threads] = __float2half_rn(xv[i] * xscale);
+        if (src[i] >= 0) xh[threadIdx.x + i * k_ffn_threads] = __float2half_rn(xv[i] * xmul);
     __syncthreads();
     // this block has read all of x: the residual it adds into may change from now on
     int * staged = a.counters;
@@ -1289,13 +1327,17 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
     if (in_place && threadIdx.x == 0) ggx_count_arrive(staged);
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP);
 
-    // 3. gate's pieces, then up's, two in flight
+    // 3. gate's pieces, then up's, two in flight; a.prefetch (> 0) pieces before the end, the
+    //    warp asks L2 for its share of down's rows
     float v[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}}, gs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     auto gate_done = [&] {   // up's pieces start: the sums so far are gate's
 #pragma unroll
         for (int c = 0; c < 4; c++) { gs[c] = v[0][c]; v[0][c] = 0.0f; }
     };
+    const int pf_at = a.prefetch > 0 ? max(0, S - a.prefetch) & ~1 : -1;   // (the loop's steps are even)
+    if (pf_at >= 0 && S == 0) ffn_prefetch_down(D, d_heads);
     for (int s = 0; s < S; s += 2) {
+        if (s == pf_at) ffn_prefetch_down(D, d_heads);
         if (s == ng) gate_done();
         piece_apply<1>(A, xh, 0, v, L, zero);
         if (s + 2 < S) gu_load(s + 2, A);
@@ -1306,11 +1348,20 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
     }
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP_END);
 
+    // no block adds into the residual before every block has read it: the count is waited for
+    // here, by thread 0 while the other warps finish their loops (~20 us after the arrivals, so
+    // one L2 round trip); the count of blocks past it is taken now and read at the end
+    int past = 0;
+    if (in_place && threadIdx.x == 0) {
+        ggx_count_wait(staged, (int)gridDim.x);
+        past = atomicAdd(staged + 1, 1);
+    }
+
     // down's first pieces (static) load while the sums meet: rows 128 j .. + 127, the column runs
     // 128 (w + 16 c) + 4 lane
-    int4 d0 = {}, d1 = {};
+    int4 d0, d1;
     int db, de;
-    ffn_range(D, j * (k_ffn_cols / k_fine), (j + 1) * (k_ffn_cols / k_fine), d0, d1, db, de);
+    ffn_range_read(d_heads, d0, d1, db, de);
     const int nd = de - db;
     const int runs = (D.Np / k_ffn_cols - w + k_ffn_warps - 1) / k_ffn_warps;   // this warp's column runs
     const int SD = nd * runs;
@@ -1324,12 +1375,16 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
         if (SD > 1) piece_load_from(D, nd > 1 ? d1 : d0, d_col(nd > 1 ? 0 : 1), B, a.evict_first, L);
     }
 
-    // 4. the warps' sums in warp order, h = act(g) u for the block's columns, staged in fp16
+    // 4. the warps' sums in warp order, h = act(g) u for the block's columns (warps 0 .. 3),
+    //    staged in fp16 with the block's scale (its maximum through wm: its last reader, the x
+    //    scale above, is two barriers back)
     const float xunscale = 1.0f / xscale;
     *(float4 *)(part + (2 * w) * k_ffn_cols + 4 * lane) = make_float4(gs[0] * xunscale, gs[1] * xunscale, gs[2] * xunscale, gs[3] * xunscale);
     *(float4 *)(part + (2 * w + 1) * k_ffn_cols + 4 * lane) =
         make_float4(v[0][0] * xunscale, v[0][1] * xunscale, v[0][2] * xunscale, v[0][3] * xunscale);
     __syncthreads();
+    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_A);
+    constexpr int h_warps = k_ffn_cols / GGX_CUDA_WARP;
     float h = 0.0f;
     if (threadIdx.x < k_ffn_cols) {
         const int col = j * k_ffn_cols + threadIdx.x;
@@ -1340,18 +1395,18 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
             u += part[(2 * i + 1) * k_ffn_cols + threadIdx.x];
         }
         h = (a.act == GGX_ACT_SILU ? silu_f(g) : gelu_f(g)) * u;
+        const float hm = ggx_warp_max(fabsf(h));
+        if (lane == 0) wm[w].y = hm;
     }
-    const float hscale = ffn_block_scale(fabsf(h), wm);
+    __syncthreads();   // (also publishes thread 0's wait for the count to the block)
+    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_B);
+    float hmax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < h_warps; i++) hmax = fmaxf(hmax, wm[i].y);
+    const float hscale = ffn_scale_for(hmax);
     if (threadIdx.x < k_ffn_cols) hx[threadIdx.x] = __float2half_rn(h * hscale);
-    // no block adds into the residual before every block has read it
-    if (in_place && threadIdx.x == 0) {
-        ggx_count_wait(staged, (int)gridDim.x);
-        if (atomicAdd(staged + 1, 1) == (int)gridDim.x - 1) {   // the last block past the count: ready for the next launch
-            staged[0] = 0;
-            staged[1] = 0;
-        }
-    }
     __syncthreads();
+    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_C);
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_HANDOFF);
 
     // 5. down: the block's rows for each of the warp's column runs, two pieces in flight, each
@@ -1374,6 +1429,12 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
         piece_apply<1>(B, hb, 0, v, L, zero);
         if ((i + 2) % nd == 0) flush((i + 1) / nd);
         if (i + 3 < SD) d_load(i + 3, B);
+    }
+    // the last block past the count makes it ready for the next launch (no block reads it again
+    // in this one; the next FFN launch arrives only after its PDL wait, past this grid's end)
+    if (in_place && threadIdx.x == 0 && past == (int)gridDim.x - 1) {
+        staged[0] = 0;
+        staged[1] = 0;
     }
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
 }
@@ -1590,12 +1651,20 @@ float evict_first_fraction() {
     return v;
 }
 
+// GGX_QGEMV_FFN_PREFETCH=P: each warp of k_ffn asks L2 for its share of down's rows P pieces
+// before its gate/up loop ends (0: never; at least the loop's length: at its start).
+int ffn_prefetch_pieces() {
+    static const int v = ggx_env_int_in("GGX_QGEMV_FFN_PREFETCH", 0, 1 << 20, 0);
+    return v;
+}
+
 ggx_status ffn_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     gemv_args a = {};
     fill_ffn_args(job, a);
     for (int i = 0; i < 2; i++) a.m[i].norm_wp = ggx_cuda_norm_table_for(ctx, job, i);
     a.counters = ctx.counters;
     a.evict_first = evict_first_fraction();
+    a.prefetch = ffn_prefetch_pieces();
     const int blocks = a.m[0].N / k_ffn_cols;
     if (ctx.trace) a.trace = ggx_cuda_trace_launch(ctx, std::string("ffn ") + job.m[0].w->name, "");
     static bool configured = false;

@@ -62,7 +62,12 @@ inline half2 __hfma2(half2 a, half2 b, half2 c) {
 template <class V> inline V ggx_load_ro(const V * p) { return *p; }
 // The weights' 16-byte loads (load_weights' host branch) are counted per chunk of each matrix's
 // q_weight: a token must read every packed word once, and only those.
-struct WordReads { const uint4 * lo; size_t n; std::vector<int> count; };
+struct WordReads {
+    const uint4 * lo;
+    size_t n;
+    std::vector<int> count;
+    std::vector<int> prefetched = {};   // L2 prefetches per chunk (ggx_prefetch_l2), when counted
+};
 inline std::vector<WordReads> g_word_reads;
 inline uint4 ggx_load_ro(const uint4 * p) {
     for (WordReads & r : g_word_reads)
@@ -71,6 +76,19 @@ inline uint4 ggx_load_ro(const uint4 * p) {
     return *p;
 }
 template <class V> inline V __ldg(const V * p) { return *p; }   // exl2-unpack.cuh's GPTQ loads
+// An L2 prefetch is a hint, but its span must lie in one matrix's q_weight, 16-byte aligned
+inline int g_prefetches = 0;
+inline void ggx_prefetch_l2(const void * src, uint32_t bytes) {
+    const uint4 * p = (const uint4 *)src;
+    WordReads * in = nullptr;
+    for (WordReads & r : g_word_reads)
+        if (p >= r.lo && p + bytes / 16 <= r.lo + r.n) in = &r;
+    CHECKX(in && bytes % 16 == 0 && (uintptr_t)src % 16 == 0 && bytes > 0, "an L2 prefetch of %u bytes outside every q_weight or unaligned",
+           bytes);
+    g_prefetches++;
+    if (in && !in->prefetched.empty())
+        for (size_t i = 0; i < bytes / 16; i++) in->prefetched[p - in->lo + i]++;
+}
 inline float ggx_load_any(const void * p, int type, int64_t i) {
     if (type == GGX_TYPE_F16) return __half2float(((const half *)p)[i]);
     CHECKX(type == GGX_TYPE_F32, "ggx_load_any of type %d (the emulator has f32 and f16)", type);
@@ -795,6 +813,13 @@ static int run_ffn(const FfnCase & c, int idx) {
     std::vector<double> g, u, bgm, bum, h(F), hb(F), y, ym;
     product(*c.gate, xin, bg, g, bgm);
     product(*c.up, xin, bu, u, bum);
+    if (c.bias) {   // one h a thousand times the others, in the last h warp's columns of block 0: the
+                    // block's h scale must take all of them in, or down's fp16 sums overflow
+        const int o = emu::k_ffn_cols - 28;
+        const float b = (float)(bu[o] + 999.0 * (std::fabs(u[o]) + bum[o]) * (u[o] < 0 ? -1 : 1));
+        u[o] += (double)b - bu[o];
+        bu[o] = b;
+    }
     for (int f = 0; f < F; f++) {
         const double ag = act_d(c.act, g[f]);
         h[f] = ag * u[f];
@@ -870,17 +895,23 @@ static int run_ffn(const FfnCase & c, int idx) {
     a.evict_first = 1.0f;
     const int blocks = blocks_for(F);
     const size_t smem = emu::ffn_smem_bytes(D);
+    // down's head records are copied into shared memory (ffn_range_copy)
+    for (const std::vector<int4> * t : {&c.down->tab.heads, &c.down->tab.heads2})
+        g_cp_static.push_back({(const char *)t->data(), (const char *)(t->data() + t->size())});
     constexpr size_t smem_guard = 4096;
     int n_bad = 0;
     for (int order = 0; order < 3; order++) {
         std::copy(x.begin(), x.end(), out.p());   // the residual (y starts as x)
         g_word_reads.clear();
         for (const Mat * m : ms) g_word_reads.push_back({(const uint4 *)m->qw.data(), m->qw.size() / 4, std::vector<int>(m->qw.size() / 4, 0)});
+        g_word_reads[2].prefetched.assign(g_word_reads[2].n, 0);
         std::vector<int> bl(blocks), writes(D, 0);
         for (int b = 0; b < blocks; b++) bl[b] = b;
         if (order == 1) std::reverse(bl.begin(), bl.end());
         if (order == 2) { std::mt19937 r(977 + idx); std::shuffle(bl.begin(), bl.end(), r); }
         g_ffn_args = a;
+        g_ffn_args.prefetch = order == 0 ? 0 : order == 1 ? 2 : 1 << 20;   // down's rows into L2: never, late, at once
+        g_prefetches = 0;
         g_thread_body = ffn_body;
         NTH = emu::k_ffn_threads;
         gridDim.x = blocks;
@@ -893,6 +924,12 @@ static int run_ffn(const FfnCase & c, int idx) {
                 if (g_smem[e] != 0xff) { CHECKX(false, "shared memory byte %zu written past the launch's %zu", e, smem); break; }
         }
         out.check_guards("y", NAN);
+        CHECKX((g_prefetches > 0) == (g_ffn_args.prefetch > 0), "ffn: %d L2 prefetches with a.prefetch %d", g_prefetches, g_ffn_args.prefetch);
+        if (g_ffn_args.prefetch > 0) {   // each block its rows of down: all of down once
+            size_t not_once = 0;
+            for (int n : g_word_reads[2].prefetched) not_once += n != 1;
+            CHECKX(not_once == 0, "ffn: %zu of down's %zu 16-byte chunks not prefetched exactly once", not_once, g_word_reads[2].n);
+        }
         for (int i = 0; i < 4; i++) CHECKX(counters[i] == 0, "ffn: counter %d is %d after the grid (not in place: untouched)", i - 1, counters[i]);
         for (int i = 0; i < 3; i++) {
             size_t not_once = 0;
@@ -914,6 +951,7 @@ static int run_ffn(const FfnCase & c, int idx) {
         if (bad) n_bad++;
         after_run(bad > 0);
     }
+    g_cp_static.clear();
     return n_bad;
 }
 
