@@ -56,6 +56,7 @@ constexpr int k_max_smem = 96 * 1024;         // dynamic shared memory at most: 
 // gemv_args::flags: one-row ADD epilogues in place add every K-slice's sums into y (GGX_QGEMV_RED,
 // default on); a one-row job keeps one piece per thread in flight instead of two (one_deep)
 constexpr int k_flag_red = 1, k_flag_one_deep = 2;
+constexpr int k_flag_ffn_no_add = 4;   // k_ffn adds nothing into the residual (GGX_QGEMV_FFN_NO_ADD: timing only)
 constexpr int k_prefetch_rows = 2;            // L2 warm-up rows per thread (see prefetch_rows; measured)
 
 // Warp groups per block for T rows: shared memory holds T * W fine slices of x.
@@ -1300,16 +1301,20 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
     //    norm weights load with x, in the same round trip: held from before the wait with the
     //    first pieces, they spilled. The sum of squares comes from the same values (q_perm only
     //    reorders x) and goes through one exchange with max |x w|, the scale's input.
-    float xv[k_ffn_stage];
-    float ss = 0.0f, amax = 0.0f;
+    //    (All loads first, then the arithmetic: used as they came, the loads went out one round
+    //    trip at a time, +1.8 us, run 218.)
+    float xv[k_ffn_stage], nw[k_ffn_stage];
 #pragma unroll
     for (int i = 0; i < k_ffn_stage; i++) {
         const int k = threadIdx.x + i * k_ffn_threads;
-        const float x = src[i] >= 0 ? a.x[src[i]] : 0.0f;
-        const float nw =
-            !a.norm || !a.norm_w || src[i] < 0 ? 1.0f : G.norm_wp ? G.norm_wp[k] : ggx_load_any(a.norm_w, a.norm_type, src[i]);
-        ss += x * x;
-        xv[i] = x * nw;
+        xv[i] = src[i] >= 0 ? a.x[src[i]] : 0.0f;
+        nw[i] = !a.norm || !a.norm_w || src[i] < 0 ? 1.0f : G.norm_wp ? G.norm_wp[k] : ggx_load_any(a.norm_w, a.norm_type, src[i]);
+    }
+    float ss = 0.0f, amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < k_ffn_stage; i++) {
+        ss += xv[i] * xv[i];
+        xv[i] *= nw[i];
         amax = fmaxf(amax, fabsf(xv[i]));
     }
     if (w == 1) ggx_cp_async_wait<0>();   // down's head records (read after the next barrier)
@@ -1418,7 +1423,7 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
         const int col = d_col(c);
         float4 o = make_float4(v[0][0] * hunscale, v[0][1] * hunscale, v[0][2] * hunscale, v[0][3] * hunscale);
         if (D.bias && j == 0) { o.x += D.bias[col]; o.y += D.bias[col + 1]; o.z += D.bias[col + 2]; o.w += D.bias[col + 3]; }
-        ggx_red_add4(D.y + col, o, D.N - col);
+        if (!(a.flags & k_flag_ffn_no_add)) ggx_red_add4(D.y + col, o, D.N - col);
         v[0][0] = v[0][1] = v[0][2] = v[0][3] = 0.0f;
     };
     for (int i = 0; i < SD; i += 2) {
@@ -1665,6 +1670,10 @@ ggx_status ffn_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     a.counters = ctx.counters;
     a.evict_first = evict_first_fraction();
     a.prefetch = ffn_prefetch_pieces();
+    // GGX_QGEMV_FFN_NO_ADD=1 (measurements only: the logits are wrong): k_ffn adds nothing into the
+    // residual, to see what its reductions cost the kernels after it
+    static const bool no_add = ggx_env_int_in("GGX_QGEMV_FFN_NO_ADD", 0, 1, 0) != 0;
+    if (no_add) a.flags |= k_flag_ffn_no_add;
     const int blocks = a.m[0].N / k_ffn_cols;
     if (ctx.trace) a.trace = ggx_cuda_trace_launch(ctx, std::string("ffn ") + job.m[0].w->name, "");
     static bool configured = false;

@@ -90,7 +90,7 @@ qgemv_mutants=(
     ffn_hmax_one_warp 's/for (int i = 0; i < h_warps; i++) hmax/for (int i = 0; i < 1; i++) hmax/'
     ffn_prefetch_share 's/const size_t share = (bytes \/ k_ffn_warps + 15)/const size_t share = (bytes \/ (k_ffn_warps + 1) + 15)/'
     ffn_prefetch_odd 's/max(0, S - a.prefetch) \& ~1 : -1;/max(0, S - a.prefetch) | 1 : -1;/'
-    ffn_ss_normed 's/        ss += x \* x;/        ss += x * x * nw * nw;/'
+    ffn_ss_normed 's/        ss += xv\[i\] \* xv\[i\];/        ss += xv[i] * xv[i] * nw[i] * nw[i];/'
 )
 qgemv_pairgroups_mutants=(
     across_same_scale 's/piece_scale<1>(s.sw >> 16, __high2half(s.mx), acc, v);/piece_scale<1>(s.sw, __low2half(s.mx), acc, v);/'
