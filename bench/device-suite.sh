@@ -29,8 +29,10 @@
 #                   the default, twice; llama3.2-1b at 0 and 4 and the default; the FFN's layer trace
 #                   at 0 and 4
 #   ffndiag         tg128@16 of llama3-8b 4.0 with GGX_QGEMV_FFN=1, with it and GGX_QGEMV_FFN_NO_ADD=1 (the
-#                   FFN adds nothing into the residual: timing only), and the default, twice; the layer
-#                   trace of each; layer 5's q/k/v and o blocks with the FFN and without
+#                   FFN adds nothing into the residual: timing only), with q/k/v and o on a second copy
+#                   of the GEMV's code (GGX_QGEMV_CODE_COPY_FOR: other code between their launches), and
+#                   the default, twice; the layer trace of each; layer 5's q/k/v and o blocks with the
+#                   FFN and without
 #   ffnprobe        bench/probes/ffn-fused.cu built and run (16 layers): fused, loads only, split,
 #                   residual in place, and the per-block timeline
 #   pairs           tg128@16 at 2.5, 3.0, 4.0 bpw and llama3.2-1b with GGX_QGEMV_PAIR_BITS=4 (only
@@ -371,13 +373,14 @@ for part in "$@"; do
             (export GGX_QGEMV_FFN_PREFETCH=4; layer_trace GGX_QGEMV_FFN=1) ;;
         ffndiag)
             for r in 1 2; do
-                for st in GGX_QGEMV_FFN=1 "GGX_QGEMV_FFN=1 GGX_QGEMV_FFN_NO_ADD=1" ""; do
+                for st in GGX_QGEMV_FFN=1 "GGX_QGEMV_FFN=1 GGX_QGEMV_FFN_NO_ADD=1" GGX_QGEMV_CODE_COPY_FOR=q_proj:1,o_proj:1 ""; do
                     echo "-- llama3-8b 4.0 @16, round $r: ${st:-the default}"
                     (for e in $st; do export "$e"; done; tg --synthetic llama3-8b --bpw 4.0 --ctx 16)
                 done
             done
             layer_trace GGX_QGEMV_FFN=1
             (export GGX_QGEMV_FFN_NO_ADD=1; layer_trace GGX_QGEMV_FFN=1)
+            layer_trace GGX_QGEMV_CODE_COPY_FOR=q_proj:1,o_proj:1
             layer_trace
             NAMES=layers.5.self_attn.q_proj,layers.5.self_attn.o_proj LINES_MAX=400 block_dump GGX_QGEMV_FFN=1
             NAMES=layers.5.self_attn.q_proj,layers.5.self_attn.o_proj LINES_MAX=400 block_dump ;;

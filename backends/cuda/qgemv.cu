@@ -750,7 +750,9 @@ __device__ __forceinline__ bool rope_pair(const gemv_args & a, int lc, int & i) 
     return d < a.rope.n_rot;
 }
 
-template <int T, int W = groups_for(T)>
+// Copy: a second instantiation of the same code at other addresses (GGX_QGEMV_CODE_COPY_FOR: what
+// running other code between two launches costs them; measurements only)
+template <int T, int W = groups_for(T), int Copy = 0>
 __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant__ gemv_args a) {
     constexpr int NT = k_group * W;
     extern __shared__ float4 smem4[];
@@ -1589,10 +1591,10 @@ size_t smem_bytes(int T, int m, bool rope, int attn_bound = 0, int hd = 0) {
     return attn_bound > 0 ? std::max(bytes, (size_t)attn_smem_floats(k_group * W, hd, attn_bound) * sizeof(float)) : bytes;
 }
 
-template <int T>
+template <int T, int Copy = 0>
 ggx_status launch(ggx_cuda_ctx & ctx, const gemv_args & a, int blocks, size_t smem) {
     constexpr int W = groups_for(T);
-    void (*kernel)(gemv_args) = k_qgemv<T, W>;
+    void (*kernel)(gemv_args) = k_qgemv<T, W, Copy>;
     static bool configured = false;   // one attribute call per instantiation (per process)
     if (!configured) {
         GGX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, k_max_smem));
@@ -1906,6 +1908,9 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     }
     if (job.attn.bound > 0) ctx.attn_tail_jobs++;
     const int blocks = L.blocks;
+    // GGX_QGEMV_CODE_COPY_FOR=NAME:1[,...] (measurements only): one-row jobs whose first matrix's
+    // name contains NAME run k_qgemv's second copy
+    if (job.T == 1 && value_for("GGX_QGEMV_CODE_COPY_FOR", job, 0) != 0) return launch<1, 1>(ctx, a, blocks, smem);
     switch (job.T) {
         case 1: return launch<1>(ctx, a, blocks, smem);
         case 2: return launch<2>(ctx, a, blocks, smem);
