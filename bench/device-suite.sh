@@ -33,6 +33,9 @@
 #                   of the GEMV's code (GGX_QGEMV_CODE_COPY_FOR: other code between their launches), and
 #                   the default, twice; the layer trace of each; layer 5's q/k/v and o blocks with the
 #                   FFN and without
+#   codecopy        tg128@16 of llama3-8b 4.0 with o alone, q/k/v alone, and gate/up with down on the GEMV
+#                   kernel's second code copy (GGX_QGEMV_CODE_COPY_FOR), then the default; the layer
+#                   trace with o alone and with q/k/v alone on it
 #   ffnprobe        bench/probes/ffn-fused.cu built and run (16 layers): fused, loads only, split,
 #                   residual in place, and the per-block timeline
 #   pairs           tg128@16 at 2.5, 3.0, 4.0 bpw and llama3.2-1b with GGX_QGEMV_PAIR_BITS=4 (only
@@ -384,6 +387,13 @@ for part in "$@"; do
             layer_trace
             NAMES=layers.5.self_attn.q_proj,layers.5.self_attn.o_proj LINES_MAX=400 block_dump GGX_QGEMV_FFN=1
             NAMES=layers.5.self_attn.q_proj,layers.5.self_attn.o_proj LINES_MAX=400 block_dump ;;
+        codecopy)
+            for st in GGX_QGEMV_CODE_COPY_FOR=o_proj:1 GGX_QGEMV_CODE_COPY_FOR=q_proj:1 GGX_QGEMV_CODE_COPY_FOR=gate_proj:1,down_proj:1 ""; do
+                echo "-- llama3-8b 4.0 @16: ${st:-the default}"
+                (if [ -n "$st" ]; then export "$st"; fi; tg --synthetic llama3-8b --bpw 4.0 --ctx 16)
+            done
+            layer_trace GGX_QGEMV_CODE_COPY_FOR=o_proj:1
+            layer_trace GGX_QGEMV_CODE_COPY_FOR=q_proj:1 ;;
         ffnprobe)
             nvcc -O3 -std=c++17 -arch=sm_90 -Ibackends/cuda -I. -Iinclude bench/probes/ffn-fused.cu -o /tmp/ffn-fused && /tmp/ffn-fused 16 ;;
         pairs)
