@@ -390,7 +390,7 @@ for part in "$@"; do
         codecopy)
             for st in GGX_QGEMV_CODE_COPY_FOR=o_proj:1 GGX_QGEMV_CODE_COPY_FOR=q_proj:1 GGX_QGEMV_CODE_COPY_FOR=gate_proj:1,down_proj:1 ""; do
                 echo "-- llama3-8b 4.0 @16: ${st:-the default}"
-                (if [ -n "$st" ]; then export "$st"; fi; tg --synthetic llama3-8b --bpw 4.0 --ctx 16)
+                (for e in $st; do export "$e"; done; tg --synthetic llama3-8b --bpw 4.0 --ctx 16)
             done
             layer_trace GGX_QGEMV_CODE_COPY_FOR=o_proj:1
             layer_trace GGX_QGEMV_CODE_COPY_FOR=q_proj:1 ;;

@@ -1178,33 +1178,36 @@ constexpr size_t ffn_smem_bytes(int K) {
            k_ffn_warps * 8;
 }
 
-// The pieces of fine slices f0 .. f1 - 1 of M (f0 even on a paired table): the first two
-// descriptors and the range, from the head records (one L2 round trip).
+// Record i of the head records that describe fine slices f0 .. f1 - 1 of M (f1 at most n_fine;
+// f0 even on a paired table): i = 0, 1 the first two piece descriptors, 2 the record whose .x is
+// the range's first piece, 3 the one whose .x is its end.
+__device__ __forceinline__ const int4 * ffn_head_record(const gemv_mat & M, int f0, int f1, int i) {
+    const int sh = M.pair_shift;
+    return M.heads + 4 * ((i == 3 ? f1 + sh : f0) >> sh) + (i < 2 ? i : 3);
+}
+
+// The pieces of fine slices f0 .. f1 - 1 of M: the first two descriptors and the range, from the
+// head records (one L2 round trip).
 __device__ __forceinline__ void ffn_range(const gemv_mat & M, int f0, int f1, int4 & d0, int4 & d1, int & pb, int & pe) {
     pb = pe = 0;
     f1 = min(f1, M.n_fine);
     if (f0 >= f1) return;
-    const int sh = M.pair_shift;
-    const int4 * hp = M.heads + 4 * (f0 >> sh);
-    d0 = ggx_load_ro(hp);
-    d1 = ggx_load_ro(hp + 1);
-    pb = ggx_load_ro(hp + 3).x;
-    pe = ggx_load_ro(M.heads + 4 * ((f1 + sh) >> sh) + 3).x;
+    d0 = ggx_load_ro(ffn_head_record(M, f0, f1, 0));
+    d1 = ggx_load_ro(ffn_head_record(M, f0, f1, 1));
+    pb = ggx_load_ro(ffn_head_record(M, f0, f1, 2)).x;
+    pe = ggx_load_ro(ffn_head_record(M, f0, f1, 3)).x;
 }
 
-// The same records as ffn_range, copied into shared memory (dst: 4 int4) by lanes 0 .. 3 of the
-// calling warp without holding registers: the first two descriptors, then the records whose .x are
-// the range's first and end piece (zeros for an empty range). Read them with ffn_range_read once
-// the copies are waited for and a barrier has passed. Down's range is the block's and static, so
-// the copies go out before the PDL wait and its records are in shared memory when gate/up ends:
-// loading them there put an L2 round trip in front of down's first pieces (run 217).
+// The same records as ffn_range, copied into shared memory (dst: 4 int4, record i by lane i of the
+// calling warp) without holding registers; zeros for an empty range. Read them with
+// ffn_range_read once the copies are waited for and a barrier has passed. Down's range is the
+// block's and static, so the copies go out before the PDL wait and its records are in shared
+// memory when gate/up ends: loading them there put an L2 round trip in front of down's first
+// pieces (run 217).
 __device__ __forceinline__ void ffn_range_copy(const gemv_mat & M, int f0, int f1, int4 * dst) {
     const int lane = threadIdx.x % GGX_CUDA_WARP;
     f1 = min(f1, M.n_fine);
-    const int sh = M.pair_shift;
-    // lane 0, 1: descriptors 0, 1 of f0's record; lane 2: its piece; lane 3: f1's piece
-    const int4 * src = M.heads + 4 * ((lane == 3 ? f1 + sh : f0) >> sh) + (lane < 2 ? lane : 3);
-    if (lane < 4) ggx_cp_async16(dst + lane, src, f0 < f1);
+    if (lane < 4) ggx_cp_async16(dst + lane, ffn_head_record(M, f0, f1, lane), f0 < f1);
     ggx_cp_async_commit();
 }
 __device__ __forceinline__ void ffn_range_read(const int4 * r, int4 & d0, int4 & d1, int & pb, int & pe) {

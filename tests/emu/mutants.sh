@@ -86,7 +86,7 @@ qgemv_mutants=(
     ffn_no_unscale 's/const float xunscale = 1.0f \/ xscale;/const float xunscale = 1.0f;/'
     ffn_warps_sum 's/for (int i = 0; i < k_ffn_warps; i++) {$/for (int i = 1; i < k_ffn_warps; i++) {/'
     ffn_no_copy_wait 's/if (w == 1) ggx_cp_async_wait<0>();/\/\/ (down'"'"'s records not waited for)/'
-    ffn_range_record 's/+ (lane < 2 ? lane : 3);/+ (lane < 2 ? lane : 2);/'
+    ffn_range_record 's/+ (i < 2 ? i : 3);/+ (i < 2 ? i : 2);/'
     ffn_hmax_one_warp 's/for (int i = 0; i < h_warps; i++) hmax/for (int i = 0; i < 1; i++) hmax/'
     ffn_prefetch_share 's/const size_t share = (bytes \/ k_ffn_warps + 15)/const size_t share = (bytes \/ (k_ffn_warps + 1) + 15)/'
     ffn_prefetch_odd 's/max(0, S - a.prefetch) \& ~1 : -1;/max(0, S - a.prefetch) | 1 : -1;/'
