@@ -1283,10 +1283,6 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
     if (w == 1) ffn_range_copy(D, j * (k_ffn_cols / k_fine), (j + 1) * (k_ffn_cols / k_fine), d_heads);
     // gate's pieces, then up's (the same rows: both or neither has pieces here)
     const int ng = ge - gb, S = ng + ue - ub;
-    auto gu_load = [&](int s, piece_regs & P) {
-        const bool g = s < ng;
-        piece_load(g ? G : U, (g ? gb : ub - ng) + s, n, P, a.evict_first, L);
-    };
     piece_regs A, B;
     if (S > 0) {
         piece_load_from(G, g0, n, A, a.evict_first, L);
@@ -1337,108 +1333,128 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
     if (in_place && threadIdx.x == 0) ggx_count_arrive(staged);
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP);
 
-    // 3. gate's pieces, then up's, two in flight; a.prefetch (> 0) pieces before the end, the
-    //    warp asks L2 for its share of down's rows
-    float v[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}}, gs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    auto gate_done = [&] {   // up's pieces start: the sums so far are gate's
-#pragma unroll
-        for (int c = 0; c < 4; c++) { gs[c] = v[0][c]; v[0][c] = 0.0f; }
-    };
-    const int pf_at = a.prefetch > 0 ? max(0, S - a.prefetch) & ~1 : -1;   // (the loop's steps are even)
-    if (pf_at >= 0 && S == 0) ffn_prefetch_down(D, d_heads);
-    for (int s = 0; s < S; s += 2) {
-        if (s == pf_at) ffn_prefetch_down(D, d_heads);
-        if (s == ng) gate_done();
-        piece_apply<1>(A, xh, 0, v, L, zero);
-        if (s + 2 < S) gu_load(s + 2, A);
-        if (s + 1 >= S) break;
-        if (s + 1 == ng) gate_done();
-        piece_apply<1>(B, xh, 0, v, L, zero);
-        if (s + 3 < S) gu_load(s + 3, B);
-    }
-    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP_END);
-
-    // no block adds into the residual before every block has read it: the count is waited for
-    // here, by thread 0 while the other warps finish their loops (~20 us after the arrivals, so
-    // one L2 round trip); the count of blocks past it is taken now and read at the end
-    int past = 0;
-    if (in_place && threadIdx.x == 0) {
-        ggx_count_wait(staged, (int)gridDim.x);
-        past = atomicAdd(staged + 1, 1);
-    }
-
-    // down's first pieces (static) load while the sums meet: rows 128 j .. + 127, the column runs
-    // 128 (w + 16 c) + 4 lane
-    int4 d0, d1;
-    int db, de;
-    ffn_range_read(d_heads, d0, d1, db, de);
-    const int nd = de - db;
-    const int runs = (D.Np / k_ffn_cols - w + k_ffn_warps - 1) / k_ffn_warps;   // this warp's column runs
-    const int SD = nd * runs;
+    // 3. one loop for both phases, two pieces in flight: gate's pieces then up's over the staged x
+    //    (phase 0), then down's column runs over h (phase 1). The phase loop is not unrolled, so
+    //    the SASS holds one copy of the loop: with a loop per phase, k_ffn's hot code pushed
+    //    k_qgemv's out of the instruction caches and q/k/v's and o's loops after it ran 1.3-1.7 us
+    //    longer each (runs 219, 220). A run's sums leave at its last piece (run_out): gate's and
+    //    up's into the block's shared sums, each of down's column runs into the residual.
+    //    a.prefetch (> 0) pieces before gate/up's end, the warp asks L2 for its share of down's rows.
+    float v[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+    int ph = 0, steps = S, run = 0, run_end = ng, run_len = S - ng;
+    float unscale = 1.0f / xscale;
+    const half * xb = xh;
+    int nd = 0, db = 0;
     auto d_col = [&](int c) { return k_ffn_cols * (w + k_ffn_warps * c) + 4 * lane; };
-    auto d_load = [&](int i, piece_regs & P) {
-        const int c = i / nd;
-        piece_load(D, db + i - c * nd, d_col(c), P, a.evict_first, L);
-    };
-    if (SD > 0) {
-        piece_load_from(D, d0, d_col(0), A, a.evict_first, L);
-        if (SD > 1) piece_load_from(D, nd > 1 ? d1 : d0, d_col(nd > 1 ? 0 : 1), B, a.evict_first, L);
-    }
-
-    // 4. the warps' sums in warp order, h = act(g) u for the block's columns (warps 0 .. 3),
-    //    staged in fp16 with the block's scale (its maximum through wm: its last reader, the x
-    //    scale above, is two barriers back)
-    const float xunscale = 1.0f / xscale;
-    *(float4 *)(part + (2 * w) * k_ffn_cols + 4 * lane) = make_float4(gs[0] * xunscale, gs[1] * xunscale, gs[2] * xunscale, gs[3] * xunscale);
-    *(float4 *)(part + (2 * w + 1) * k_ffn_cols + 4 * lane) =
-        make_float4(v[0][0] * xunscale, v[0][1] * xunscale, v[0][2] * xunscale, v[0][3] * xunscale);
-    __syncthreads();
-    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_A);
-    constexpr int h_warps = k_ffn_cols / GGX_CUDA_WARP;
-    float h = 0.0f;
-    if (threadIdx.x < k_ffn_cols) {
-        const int col = j * k_ffn_cols + threadIdx.x;
-        float g = G.bias ? G.bias[col] : 0.0f, u = U.bias ? U.bias[col] : 0.0f;
-#pragma unroll
-        for (int i = 0; i < k_ffn_warps; i++) {
-            g += part[(2 * i) * k_ffn_cols + threadIdx.x];
-            u += part[(2 * i + 1) * k_ffn_cols + threadIdx.x];
+    auto load = [&](int s, piece_regs & P) {   // step s's piece (one call of piece_load)
+        const gemv_mat * M = &D;
+        int p, col;
+        if (ph == 0) {
+            const bool g = s < ng;
+            M = g ? &G : &U;
+            p = (g ? gb : ub - ng) + s;
+            col = n;
+        } else {
+            const int c = s / nd;
+            p = db + s - c * nd;
+            col = d_col(c);
         }
-        h = (a.act == GGX_ACT_SILU ? silu_f(g) : gelu_f(g)) * u;
-        const float hm = ggx_warp_max(fabsf(h));
-        if (lane == 0) wm[w].y = hm;
-    }
-    __syncthreads();   // (also publishes thread 0's wait for the count to the block)
-    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_B);
-    float hmax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < h_warps; i++) hmax = fmaxf(hmax, wm[i].y);
-    const float hscale = ffn_scale_for(hmax);
-    if (threadIdx.x < k_ffn_cols) hx[threadIdx.x] = __float2half_rn(h * hscale);
-    __syncthreads();
-    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_C);
-    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_HANDOFF);
-
-    // 5. down: the block's rows for each of the warp's column runs, two pieces in flight, each
-    //    run's sums added into y when its last piece is in
-    const float hunscale = 1.0f / hscale;
-    const half * hb = hx - j * k_ffn_cols;   // (pieces carry their row in K)
-    v[0][0] = v[0][1] = v[0][2] = v[0][3] = 0.0f;
-    auto flush = [&](int c) {
-        const int col = d_col(c);
-        float4 o = make_float4(v[0][0] * hunscale, v[0][1] * hunscale, v[0][2] * hunscale, v[0][3] * hunscale);
-        if (D.bias && j == 0) { o.x += D.bias[col]; o.y += D.bias[col + 1]; o.z += D.bias[col + 2]; o.w += D.bias[col + 3]; }
-        if (!(a.flags & k_flag_ffn_no_add)) ggx_red_add4(D.y + col, o, D.N - col);
-        v[0][0] = v[0][1] = v[0][2] = v[0][3] = 0.0f;
+        piece_load(*M, p, col, P, a.evict_first, L);
     };
-    for (int i = 0; i < SD; i += 2) {
-        piece_apply<1>(A, hb, 0, v, L, zero);
-        if ((i + 1) % nd == 0) flush(i / nd);
-        if (i + 2 < SD) d_load(i + 2, A);
-        if (i + 1 >= SD) break;
-        piece_apply<1>(B, hb, 0, v, L, zero);
-        if ((i + 2) % nd == 0) flush((i + 1) / nd);
-        if (i + 3 < SD) d_load(i + 3, B);
+    auto run_out = [&] {
+        const float4 o = make_float4(v[0][0] * unscale, v[0][1] * unscale, v[0][2] * unscale, v[0][3] * unscale);
+        if (ph == 0) {
+            *(float4 *)(part + (2 * w + run) * k_ffn_cols + 4 * lane) = o;   // run 0 gate, 1 up
+        } else {
+            const int col = d_col(run);
+            float4 r = o;
+            if (D.bias && j == 0) { r.x += D.bias[col]; r.y += D.bias[col + 1]; r.z += D.bias[col + 2]; r.w += D.bias[col + 3]; }
+            if (!(a.flags & k_flag_ffn_no_add)) ggx_red_add4(D.y + col, r, D.N - col);
+        }
+        v[0][0] = v[0][1] = v[0][2] = v[0][3] = 0.0f;
+        run++;
+        run_end += run_len;
+    };
+    int pf_at = a.prefetch > 0 ? max(0, S - a.prefetch) & ~1 : -1;   // (the loop's steps are even)
+    if (pf_at >= 0 && S == 0) ffn_prefetch_down(D, d_heads);
+    int past = 0;
+#pragma unroll 1
+    for (;;) {
+        for (int s = 0; s < steps; s += 2) {
+            if (s == pf_at) ffn_prefetch_down(D, d_heads);
+            piece_apply<1>(A, xb, 0, v, L, zero);
+            if (s + 1 == run_end) run_out();
+            if (s + 2 < steps) load(s + 2, A);
+            if (s + 1 >= steps) break;
+            piece_apply<1>(B, xb, 0, v, L, zero);
+            if (s + 2 == run_end) run_out();
+            if (s + 3 < steps) load(s + 3, B);
+        }
+        if (ph == 1) break;
+        while (run < 2) run_out();   // (a warp without pieces: zeros)
+        ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP_END);
+
+        // 4. no block adds into the residual before every block has read it: the count is waited
+        //    for here, by thread 0 while the other warps finish their loops (~20 us after the
+        //    arrivals, so one L2 round trip); the count of blocks past it is taken now and read at
+        //    the end
+        if (in_place && threadIdx.x == 0) {
+            ggx_count_wait(staged, (int)gridDim.x);
+            past = atomicAdd(staged + 1, 1);
+        }
+
+        // down's first pieces (static) load while the sums meet: rows 128 j .. + 127, the column
+        // runs 128 (w + 16 c) + 4 lane
+        int4 d0, d1;
+        int de;
+        ffn_range_read(d_heads, d0, d1, db, de);
+        nd = de - db;
+        const int runs = (D.Np / k_ffn_cols - w + k_ffn_warps - 1) / k_ffn_warps;   // this warp's column runs
+        const int SD = nd * runs;
+        if (SD > 0) {
+            piece_load_from(D, d0, d_col(0), A, a.evict_first, L);
+            if (SD > 1) piece_load_from(D, nd > 1 ? d1 : d0, d_col(nd > 1 ? 0 : 1), B, a.evict_first, L);
+        }
+
+        // the warps' sums in warp order, h = act(g) u for the block's columns (warps 0 .. 3),
+        // staged in fp16 with the block's scale (its maximum through wm: its last reader, the x
+        // scale above, is two barriers back)
+        __syncthreads();
+        ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_A);
+        constexpr int h_warps = k_ffn_cols / GGX_CUDA_WARP;
+        float h = 0.0f;
+        if (threadIdx.x < k_ffn_cols) {
+            const int col = j * k_ffn_cols + threadIdx.x;
+            float g = G.bias ? G.bias[col] : 0.0f, u = U.bias ? U.bias[col] : 0.0f;
+#pragma unroll
+            for (int i = 0; i < k_ffn_warps; i++) {
+                g += part[(2 * i) * k_ffn_cols + threadIdx.x];
+                u += part[(2 * i + 1) * k_ffn_cols + threadIdx.x];
+            }
+            h = (a.act == GGX_ACT_SILU ? silu_f(g) : gelu_f(g)) * u;
+            const float hm = ggx_warp_max(fabsf(h));
+            if (lane == 0) wm[w].y = hm;
+        }
+        __syncthreads();   // (also publishes thread 0's wait for the count to the block)
+        ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_B);
+        float hmax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < h_warps; i++) hmax = fmaxf(hmax, wm[i].y);
+        const float hscale = ffn_scale_for(hmax);
+        if (threadIdx.x < k_ffn_cols) hx[threadIdx.x] = __float2half_rn(h * hscale);
+        __syncthreads();
+        ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_C);
+        ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_HANDOFF);
+
+        // 5. down: the block's rows for each of the warp's column runs, each run's sums added into
+        //    y when its last piece is in
+        ph = 1;
+        steps = SD;
+        run = 0;
+        run_end = run_len = nd;
+        unscale = 1.0f / hscale;
+        xb = hx - j * k_ffn_cols;   // (pieces carry their row in K)
+        pf_at = -1;
     }
     // the last block past the count makes it ready for the next launch (no block reads it again
     // in this one; the next FFN launch arrives only after its PDL wait, past this grid's end)
