@@ -37,6 +37,10 @@
 #   codecopy        tg128@16 of llama3-8b 4.0 with o alone, q/k/v alone, and gate/up with down on the GEMV
 #                   kernel's second code copy (GGX_QGEMV_CODE_COPY_FOR), then the default; the layer
 #                   trace with o alone and with q/k/v alone on it
+#   ffnshared       variant ffnshared (the decode FFN in k_qgemv<1, 4>'s own loop): its FFN, GEMV and
+#                   model tests; tg128@16 of llama3-8b 4.0 with its bench and the default's, each
+#                   with GGX_QGEMV_FFN=1 and without, twice; llama3.2-1b and llama2-7b once; the
+#                   layer traces
 #   ffnprobe        bench/probes/ffn-fused.cu built and run (16 layers): fused, loads only, split,
 #                   residual in place, and the per-block timeline
 #   pairs           tg128@16 at 2.5, 3.0, 4.0 bpw and llama3.2-1b with GGX_QGEMV_PAIR_BITS=4 (only
@@ -395,6 +399,32 @@ for part in "$@"; do
             done
             layer_trace GGX_QGEMV_CODE_COPY_FOR=o_proj:1
             layer_trace GGX_QGEMV_CODE_COPY_FOR=q_proj:1 ;;
+        ffnshared)
+            # the decode FFN in k_qgemv<1, 4>'s own loop (variant ffnshared, session 50): the
+            # variant's FFN, GEMV and model tests; tg128@16 two rounds of llama3-8b 4.0 with the
+            # variant's bench (FFN on, then off: what its loop costs the GEMVs), then the default
+            # build's (FFN on, then off); llama3.2-1b and llama2-7b once; the layer traces
+            variant_tests ffnshared && TC=build-dev-ffnshared/test-cuda run_tests -tc='*FFN*,*EXL2*,*synthetic*,*logits*,*rows*'
+            variant_bench ffnshared || continue
+            for r in 1 2; do
+                for bb in build-dev-ffnshared/bench $B; do
+                    for st in GGX_QGEMV_FFN=1 ""; do
+                        echo "-- llama3-8b 4.0 @16, round $r: $bb ${st:-FFN off}"
+                        (if [ -n "$st" ]; then export "$st"; fi; B=$bb tg --synthetic llama3-8b --bpw 4.0 --ctx 16)
+                    done
+                done
+            done
+            for m in llama3.2-1b llama2-7b; do
+                for bb in build-dev-ffnshared/bench $B; do
+                    echo "-- $m 4.0 @16: $bb GGX_QGEMV_FFN=1, then FFN off"
+                    (export GGX_QGEMV_FFN=1; B=$bb tg --synthetic $m --bpw 4.0 --ctx 16)
+                    B=$bb tg --synthetic $m --bpw 4.0 --ctx 16
+                done
+            done
+            B=build-dev-ffnshared/bench layer_trace GGX_QGEMV_FFN=1
+            B=build-dev-ffnshared/bench layer_trace ""
+            layer_trace GGX_QGEMV_FFN=1
+            layer_trace "" ;;
         ffnprobe)
             nvcc -O3 -std=c++17 -arch=sm_90 -Ibackends/cuda -I. -Iinclude bench/probes/ffn-fused.cu -o /tmp/ffn-fused && /tmp/ffn-fused 16 ;;
         pairs)

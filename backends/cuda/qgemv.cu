@@ -57,6 +57,16 @@ constexpr int k_max_smem = 96 * 1024;         // dynamic shared memory at most: 
 // default on); a one-row job keeps one piece per thread in flight instead of two (one_deep)
 constexpr int k_flag_red = 1, k_flag_one_deep = 2;
 constexpr int k_flag_ffn_no_add = 4;   // k_ffn adds nothing into the residual (GGX_QGEMV_FFN_NO_ADD: timing only)
+// Built with GGX_QGEMV_FFN_SHARED=1 (bench/variants.sh: ffnshared; a measurement), the decode FFN
+// runs in k_qgemv<1, 4> (k_flag_ffn) instead of k_ffn: through the GEMV's own loop, so that the
+// GEMV launches after it find that loop's code in the SMs' instruction caches (k_ffn's own loop
+// pushed it out: runs 219, 220; bench/NOTES-cuda-decode.md, sessions 49-50).
+#ifndef GGX_QGEMV_FFN_SHARED
+#define GGX_QGEMV_FFN_SHARED 0
+#endif
+#if GGX_QGEMV_FFN_SHARED
+constexpr int k_flag_ffn = 8;
+#endif
 constexpr int k_prefetch_rows = 2;            // L2 warm-up rows per thread (see prefetch_rows; measured)
 
 // Warp groups per block for T rows: shared memory holds T * W fine slices of x.
@@ -750,6 +760,219 @@ __device__ __forceinline__ bool rope_pair(const gemv_args & a, int lc, int & i) 
     return d < a.rope.n_rot;
 }
 
+// ---- the decode FFN's helpers (k_ffn below; k_qgemv<1, 4> with GGX_QGEMV_FFN_SHARED) ----
+constexpr int k_ffn_warps = 16;
+constexpr int k_ffn_threads = k_ffn_warps * GGX_CUDA_WARP;
+constexpr int k_ffn_cols = GGX_FFN_COLS;                 // gate/up columns (down rows) per block
+constexpr int k_ffn_stage = GGX_FFN_MAX_K / k_ffn_threads;   // x rows each thread stages
+constexpr int k_ffn_max_k = GGX_FFN_MAX_K;
+static_assert(k_ffn_cols == 4 * GGX_CUDA_WARP && k_ffn_max_k % k_ffn_threads == 0 && k_ffn_cols % k_fine == 0,
+              "a warp's lanes take 4 columns each; whole fine slices of down per block");
+
+// Dynamic shared memory of k_ffn for K inputs: x in fp16, the warps' gate and up sums
+// [k_ffn_warps][2][k_ffn_cols], h in fp16 [k_ffn_cols], down's four head records (ffn_range_copy),
+// a float2 per warp.
+constexpr size_t ffn_smem_bytes(int K) {
+    return ((size_t)K * 2 + 15) / 16 * 16 + (size_t)k_ffn_warps * 2 * k_ffn_cols * 4 + k_ffn_cols * 2 + 4 * 16 +
+           k_ffn_warps * 8;
+}
+
+// The places of ffn_smem_bytes's parts in the dynamic shared memory at `base`
+struct ffn_smem {
+    half *   xh;        // [K]
+    float *  part;      // [k_ffn_warps][2][k_ffn_cols]
+    half *   hx;        // [k_ffn_cols]
+    int4 *   d_heads;   // [4] (ffn_range_copy)
+    float2 * wm;        // [k_ffn_warps]
+};
+__device__ __forceinline__ ffn_smem ffn_smem_at(float4 * base, int K) {
+    ffn_smem f;
+    f.xh = (half *)base;
+    f.part = (float *)base + (K * 2 + 15) / 16 * 4;
+    f.hx = (half *)(f.part + k_ffn_warps * 2 * k_ffn_cols);
+    f.d_heads = (int4 *)(f.hx + k_ffn_cols);
+    f.wm = (float2 *)(f.d_heads + 4);
+    return f;
+}
+
+// Record i of the head records that describe fine slices f0 .. f1 - 1 of M (f1 at most n_fine;
+// f0 even on a paired table): i = 0, 1 the first two piece descriptors, 2 the record whose .x is
+// the range's first piece, 3 the one whose .x is its end.
+__device__ __forceinline__ const int4 * ffn_head_record(const gemv_mat & M, int f0, int f1, int i) {
+    const int sh = M.pair_shift;
+    return M.heads + 4 * ((i == 3 ? f1 + sh : f0) >> sh) + (i < 2 ? i : 3);
+}
+
+// The pieces of fine slices f0 .. f1 - 1 of M: the first two descriptors and the range, from the
+// head records (one L2 round trip).
+__device__ __forceinline__ void ffn_range(const gemv_mat & M, int f0, int f1, int4 & d0, int4 & d1, int & pb, int & pe) {
+    pb = pe = 0;
+    f1 = min(f1, M.n_fine);
+    if (f0 >= f1) return;
+    d0 = ggx_load_ro(ffn_head_record(M, f0, f1, 0));
+    d1 = ggx_load_ro(ffn_head_record(M, f0, f1, 1));
+    pb = ggx_load_ro(ffn_head_record(M, f0, f1, 2)).x;
+    pe = ggx_load_ro(ffn_head_record(M, f0, f1, 3)).x;
+}
+
+// The same records as ffn_range, copied into shared memory (dst: 4 int4, record i by lane i of the
+// calling warp) without holding registers; zeros for an empty range. Read them with
+// ffn_range_read once the copies are waited for and a barrier has passed. Down's range is the
+// block's and static, so the copies go out before the PDL wait and its records are in shared
+// memory when gate/up ends: loading them there put an L2 round trip in front of down's first
+// pieces (run 217).
+__device__ __forceinline__ void ffn_range_copy(const gemv_mat & M, int f0, int f1, int4 * dst) {
+    const int lane = threadIdx.x % GGX_CUDA_WARP;
+    f1 = min(f1, M.n_fine);
+    if (lane < 4) ggx_cp_async16(dst + lane, ffn_head_record(M, f0, f1, lane), f0 < f1);
+    ggx_cp_async_commit();
+}
+__device__ __forceinline__ void ffn_range_read(const int4 * r, int4 & d0, int4 & d1, int & pb, int & pe) {
+    d0 = r[0];
+    d1 = r[1];
+    pb = r[2].x;
+    pe = r[3].x;
+}
+
+// Warp w's share of the block's rows of down (one span of packed words: 128 rows over all columns)
+// asked of L2 by its lane 0 (no registers held, nothing waits), so that down's loads after the
+// hand-off hit L2 while DRAM keeps streaming. r: the records of ffn_range_copy (their .y: the word
+// rows where the block's rows begin and end).
+__device__ __forceinline__ void ffn_prefetch_down(const gemv_mat & D, const int4 * r) {
+    const int w = threadIdx.x / GGX_CUDA_WARP;
+    const size_t row_bytes = (size_t)D.Np * 4, bytes = (size_t)max(0, r[3].y - r[2].y) * row_bytes;
+    const size_t share = (bytes / k_ffn_warps + 15) & ~(size_t)15, off = (size_t)w * share;
+    if (threadIdx.x % GGX_CUDA_WARP == 0 && off < bytes)
+        ggx_prefetch_l2((const char *)D.qw + (size_t)r[2].y * row_bytes + off, (uint32_t)min(share, bytes - off));
+}
+
+// The sum of s and the largest m over the block in one exchange (wm: a float2 per warp of shared
+// memory, not read again before the block's next barrier).
+__device__ __forceinline__ float2 ffn_block_sum_max(float s, float m, float2 * wm) {
+    s = ggx_warp_sum(s);
+    m = ggx_warp_max(m);
+    if (threadIdx.x % GGX_CUDA_WARP == 0) wm[threadIdx.x / GGX_CUDA_WARP] = make_float2(s, m);
+    __syncthreads();
+    float2 r = make_float2(0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < k_ffn_warps; w++) {
+        const float2 v = wm[w];
+        r.x += v.x;
+        r.y = fmaxf(r.y, v.y);
+    }
+    return r;
+}
+
+// The power of two that brings a largest |value| into [8, 16), as the GEMV's staging of x (see
+// k_qgemv).
+__device__ __forceinline__ float ffn_scale_for(float amax) { return __int_as_float((127 + x_scale_exponent(amax)) << 23); }
+
+// ---- the FFN's steps shared by k_ffn and k_qgemv<1, 4>'s FFN mode ----
+// Column of down's column run c for lane `lane` of warp w (k_ffn_cols columns a run, the warps'
+// runs interleaved).
+__device__ __forceinline__ int ffn_down_col(int w, int lane, int c) { return k_ffn_cols * (w + k_ffn_warps * c) + 4 * lane; }
+
+// Step s's piece of the phase: G's pieces (gb ..: the first ng steps; G is gate, or a GEMV's
+// matrix with all its steps), then up's (ub ..), all at columns n (phase 0); down's column runs of
+// nd pieces from db (phase 1). One call of piece_load, so that the loop holds one copy of its code.
+__device__ __forceinline__ void ffn_load(const gemv_args & a, const gemv_mat & G, int ph, int s, int ng, int gb, int ub, int n, int nd,
+                                         int db, int w, int lane, piece_regs & P, const tc4_lane & L) {
+    const gemv_mat * Mx = &a.m[2];
+    int p, col;
+    if (ph == 0) {
+        const bool g = s < ng;
+        Mx = g ? &G : &a.m[1];
+        p = (g ? gb : ub - ng) + s;
+        col = n;
+    } else {
+        const int c = s / nd;
+        p = db + s - c * nd;
+        col = ffn_down_col(w, lane, c);
+    }
+    piece_load(*Mx, p, col, P, a.evict_first, L);
+}
+
+// Run `run`'s sums v (scaled by unscale) out: gate's (run 0) and up's (1) into the block's shared
+// sums (phase 0), each of down's column runs into the residual (phase 1; the bias by block 0).
+// Then v is zero for the next run.
+__device__ __forceinline__ void ffn_run_out(const gemv_args & a, const ffn_smem & fs, int ph, int run, float unscale, int w, int lane,
+                                            float (&v)[1][4]) {
+    const float4 o = make_float4(v[0][0] * unscale, v[0][1] * unscale, v[0][2] * unscale, v[0][3] * unscale);
+    if (ph == 0) {
+        *(float4 *)(fs.part + (2 * w + run) * k_ffn_cols + 4 * lane) = o;
+    } else {
+        const gemv_mat & D = a.m[2];
+        const int col = ffn_down_col(w, lane, run);
+        float4 r = o;
+        if (D.bias && blockIdx.x == 0) { r.x += D.bias[col]; r.y += D.bias[col + 1]; r.z += D.bias[col + 2]; r.w += D.bias[col + 3]; }
+        if (!(a.flags & k_flag_ffn_no_add)) ggx_red_add4(D.y + col, r, D.N - col);
+    }
+    v[0][0] = v[0][1] = v[0][2] = v[0][3] = 0.0f;
+}
+
+// Between the phases: no block adds into the residual before every block has read it, so thread 0
+// waits for the count (~20 us after the arrivals: one L2 round trip) while the other warps finish
+// their loops, and takes the count of blocks past it (past: read at the end). Down's first pieces
+// (static: rows 128 j .. + 127, the warp's column runs) load into A and B while the warps' sums
+// meet; h = act(g) u for the block's columns (warps 0 .. 3) is staged in fp16 with the block's
+// scale, returned (its maximum through fs.wm: its last reader is two barriers back). db, nd: down's
+// pieces of a run; the return: the steps of phase 1.
+__device__ __forceinline__ int ffn_handoff(const gemv_args & a, const ffn_smem & fs, bool in_place, int & past, int & db, int & nd,
+                                           float & hscale, piece_regs & A, piece_regs & B, const tc4_lane & L, int * trace_slot) {
+    const gemv_mat & G = a.m[0], & U = a.m[1], & D = a.m[2];
+    const int j = blockIdx.x, w = threadIdx.x / GGX_CUDA_WARP, lane = threadIdx.x % GGX_CUDA_WARP;
+    if (in_place && threadIdx.x == 0) {
+        ggx_count_wait(a.counters, (int)gridDim.x);
+        past = atomicAdd(a.counters + 1, 1);
+    }
+    int4 d0, d1;
+    int de;
+    ffn_range_read(fs.d_heads, d0, d1, db, de);
+    nd = de - db;
+    const int runs = (D.Np / k_ffn_cols - w + k_ffn_warps - 1) / k_ffn_warps;   // this warp's column runs
+    const int SD = nd * runs;
+    if (SD > 0) {
+        piece_load_from(D, d0, ffn_down_col(w, lane, 0), A, a.evict_first, L);
+        if (SD > 1) piece_load_from(D, nd > 1 ? d1 : d0, ffn_down_col(w, lane, nd > 1 ? 0 : 1), B, a.evict_first, L);
+    }
+    __syncthreads();   // (every warp's sums are in fs.part)
+    ggx_trace_stamp(a.trace, trace_slot, GGX_TRACE_A);
+    constexpr int h_warps = k_ffn_cols / GGX_CUDA_WARP;
+    float h = 0.0f;
+    if (threadIdx.x < k_ffn_cols) {
+        const int col = j * k_ffn_cols + threadIdx.x;
+        float g = G.bias ? G.bias[col] : 0.0f, u = U.bias ? U.bias[col] : 0.0f;
+#pragma unroll
+        for (int i = 0; i < k_ffn_warps; i++) {
+            g += fs.part[(2 * i) * k_ffn_cols + threadIdx.x];
+            u += fs.part[(2 * i + 1) * k_ffn_cols + threadIdx.x];
+        }
+        h = (a.act == GGX_ACT_SILU ? silu_f(g) : gelu_f(g)) * u;
+        const float hm = ggx_warp_max(fabsf(h));
+        if (lane == 0) fs.wm[w].y = hm;
+    }
+    __syncthreads();   // (also publishes thread 0's wait for the count to the block)
+    ggx_trace_stamp(a.trace, trace_slot, GGX_TRACE_B);
+    float hmax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < h_warps; i++) hmax = fmaxf(hmax, fs.wm[i].y);
+    hscale = ffn_scale_for(hmax);
+    if (threadIdx.x < k_ffn_cols) fs.hx[threadIdx.x] = __float2half_rn(h * hscale);
+    __syncthreads();
+    ggx_trace_stamp(a.trace, trace_slot, GGX_TRACE_C);
+    ggx_trace_stamp(a.trace, trace_slot, GGX_TRACE_HANDOFF);
+    return SD;
+}
+
+// The last block past the count makes it ready for the next launch (no block reads it again in
+// this one; the next FFN launch arrives only after its PDL wait, past this grid's end).
+__device__ __forceinline__ void ffn_count_reset(const gemv_args & a, bool in_place, int past) {
+    if (in_place && threadIdx.x == 0 && past == (int)gridDim.x - 1) {
+        a.counters[0] = 0;
+        a.counters[1] = 0;
+    }
+}
+
 // Copy: a second instantiation of the same code at other addresses (GGX_QGEMV_CODE_COPY_FOR: what
 // running other code between two launches costs them; measurements only)
 template <int T, int W = groups_for(T), int Copy = 0>
@@ -766,6 +989,14 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     const uint4 * zero = nullptr;
 #endif
     ggx_trace_begin(a.trace, &trace_slot);
+#if GGX_QGEMV_FFN_SHARED
+    // the decode FFN (k_ffn's work and mapping; a.m[0] gate, 1 up, 2 down; mi 0: the host puts the
+    // other matrices' first blocks out of reach): the GEMV's prologue with k_ffn's pieces, columns
+    // and all of K staged, then both phases through the loop below
+    const bool ffn = T == 1 && W == 4 && (a.flags & k_flag_ffn);
+#else
+    constexpr bool ffn = false;
+#endif
 
     int mi = 0;
 #pragma unroll
@@ -778,14 +1009,36 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     const int tile = local / M.n_slices, slice = local - tile * M.n_slices;
     const int fine = (slice * W + grp) * M.m;   // this group's first fine slice
     const bool active = fine < M.n_fine;
-    const int ldx = W * M.m * k_fine;
-    const int k_begin = slice * ldx, k_n = min(ldx, M.K - k_begin);
+    const int ldx = ffn ? a.K : W * M.m * k_fine;
+    const int k_begin = ffn ? 0 : slice * ldx, k_n = ffn ? a.K : min(ldx, M.K - k_begin);
     // the first three descriptors and the piece range in one round trip, from this group's head
     // record and the next group's (each address known from the block index): the late-entering
     // blocks reach their loops sooner (run 205, H100, llama3-8b: tg128@16 4.0 +1.1%, 3.0 +0.5%,
     // llama3.2-1b 4.0 +0.6%, 4.0 @4096 +0.7% against slice_first, then the pieces)
     int4 h0 = {}, h1 = {}, h2 = {}, hb = {}, he = {};
-    if (active) {
+#if GGX_QGEMV_FFN_SHARED
+    // FFN: warp w's run of K's fine slices of gate, then of up (its pieces gb .. + ng, then ub ..);
+    // B's first piece is up's first when gate has one piece here; down's records for the block
+    int ng = 0, gb = 0, ub = 0;
+    const gemv_mat * MB = &M;
+    if (ffn) {
+        const int w = threadIdx.x / GGX_CUDA_WARP, mf = ((M.n_fine + k_ffn_warps - 1) / k_ffn_warps + 1) & ~1;
+        int4 g1 = {}, u0 = {}, u1 = {};
+        int ge, ue;
+        ffn_range(M, w * mf, (w + 1) * mf, h0, g1, gb, ge);
+        ffn_range(a.m[1], w * mf, (w + 1) * mf, u0, u1, ub, ue);
+        ng = ge - gb;
+        h1 = ng > 1 ? g1 : u0;
+        if (ng <= 1) MB = &a.m[1];
+        hb.x = gb;
+        he.x = gb + ng + ue - ub;
+        if (w == 1) {
+            const int j = blockIdx.x;
+            ffn_range_copy(a.m[2], j * (k_ffn_cols / k_fine), (j + 1) * (k_ffn_cols / k_fine), ffn_smem_at(smem4, a.K).d_heads);
+        }
+    }
+#endif
+    if (active && !ffn) {
         const int4 * hp = M.heads + 4 * (fine >> sh);
         h0 = ggx_load_ro(hp);
         h1 = ggx_load_ro(hp + 1);
@@ -794,7 +1047,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         he = ggx_load_ro(M.heads + 4 * ((min(fine + M.m, M.n_fine) + sh) >> sh) + 3);
     }
     const int p_begin = hb.x, p_end = he.x;
-    const int n = tile * k_tile + lt * 4;
+    const int n = ffn ? (int)blockIdx.x * k_ffn_cols + 4 * (int)(threadIdx.x % GGX_CUDA_WARP) : tile * k_tile + lt * 4;
 
     const bool work = n < M.Np && p_begin < p_end;
     const bool one_piece = T == 1 && (a.flags & k_flag_one_deep);
@@ -848,7 +1101,11 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     if (work) {
         // (h1, h2 are clamped to the table's last piece: used only when inside this range)
         piece_load_from(M, h0, nl, A, a.evict_first, L);
+#if GGX_QGEMV_FFN_SHARED
+        if (p_begin + 1 < p_end && !one_piece) piece_load_from(*MB, h1, nl, B, a.evict_first, L);
+#else
         if (p_begin + 1 < p_end && !one_piece) piece_load_from(M, h1, nl, B, a.evict_first, L);
+#endif
         if (a.prefetch > 0 && p_begin + 2 < p_end) {
             const int q1 = min(he.y, h2.y + a.prefetch);   // he.y: where piece p_end - 1 ends
             for (int r = h2.y; r < q1; r++) prefetch<2>(M.qw + (size_t)r * M.Np + n);
@@ -908,7 +1165,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     // storing k and v into the caches itself. A probe (run 184, H100: every K-slice storing or
     // adding its own sums, wrong results) put removing q/k/v's tail at +3.5% on llama3-8b 4.0 and
     // +5.3% on llama3.2-1b.
-    const bool reduce = T == 1 && (((a.flags & k_flag_red) && M.in_place) || M.rows);
+    const bool reduce = !ffn && T == 1 && (((a.flags & k_flag_red) && M.in_place) || M.rows);
     float rinv[T];
 #pragma unroll
     for (int t = 0; t < T; t++) rinv[t] = 1.0f;
@@ -985,6 +1242,9 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
             if (src[j] >= 0) xm[threadIdx.x + j * NT] = __float2half_rn(xv[j][0] * xs);
     }
 #endif
+#if GGX_QGEMV_FFN_SHARED
+    if (ffn && threadIdx.x / GGX_CUDA_WARP == 1) ggx_cp_async_wait<0>();   // down's head records (read after the barrier)
+#endif
     __syncthreads();
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP);
 
@@ -992,9 +1252,65 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     float v[T][4];
 #pragma unroll
     for (int t = 0; t < T; t++) v[t][0] = v[t][1] = v[t][2] = v[t][3] = 0.0f;
-    if (work) {
+    bool looped = false;   // (by the shared loop below)
+#if GGX_QGEMV_FFN_SHARED
+    // One-row GEMVs with two pieces in flight and the FFN's two phases run this loop: k_ffn's
+    // (gate's pieces, then up's, each run's sums into the block's shared sums; the hand-off; down's
+    // column runs over h, each run's sums into the residual), one copy of it in the SASS for all.
+    if constexpr (T == 1 && W == 4) {
+        if (ffn || (work && !one_piece)) {
+            looped = true;
+            const ffn_smem fs = ffn_smem_at(smem4, a.K);
+            const int w = threadIdx.x / GGX_CUDA_WARP, lane = threadIdx.x % GGX_CUDA_WARP, j = blockIdx.x;
+            const bool in_place = ffn && a.m[2].y == a.x;
+            if (in_place && threadIdx.x == 0) ggx_count_arrive(a.counters);   // this block has read all of x
+            int ph = 0, steps = work ? p_end - p_begin : 0;
+            const int n_g = ffn ? ng : steps, g_b = ffn ? gb : p_begin;   // (a GEMV: all its pieces are "gate's")
+            int run = 0, run_end = ffn ? n_g : -1, run_len = steps - n_g, nd = 0, db = 0, past = 0;
+            float unscale = xunscale[0];
+            const half * xb = xh - k_begin;
+            auto load = [&](int s, piece_regs & P) { ffn_load(a, M, ph, s, n_g, g_b, ub, nl, nd, db, w, lane, P, L); };
+            auto run_out = [&] {   // (the FFN only)
+                ffn_run_out(a, fs, ph, run, unscale, w, lane, v);
+                run++;
+                run_end += run_len;
+            };
+#pragma unroll 1
+            for (;;) {
+                for (int s = 0; s < steps; s += 2) {
+                    piece_apply<1>(A, xb, ldx, v, L, zero);
+                    if (s + 1 == run_end) run_out();
+                    if (s + 2 < steps) load(s + 2, A);
+                    if (s + 1 >= steps) break;
+                    piece_apply<1>(B, xb, ldx, v, L, zero);
+                    if (s + 2 == run_end) run_out();
+                    if (s + 3 < steps) load(s + 3, B);
+                }
+                if (!ffn || ph == 1) break;
+                while (run < 2) run_out();   // (a warp without pieces: zeros)
+                ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP_END);
+                float hscale;
+                const int SD = ffn_handoff(a, fs, in_place, past, db, nd, hscale, A, B, L, &trace_slot);
+                ph = 1;
+                steps = SD;
+                run = 0;
+                run_end = run_len = nd;
+                unscale = 1.0f / hscale;
+                xb = fs.hx - j * k_ffn_cols;   // (pieces carry their row in K)
+            }
+            if (ffn) {
+                ffn_count_reset(a, in_place, past);
+                ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
+                return;
+            }
+#pragma unroll
+            for (int c = 0; c < 4; c++) v[0][c] *= xunscale[0];
+        }
+    }
+#endif
+    if (work && !looped) {
         const half * xb = xh - k_begin;
-        if (one_piece) {
+        if (one_piece || (GGX_QGEMV_FFN_SHARED && T == 1 && W == 4)) {   // (the shared loop took the rest)
             // one piece in flight
             for (int p = p_begin; p < p_end; p++) {
                 piece_apply<T>(A, xb, ldx, v, L, zero);
@@ -1162,94 +1478,6 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
 // Every block reads all of x, which is the residual it adds into: a block adds only once every
 // block has staged x (a count, waited on after gate/up, ~20 us later); the plan launches no more
 // blocks than fit at once (ggx_cuda_ffn_ok), so the wait cannot starve a block of its SM.
-constexpr int k_ffn_warps = 16;
-constexpr int k_ffn_threads = k_ffn_warps * GGX_CUDA_WARP;
-constexpr int k_ffn_cols = GGX_FFN_COLS;                 // gate/up columns (down rows) per block
-constexpr int k_ffn_stage = GGX_FFN_MAX_K / k_ffn_threads;   // x rows each thread stages
-constexpr int k_ffn_max_k = GGX_FFN_MAX_K;
-static_assert(k_ffn_cols == 4 * GGX_CUDA_WARP && k_ffn_max_k % k_ffn_threads == 0 && k_ffn_cols % k_fine == 0,
-              "a warp's lanes take 4 columns each; whole fine slices of down per block");
-
-// Dynamic shared memory of k_ffn for K inputs: x in fp16, the warps' gate and up sums
-// [k_ffn_warps][2][k_ffn_cols], h in fp16 [k_ffn_cols], down's four head records (ffn_range_copy),
-// a float2 per warp.
-constexpr size_t ffn_smem_bytes(int K) {
-    return ((size_t)K * 2 + 15) / 16 * 16 + (size_t)k_ffn_warps * 2 * k_ffn_cols * 4 + k_ffn_cols * 2 + 4 * 16 +
-           k_ffn_warps * 8;
-}
-
-// Record i of the head records that describe fine slices f0 .. f1 - 1 of M (f1 at most n_fine;
-// f0 even on a paired table): i = 0, 1 the first two piece descriptors, 2 the record whose .x is
-// the range's first piece, 3 the one whose .x is its end.
-__device__ __forceinline__ const int4 * ffn_head_record(const gemv_mat & M, int f0, int f1, int i) {
-    const int sh = M.pair_shift;
-    return M.heads + 4 * ((i == 3 ? f1 + sh : f0) >> sh) + (i < 2 ? i : 3);
-}
-
-// The pieces of fine slices f0 .. f1 - 1 of M: the first two descriptors and the range, from the
-// head records (one L2 round trip).
-__device__ __forceinline__ void ffn_range(const gemv_mat & M, int f0, int f1, int4 & d0, int4 & d1, int & pb, int & pe) {
-    pb = pe = 0;
-    f1 = min(f1, M.n_fine);
-    if (f0 >= f1) return;
-    d0 = ggx_load_ro(ffn_head_record(M, f0, f1, 0));
-    d1 = ggx_load_ro(ffn_head_record(M, f0, f1, 1));
-    pb = ggx_load_ro(ffn_head_record(M, f0, f1, 2)).x;
-    pe = ggx_load_ro(ffn_head_record(M, f0, f1, 3)).x;
-}
-
-// The same records as ffn_range, copied into shared memory (dst: 4 int4, record i by lane i of the
-// calling warp) without holding registers; zeros for an empty range. Read them with
-// ffn_range_read once the copies are waited for and a barrier has passed. Down's range is the
-// block's and static, so the copies go out before the PDL wait and its records are in shared
-// memory when gate/up ends: loading them there put an L2 round trip in front of down's first
-// pieces (run 217).
-__device__ __forceinline__ void ffn_range_copy(const gemv_mat & M, int f0, int f1, int4 * dst) {
-    const int lane = threadIdx.x % GGX_CUDA_WARP;
-    f1 = min(f1, M.n_fine);
-    if (lane < 4) ggx_cp_async16(dst + lane, ffn_head_record(M, f0, f1, lane), f0 < f1);
-    ggx_cp_async_commit();
-}
-__device__ __forceinline__ void ffn_range_read(const int4 * r, int4 & d0, int4 & d1, int & pb, int & pe) {
-    d0 = r[0];
-    d1 = r[1];
-    pb = r[2].x;
-    pe = r[3].x;
-}
-
-// Warp w's share of the block's rows of down (one span of packed words: 128 rows over all columns)
-// asked of L2 by its lane 0 (no registers held, nothing waits), so that down's loads after the
-// hand-off hit L2 while DRAM keeps streaming. r: the records of ffn_range_copy (their .y: the word
-// rows where the block's rows begin and end).
-__device__ __forceinline__ void ffn_prefetch_down(const gemv_mat & D, const int4 * r) {
-    const int w = threadIdx.x / GGX_CUDA_WARP;
-    const size_t row_bytes = (size_t)D.Np * 4, bytes = (size_t)max(0, r[3].y - r[2].y) * row_bytes;
-    const size_t share = (bytes / k_ffn_warps + 15) & ~(size_t)15, off = (size_t)w * share;
-    if (threadIdx.x % GGX_CUDA_WARP == 0 && off < bytes)
-        ggx_prefetch_l2((const char *)D.qw + (size_t)r[2].y * row_bytes + off, (uint32_t)min(share, bytes - off));
-}
-
-// The sum of s and the largest m over the block in one exchange (wm: a float2 per warp of shared
-// memory, not read again before the block's next barrier).
-__device__ __forceinline__ float2 ffn_block_sum_max(float s, float m, float2 * wm) {
-    s = ggx_warp_sum(s);
-    m = ggx_warp_max(m);
-    if (threadIdx.x % GGX_CUDA_WARP == 0) wm[threadIdx.x / GGX_CUDA_WARP] = make_float2(s, m);
-    __syncthreads();
-    float2 r = make_float2(0.0f, 0.0f);
-#pragma unroll
-    for (int w = 0; w < k_ffn_warps; w++) {
-        const float2 v = wm[w];
-        r.x += v.x;
-        r.y = fmaxf(r.y, v.y);
-    }
-    return r;
-}
-
-// The power of two that brings a largest |value| into [8, 16), as the GEMV's staging of x (see
-// k_qgemv).
-__device__ __forceinline__ float ffn_scale_for(float amax) { return __int_as_float((127 + x_scale_exponent(amax)) << 23); }
-
 // a.m[0] gate, a.m[1] up (one q_perm), a.m[2] down (none; y the residual, a.x when in place);
 // a.counters[0 .. 1]: the staged count and the count of blocks past it (back to 0 at the end).
 // Trace stamps past the loop's end (warp 0's): A every warp's sums written, B h's maximum known,
@@ -1260,11 +1488,9 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
     const gemv_mat & U = a.m[1];
     const gemv_mat & D = a.m[2];
     const int K = a.K;
-    half * xh = (half *)smem4;                                             // [K]
-    float * part = (float *)smem4 + (K * 2 + 15) / 16 * 4;                 // [warps][2][cols]
-    half * hx = (half *)(part + k_ffn_warps * 2 * k_ffn_cols);             // [cols]
-    int4 * d_heads = (int4 *)(hx + k_ffn_cols);                            // [4] (ffn_range_copy)
-    float2 * wm = (float2 *)(d_heads + 4);                                 // [warps]
+    const ffn_smem fs = ffn_smem_at(smem4, K);
+    half * xh = fs.xh;
+    int4 * d_heads = fs.d_heads;
     int trace_slot = 0;
     ggx_trace_begin(a.trace, &trace_slot);
     const int j = blockIdx.x, w = threadIdx.x / GGX_CUDA_WARP, lane = threadIdx.x % GGX_CUDA_WARP;
@@ -1319,7 +1545,7 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
         amax = fmaxf(amax, fabsf(xv[i]));
     }
     if (w == 1) ggx_cp_async_wait<0>();   // down's head records (read after the next barrier)
-    const float2 sm = ffn_block_sum_max(ss, amax, wm);
+    const float2 sm = ffn_block_sum_max(ss, amax, fs.wm);
     const float rinv = a.norm ? rsqrtf(sm.x / (float)K + a.norm_eps) : 1.0f;
     const float xscale = ffn_scale_for(sm.y * rinv);
     const float xmul = rinv * xscale;
@@ -1345,33 +1571,9 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
     float unscale = 1.0f / xscale;
     const half * xb = xh;
     int nd = 0, db = 0;
-    auto d_col = [&](int c) { return k_ffn_cols * (w + k_ffn_warps * c) + 4 * lane; };
-    auto load = [&](int s, piece_regs & P) {   // step s's piece (one call of piece_load)
-        const gemv_mat * M = &D;
-        int p, col;
-        if (ph == 0) {
-            const bool g = s < ng;
-            M = g ? &G : &U;
-            p = (g ? gb : ub - ng) + s;
-            col = n;
-        } else {
-            const int c = s / nd;
-            p = db + s - c * nd;
-            col = d_col(c);
-        }
-        piece_load(*M, p, col, P, a.evict_first, L);
-    };
+    auto load = [&](int s, piece_regs & P) { ffn_load(a, G, ph, s, ng, gb, ub, n, nd, db, w, lane, P, L); };
     auto run_out = [&] {
-        const float4 o = make_float4(v[0][0] * unscale, v[0][1] * unscale, v[0][2] * unscale, v[0][3] * unscale);
-        if (ph == 0) {
-            *(float4 *)(part + (2 * w + run) * k_ffn_cols + 4 * lane) = o;   // run 0 gate, 1 up
-        } else {
-            const int col = d_col(run);
-            float4 r = o;
-            if (D.bias && j == 0) { r.x += D.bias[col]; r.y += D.bias[col + 1]; r.z += D.bias[col + 2]; r.w += D.bias[col + 3]; }
-            if (!(a.flags & k_flag_ffn_no_add)) ggx_red_add4(D.y + col, r, D.N - col);
-        }
-        v[0][0] = v[0][1] = v[0][2] = v[0][3] = 0.0f;
+        ffn_run_out(a, fs, ph, run, unscale, w, lane, v);
         run++;
         run_end += run_len;
     };
@@ -1394,57 +1596,9 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
         while (run < 2) run_out();   // (a warp without pieces: zeros)
         ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP_END);
 
-        // 4. no block adds into the residual before every block has read it: the count is waited
-        //    for here, by thread 0 while the other warps finish their loops (~20 us after the
-        //    arrivals, so one L2 round trip); the count of blocks past it is taken now and read at
-        //    the end
-        if (in_place && threadIdx.x == 0) {
-            ggx_count_wait(staged, (int)gridDim.x);
-            past = atomicAdd(staged + 1, 1);
-        }
-
-        // down's first pieces (static) load while the sums meet: rows 128 j .. + 127, the column
-        // runs 128 (w + 16 c) + 4 lane
-        int4 d0, d1;
-        int de;
-        ffn_range_read(d_heads, d0, d1, db, de);
-        nd = de - db;
-        const int runs = (D.Np / k_ffn_cols - w + k_ffn_warps - 1) / k_ffn_warps;   // this warp's column runs
-        const int SD = nd * runs;
-        if (SD > 0) {
-            piece_load_from(D, d0, d_col(0), A, a.evict_first, L);
-            if (SD > 1) piece_load_from(D, nd > 1 ? d1 : d0, d_col(nd > 1 ? 0 : 1), B, a.evict_first, L);
-        }
-
-        // the warps' sums in warp order, h = act(g) u for the block's columns (warps 0 .. 3),
-        // staged in fp16 with the block's scale (its maximum through wm: its last reader, the x
-        // scale above, is two barriers back)
-        __syncthreads();
-        ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_A);
-        constexpr int h_warps = k_ffn_cols / GGX_CUDA_WARP;
-        float h = 0.0f;
-        if (threadIdx.x < k_ffn_cols) {
-            const int col = j * k_ffn_cols + threadIdx.x;
-            float g = G.bias ? G.bias[col] : 0.0f, u = U.bias ? U.bias[col] : 0.0f;
-#pragma unroll
-            for (int i = 0; i < k_ffn_warps; i++) {
-                g += part[(2 * i) * k_ffn_cols + threadIdx.x];
-                u += part[(2 * i + 1) * k_ffn_cols + threadIdx.x];
-            }
-            h = (a.act == GGX_ACT_SILU ? silu_f(g) : gelu_f(g)) * u;
-            const float hm = ggx_warp_max(fabsf(h));
-            if (lane == 0) wm[w].y = hm;
-        }
-        __syncthreads();   // (also publishes thread 0's wait for the count to the block)
-        ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_B);
-        float hmax = 0.0f;
-#pragma unroll
-        for (int i = 0; i < h_warps; i++) hmax = fmaxf(hmax, wm[i].y);
-        const float hscale = ffn_scale_for(hmax);
-        if (threadIdx.x < k_ffn_cols) hx[threadIdx.x] = __float2half_rn(h * hscale);
-        __syncthreads();
-        ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_C);
-        ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_HANDOFF);
+        // 4. the hand-off (count, down's first pieces, h)
+        float hscale;
+        const int SD = ffn_handoff(a, fs, in_place, past, db, nd, hscale, A, B, L, &trace_slot);
 
         // 5. down: the block's rows for each of the warp's column runs, each run's sums added into
         //    y when its last piece is in
@@ -1453,15 +1607,10 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
         run = 0;
         run_end = run_len = nd;
         unscale = 1.0f / hscale;
-        xb = hx - j * k_ffn_cols;   // (pieces carry their row in K)
+        xb = fs.hx - j * k_ffn_cols;   // (pieces carry their row in K)
         pf_at = -1;
     }
-    // the last block past the count makes it ready for the next launch (no block reads it again
-    // in this one; the next FFN launch arrives only after its PDL wait, past this grid's end)
-    if (in_place && threadIdx.x == 0 && past == (int)gridDim.x - 1) {
-        staged[0] = 0;
-        staged[1] = 0;
-    }
+    ffn_count_reset(a, in_place, past);
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
 }
 
@@ -1597,6 +1746,17 @@ void fill_ffn_args(const ggx_qgemv_job & job, gemv_args & a) {
     fill_input(job, a);
     for (int i = 0; i < 3; i++) fill_matrix(job.m[i], true, a.m[i]);
     a.m[2].y = (float *)job.m[2].out->data;   // the residual (k_ffn: in place when it is x)
+#if GGX_QGEMV_FFN_SHARED
+    // k_qgemv<1, 4> in its FFN mode: every block takes matrix 0's place (mi), one fine slice per
+    // group (so that its GEMV-shaped arithmetic stays in range; the FFN reads none of it)
+    a.flags |= k_flag_ffn;
+    for (int i = 0; i < 3; i++) {
+        a.m[i].m = 1;
+        a.m[i].n_slices = 1;
+        a.m[i].block0 = i == 0 ? 0 : INT32_MAX;
+    }
+    static_assert(groups_for(1) == 4 && k_group * 4 == k_ffn_threads, "k_qgemv<1, 4> has k_ffn's threads");
+#endif
 }
 
 // Dynamic shared memory of a launch of T rows with m fine slices per warp group: x in fp16 (2
@@ -1697,12 +1857,17 @@ ggx_status ffn_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     if (no_add) a.flags |= k_flag_ffn_no_add;
     const int blocks = a.m[0].N / k_ffn_cols;
     if (ctx.trace) a.trace = ggx_cuda_trace_launch(ctx, std::string("ffn ") + job.m[0].w->name, "");
+#if GGX_QGEMV_FFN_SHARED
+    a.prefetch = 0;   // (k_qgemv's FFN mode has no such prefetch)
+    return launch<1>(ctx, a, blocks, ffn_smem_bytes(a.K));
+#else
     static bool configured = false;
     if (!configured) {
         GGX_RETURN_IF_ERR(ggx_cuda_carveout((const void *)k_ffn, true));
         configured = true;
     }
     return ggx_cuda_launch(ctx, k_ffn, dim3((unsigned)blocks), dim3(k_ffn_threads), ffn_smem_bytes(a.K), a);
+#endif
 }
 
 }  // namespace
@@ -1861,7 +2026,13 @@ size_t ggx_cuda_qgemv_scratch(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & jo
 int ggx_cuda_ffn_max_blocks(const ggx_cuda_ctx & ctx) {
     if (!ctx.ffn_on) return 0;
     int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_ffn, k_ffn_threads, ffn_smem_bytes(k_ffn_max_k)) != cudaSuccess) {
+#if GGX_QGEMV_FFN_SHARED
+    void (*kernel)(gemv_args) = k_qgemv<1, 4>;   // (in its FFN mode)
+    (void)&k_ffn;
+#else
+    void (*kernel)(gemv_args) = k_ffn;
+#endif
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, k_ffn_threads, ffn_smem_bytes(k_ffn_max_k)) != cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
     }

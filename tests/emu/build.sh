@@ -12,7 +12,7 @@ usage() { echo "usage: build.sh prefill|decode|qgemv[-pairgroups|-compact|-mma4]
 case "$kind" in
     prefill) def=$cu/attn-prefill.cu ;;
     decode) def=$cu/attn-decode.cu ;;
-    qgemv | qgemv-pairgroups | qgemv-compact | qgemv-mma4) def=$cu/qgemv.cu ;;
+    qgemv | qgemv-pairgroups | qgemv-compact | qgemv-mma4 | qgemv-ffnshared) def=$cu/qgemv.cu ;;
     *) usage ;;
 esac
 [ -n "$out" ] || usage

@@ -762,7 +762,11 @@ struct FfnCase {
     bool bias;
 };
 static gemv_args g_ffn_args;
+#if GGX_QGEMV_FFN_SHARED
+static void ffn_body() { emu::k_qgemv<1, 4>(g_ffn_args); }   // (its FFN mode: fill_ffn_args sets it)
+#else
 static void ffn_body() { emu::k_ffn(g_ffn_args); }
+#endif
 
 static int blocks_for(int F) { return F / emu::k_ffn_cols; }
 
@@ -911,6 +915,7 @@ static int run_ffn(const FfnCase & c, int idx) {
         if (order == 2) { std::mt19937 r(977 + idx); std::shuffle(bl.begin(), bl.end(), r); }
         g_ffn_args = a;
         g_ffn_args.prefetch = order == 0 ? 0 : order == 1 ? 2 : 1 << 20;   // down's rows into L2: never, late, at once
+        if (GGX_QGEMV_FFN_SHARED) g_ffn_args.prefetch = 0;   // (k_qgemv's FFN mode has no such prefetch)
         g_prefetches = 0;
         g_thread_body = ffn_body;
         NTH = emu::k_ffn_threads;

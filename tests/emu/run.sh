@@ -7,7 +7,7 @@ root=$(cd "$here/../.." && pwd)
 build=${EMU_BUILD:-$root/build-emu}
 what=${1:-all}
 case "$what" in
-    prefill | decode | qgemv | qgemv-pairgroups | qgemv-compact | qgemv-mma4) kinds=$what ;;
+    prefill | decode | qgemv | qgemv-pairgroups | qgemv-compact | qgemv-mma4 | qgemv-ffnshared) kinds=$what ;;
     all) kinds="prefill decode qgemv qgemv-pairgroups qgemv-compact qgemv-mma4" ;;
     *) echo "usage: run.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|qgemv-mma4|all]" >&2; exit 2 ;;
 esac
