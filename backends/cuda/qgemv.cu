@@ -973,6 +973,31 @@ __device__ __forceinline__ void ffn_count_reset(const gemv_args & a, bool in_pla
     }
 }
 
+// The FFN loop's state: the phase and its steps; the run whose sums go out next, the step it ends
+// at and the runs' length after it; down's pieces of a run (nd from db); the count of blocks past
+// the wait (ffn_handoff; read at the end); the sums' unscale and the loop's input rows.
+struct ffn_loop {
+    int ph, steps, run, run_end, run_len, nd, db, past;
+    float unscale;
+    const half * xb;
+};
+
+// After gate/up's loop: the runs without pieces out (zeros), the hand-off, and the state of down's
+// column runs over h.
+__device__ __forceinline__ void ffn_next_phase(const gemv_args & a, const ffn_smem & fs, bool in_place, ffn_loop & f, float (&v)[1][4],
+                                               piece_regs & A, piece_regs & B, const tc4_lane & L, int * trace_slot) {
+    const int w = threadIdx.x / GGX_CUDA_WARP, lane = threadIdx.x % GGX_CUDA_WARP;
+    for (; f.run < 2; f.run++) ffn_run_out(a, fs, 0, f.run, f.unscale, w, lane, v);   // (a warp without pieces)
+    ggx_trace_stamp(a.trace, trace_slot, GGX_TRACE_LOOP_END);
+    float hscale;
+    f.steps = ffn_handoff(a, fs, in_place, f.past, f.db, f.nd, hscale, A, B, L, trace_slot);
+    f.ph = 1;
+    f.run = 0;
+    f.run_end = f.run_len = f.nd;
+    f.unscale = 1.0f / hscale;
+    f.xb = fs.hx - (int)blockIdx.x * k_ffn_cols;   // (pieces carry their row in K)
+}
+
 // Copy: a second instantiation of the same code at other addresses (GGX_QGEMV_CODE_COPY_FOR: what
 // running other code between two launches costs them; measurements only)
 template <int T, int W = groups_for(T), int Copy = 0>
@@ -1261,45 +1286,34 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         if (ffn || (work && !one_piece)) {
             looped = true;
             const ffn_smem fs = ffn_smem_at(smem4, a.K);
-            const int w = threadIdx.x / GGX_CUDA_WARP, lane = threadIdx.x % GGX_CUDA_WARP, j = blockIdx.x;
+            const int w = threadIdx.x / GGX_CUDA_WARP, lane = threadIdx.x % GGX_CUDA_WARP;
             const bool in_place = ffn && a.m[2].y == a.x;
             if (in_place && threadIdx.x == 0) ggx_count_arrive(a.counters);   // this block has read all of x
-            int ph = 0, steps = work ? p_end - p_begin : 0;
+            const int steps = work ? p_end - p_begin : 0;
             const int n_g = ffn ? ng : steps, g_b = ffn ? gb : p_begin;   // (a GEMV: all its pieces are "gate's")
-            int run = 0, run_end = ffn ? n_g : -1, run_len = steps - n_g, nd = 0, db = 0, past = 0;
-            float unscale = xunscale[0];
-            const half * xb = xh - k_begin;
-            auto load = [&](int s, piece_regs & P) { ffn_load(a, M, ph, s, n_g, g_b, ub, nl, nd, db, w, lane, P, L); };
+            ffn_loop f = {0, steps, 0, ffn ? n_g : -1, steps - n_g, 0, 0, 0, xunscale[0], xh - k_begin};
+            auto load = [&](int s, piece_regs & P) { ffn_load(a, M, f.ph, s, n_g, g_b, ub, nl, f.nd, f.db, w, lane, P, L); };
             auto run_out = [&] {   // (the FFN only)
-                ffn_run_out(a, fs, ph, run, unscale, w, lane, v);
-                run++;
-                run_end += run_len;
+                ffn_run_out(a, fs, f.ph, f.run, f.unscale, w, lane, v);
+                f.run++;
+                f.run_end += f.run_len;
             };
 #pragma unroll 1
             for (;;) {
-                for (int s = 0; s < steps; s += 2) {
-                    piece_apply<1>(A, xb, ldx, v, L, zero);
-                    if (s + 1 == run_end) run_out();
-                    if (s + 2 < steps) load(s + 2, A);
-                    if (s + 1 >= steps) break;
-                    piece_apply<1>(B, xb, ldx, v, L, zero);
-                    if (s + 2 == run_end) run_out();
-                    if (s + 3 < steps) load(s + 3, B);
+                for (int s = 0; s < f.steps; s += 2) {
+                    piece_apply<1>(A, f.xb, ldx, v, L, zero);
+                    if (s + 1 == f.run_end) run_out();
+                    if (s + 2 < f.steps) load(s + 2, A);
+                    if (s + 1 >= f.steps) break;
+                    piece_apply<1>(B, f.xb, ldx, v, L, zero);
+                    if (s + 2 == f.run_end) run_out();
+                    if (s + 3 < f.steps) load(s + 3, B);
                 }
-                if (!ffn || ph == 1) break;
-                while (run < 2) run_out();   // (a warp without pieces: zeros)
-                ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP_END);
-                float hscale;
-                const int SD = ffn_handoff(a, fs, in_place, past, db, nd, hscale, A, B, L, &trace_slot);
-                ph = 1;
-                steps = SD;
-                run = 0;
-                run_end = run_len = nd;
-                unscale = 1.0f / hscale;
-                xb = fs.hx - j * k_ffn_cols;   // (pieces carry their row in K)
+                if (!ffn || f.ph == 1) break;
+                ffn_next_phase(a, fs, in_place, f, v, A, B, L, &trace_slot);
             }
             if (ffn) {
-                ffn_count_reset(a, in_place, past);
+                ffn_count_reset(a, in_place, f.past);
                 ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
                 return;
             }
@@ -1567,50 +1581,34 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
     //    up's into the block's shared sums, each of down's column runs into the residual.
     //    a.prefetch (> 0) pieces before gate/up's end, the warp asks L2 for its share of down's rows.
     float v[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
-    int ph = 0, steps = S, run = 0, run_end = ng, run_len = S - ng;
-    float unscale = 1.0f / xscale;
-    const half * xb = xh;
-    int nd = 0, db = 0;
-    auto load = [&](int s, piece_regs & P) { ffn_load(a, G, ph, s, ng, gb, ub, n, nd, db, w, lane, P, L); };
+    ffn_loop f = {0, S, 0, ng, S - ng, 0, 0, 0, 1.0f / xscale, xh};
+    auto load = [&](int s, piece_regs & P) { ffn_load(a, G, f.ph, s, ng, gb, ub, n, f.nd, f.db, w, lane, P, L); };
     auto run_out = [&] {
-        ffn_run_out(a, fs, ph, run, unscale, w, lane, v);
-        run++;
-        run_end += run_len;
+        ffn_run_out(a, fs, f.ph, f.run, f.unscale, w, lane, v);
+        f.run++;
+        f.run_end += f.run_len;
     };
     int pf_at = a.prefetch > 0 ? max(0, S - a.prefetch) & ~1 : -1;   // (the loop's steps are even)
     if (pf_at >= 0 && S == 0) ffn_prefetch_down(D, d_heads);
-    int past = 0;
 #pragma unroll 1
     for (;;) {
-        for (int s = 0; s < steps; s += 2) {
+        for (int s = 0; s < f.steps; s += 2) {
             if (s == pf_at) ffn_prefetch_down(D, d_heads);
-            piece_apply<1>(A, xb, 0, v, L, zero);
-            if (s + 1 == run_end) run_out();
-            if (s + 2 < steps) load(s + 2, A);
-            if (s + 1 >= steps) break;
-            piece_apply<1>(B, xb, 0, v, L, zero);
-            if (s + 2 == run_end) run_out();
-            if (s + 3 < steps) load(s + 3, B);
+            piece_apply<1>(A, f.xb, 0, v, L, zero);
+            if (s + 1 == f.run_end) run_out();
+            if (s + 2 < f.steps) load(s + 2, A);
+            if (s + 1 >= f.steps) break;
+            piece_apply<1>(B, f.xb, 0, v, L, zero);
+            if (s + 2 == f.run_end) run_out();
+            if (s + 3 < f.steps) load(s + 3, B);
         }
-        if (ph == 1) break;
-        while (run < 2) run_out();   // (a warp without pieces: zeros)
-        ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP_END);
-
-        // 4. the hand-off (count, down's first pieces, h)
-        float hscale;
-        const int SD = ffn_handoff(a, fs, in_place, past, db, nd, hscale, A, B, L, &trace_slot);
-
-        // 5. down: the block's rows for each of the warp's column runs, each run's sums added into
-        //    y when its last piece is in
-        ph = 1;
-        steps = SD;
-        run = 0;
-        run_end = run_len = nd;
-        unscale = 1.0f / hscale;
-        xb = fs.hx - j * k_ffn_cols;   // (pieces carry their row in K)
+        if (f.ph == 1) break;
+        // 4. the hand-off (count, down's first pieces, h), then 5. down: the block's rows for each
+        //    of the warp's column runs, each run's sums added into y when its last piece is in
+        ffn_next_phase(a, fs, in_place, f, v, A, B, L, &trace_slot);
         pf_at = -1;
     }
-    ffn_count_reset(a, in_place, past);
+    ffn_count_reset(a, in_place, f.past);
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
 }
 
