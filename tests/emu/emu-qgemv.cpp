@@ -1129,7 +1129,8 @@ int main(int argc, char ** argv) {
     // the variant's walk across groups must have been reached (in the paired jobs of the mixed layouts)
     CHECKX(!GGX_QGEMV_PAIR_GROUPS || g_joined_across > 0, "the pairgroups build made no piece across groups");
     printf("qgemv%s: jobs %d (3 block orders each), paired pieces across groups %ld; failed jobs %d, check errors %ld\n",
-           GGX_QGEMV_PAIR_GROUPS ? " (pairgroups variant)" : GGX_QGEMV_COMPACT_HALVES ? " (compact variant)" : GGX_QGEMV_MMA4 ? " (mma4 variant)" : "",
+           GGX_QGEMV_PAIR_GROUPS ? " (pairgroups variant)" : GGX_QGEMV_COMPACT_HALVES ? " (compact variant)" : GGX_QGEMV_MMA4 ? " (mma4 variant)"
+           : GGX_QGEMV_FFN_SHARED ? " (ffnshared variant)" : "",
            n_runs, g_joined_across, n_fail, g_errors);
     return n_fail || g_errors;
 }
