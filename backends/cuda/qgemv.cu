@@ -764,7 +764,6 @@ __device__ __forceinline__ bool rope_pair(const gemv_args & a, int lc, int & i) 
 constexpr int k_ffn_warps = 16;
 constexpr int k_ffn_threads = k_ffn_warps * GGX_CUDA_WARP;
 constexpr int k_ffn_cols = GGX_FFN_COLS;                 // gate/up columns (down rows) per block
-constexpr int k_ffn_stage = GGX_FFN_MAX_K / k_ffn_threads;   // x rows each thread stages
 constexpr int k_ffn_max_k = GGX_FFN_MAX_K;
 static_assert(k_ffn_cols == 4 * GGX_CUDA_WARP && k_ffn_max_k % k_ffn_threads == 0 && k_ffn_cols % k_fine == 0,
               "a warp's lanes take 4 columns each; whole fine slices of down per block");
@@ -832,35 +831,6 @@ __device__ __forceinline__ void ffn_range_read(const int4 * r, int4 & d0, int4 &
     d1 = r[1];
     pb = r[2].x;
     pe = r[3].x;
-}
-
-// Warp w's share of the block's rows of down (one span of packed words: 128 rows over all columns)
-// asked of L2 by its lane 0 (no registers held, nothing waits), so that down's loads after the
-// hand-off hit L2 while DRAM keeps streaming. r: the records of ffn_range_copy (their .y: the word
-// rows where the block's rows begin and end).
-__device__ __forceinline__ void ffn_prefetch_down(const gemv_mat & D, const int4 * r) {
-    const int w = threadIdx.x / GGX_CUDA_WARP;
-    const size_t row_bytes = (size_t)D.Np * 4, bytes = (size_t)max(0, r[3].y - r[2].y) * row_bytes;
-    const size_t share = (bytes / k_ffn_warps + 15) & ~(size_t)15, off = (size_t)w * share;
-    if (threadIdx.x % GGX_CUDA_WARP == 0 && off < bytes)
-        ggx_prefetch_l2((const char *)D.qw + (size_t)r[2].y * row_bytes + off, (uint32_t)min(share, bytes - off));
-}
-
-// The sum of s and the largest m over the block in one exchange (wm: a float2 per warp of shared
-// memory, not read again before the block's next barrier).
-__device__ __forceinline__ float2 ffn_block_sum_max(float s, float m, float2 * wm) {
-    s = ggx_warp_sum(s);
-    m = ggx_warp_max(m);
-    if (threadIdx.x % GGX_CUDA_WARP == 0) wm[threadIdx.x / GGX_CUDA_WARP] = make_float2(s, m);
-    __syncthreads();
-    float2 r = make_float2(0.0f, 0.0f);
-#pragma unroll
-    for (int w = 0; w < k_ffn_warps; w++) {
-        const float2 v = wm[w];
-        r.x += v.x;
-        r.y = fmaxf(r.y, v.y);
-    }
-    return r;
 }
 
 // The power of two that brings a largest |value| into [8, 16), as the GEMV's staging of x (see
@@ -1041,11 +1011,11 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     // blocks reach their loops sooner (run 205, H100, llama3-8b: tg128@16 4.0 +1.1%, 3.0 +0.5%,
     // llama3.2-1b 4.0 +0.6%, 4.0 @4096 +0.7% against slice_first, then the pieces)
     int4 h0 = {}, h1 = {}, h2 = {}, hb = {}, he = {};
+    const gemv_mat * MB = &M;   // B's first piece's matrix
 #if GGX_QGEMV_FFN_SHARED
     // FFN: warp w's run of K's fine slices of gate, then of up (its pieces gb .. + ng, then ub ..);
     // B's first piece is up's first when gate has one piece here; down's records for the block
     int ng = 0, gb = 0, ub = 0;
-    const gemv_mat * MB = &M;
     if (ffn) {
         const int w = threadIdx.x / GGX_CUDA_WARP, mf = ((M.n_fine + k_ffn_warps - 1) / k_ffn_warps + 1) & ~1;
         int4 g1 = {}, u0 = {}, u1 = {};
@@ -1126,11 +1096,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     if (work) {
         // (h1, h2 are clamped to the table's last piece: used only when inside this range)
         piece_load_from(M, h0, nl, A, a.evict_first, L);
-#if GGX_QGEMV_FFN_SHARED
         if (p_begin + 1 < p_end && !one_piece) piece_load_from(*MB, h1, nl, B, a.evict_first, L);
-#else
-        if (p_begin + 1 < p_end && !one_piece) piece_load_from(M, h1, nl, B, a.evict_first, L);
-#endif
         if (a.prefetch > 0 && p_begin + 2 < p_end) {
             const int q1 = min(he.y, h2.y + a.prefetch);   // he.y: where piece p_end - 1 ends
             for (int r = h2.y; r < q1; r++) prefetch<2>(M.qw + (size_t)r * M.Np + n);
@@ -1480,7 +1446,9 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);   // thread 0 passes here
 }
 
-// ---- the decode FFN as one kernel (k_ffn; ggx_qgemv_job::ffn) ----
+// ---- the decode FFN as one kernel (k_ffn; ggx_qgemv_job::ffn; the variant ffnshared runs it in
+// k_qgemv<1, 4> instead and builds no k_ffn) ----
+#if !GGX_QGEMV_FFN_SHARED
 // A one-row gated MLP (gate, up: K x F; down: F x K, adding into the residual in place) whose
 // down reads h in order (no q_perm: the loader put gate's and up's columns in down's input order,
 // exl2/quant/glu-order.h). Block j computes gate and up for columns 128 j .. + 127 over all of K
@@ -1492,6 +1460,37 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
 // Every block reads all of x, which is the residual it adds into: a block adds only once every
 // block has staged x (a count, waited on after gate/up, ~20 us later); the plan launches no more
 // blocks than fit at once (ggx_cuda_ffn_ok), so the wait cannot starve a block of its SM.
+constexpr int k_ffn_stage = GGX_FFN_MAX_K / k_ffn_threads;   // x rows each thread stages
+
+// Warp w's share of the block's rows of down (one span of packed words: 128 rows over all columns)
+// asked of L2 by its lane 0 (no registers held, nothing waits), so that down's loads after the
+// hand-off hit L2 while DRAM keeps streaming. r: the records of ffn_range_copy (their .y: the word
+// rows where the block's rows begin and end).
+__device__ __forceinline__ void ffn_prefetch_down(const gemv_mat & D, const int4 * r) {
+    const int w = threadIdx.x / GGX_CUDA_WARP;
+    const size_t row_bytes = (size_t)D.Np * 4, bytes = (size_t)max(0, r[3].y - r[2].y) * row_bytes;
+    const size_t share = (bytes / k_ffn_warps + 15) & ~(size_t)15, off = (size_t)w * share;
+    if (threadIdx.x % GGX_CUDA_WARP == 0 && off < bytes)
+        ggx_prefetch_l2((const char *)D.qw + (size_t)r[2].y * row_bytes + off, (uint32_t)min(share, bytes - off));
+}
+
+// The sum of s and the largest m over the block in one exchange (wm: a float2 per warp of shared
+// memory, not read again before the block's next barrier).
+__device__ __forceinline__ float2 ffn_block_sum_max(float s, float m, float2 * wm) {
+    s = ggx_warp_sum(s);
+    m = ggx_warp_max(m);
+    if (threadIdx.x % GGX_CUDA_WARP == 0) wm[threadIdx.x / GGX_CUDA_WARP] = make_float2(s, m);
+    __syncthreads();
+    float2 r = make_float2(0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < k_ffn_warps; w++) {
+        const float2 v = wm[w];
+        r.x += v.x;
+        r.y = fmaxf(r.y, v.y);
+    }
+    return r;
+}
+
 // a.m[0] gate, a.m[1] up (one q_perm), a.m[2] down (none; y the residual, a.x when in place);
 // a.counters[0 .. 1]: the staged count and the count of blocks past it (back to 0 at the end).
 // Trace stamps past the loop's end (warp 0's): A every warp's sums written, B h's maximum known,
@@ -1611,6 +1610,7 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
     ffn_count_reset(a, in_place, f.past);
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
 }
+#endif
 
 size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
@@ -1848,7 +1848,7 @@ ggx_status ffn_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     for (int i = 0; i < 2; i++) a.m[i].norm_wp = ggx_cuda_norm_table_for(ctx, job, i);
     a.counters = ctx.counters;
     a.evict_first = evict_first_fraction();
-    a.prefetch = ffn_prefetch_pieces();
+    a.prefetch = GGX_QGEMV_FFN_SHARED ? 0 : ffn_prefetch_pieces();   // (k_qgemv's FFN mode has no such prefetch)
     // GGX_QGEMV_FFN_NO_ADD=1 (measurements only: the logits are wrong): k_ffn adds nothing into the
     // residual, to see what its reductions cost the kernels after it
     static const bool no_add = ggx_env_int_in("GGX_QGEMV_FFN_NO_ADD", 0, 1, 0) != 0;
@@ -1856,7 +1856,6 @@ ggx_status ffn_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     const int blocks = a.m[0].N / k_ffn_cols;
     if (ctx.trace) a.trace = ggx_cuda_trace_launch(ctx, std::string("ffn ") + job.m[0].w->name, "");
 #if GGX_QGEMV_FFN_SHARED
-    a.prefetch = 0;   // (k_qgemv's FFN mode has no such prefetch)
     return launch<1>(ctx, a, blocks, ffn_smem_bytes(a.K));
 #else
     static bool configured = false;
@@ -2026,7 +2025,6 @@ int ggx_cuda_ffn_max_blocks(const ggx_cuda_ctx & ctx) {
     int per_sm = 0;
 #if GGX_QGEMV_FFN_SHARED
     void (*kernel)(gemv_args) = k_qgemv<1, 4>;   // (in its FFN mode)
-    (void)&k_ffn;
 #else
     void (*kernel)(gemv_args) = k_ffn;
 #endif
