@@ -914,8 +914,8 @@ static int run_ffn(const FfnCase & c, int idx) {
         if (order == 1) std::reverse(bl.begin(), bl.end());
         if (order == 2) { std::mt19937 r(977 + idx); std::shuffle(bl.begin(), bl.end(), r); }
         g_ffn_args = a;
-        g_ffn_args.prefetch = order == 0 ? 0 : order == 1 ? 2 : 1 << 20;   // down's rows into L2: never, late, at once
-        if (GGX_QGEMV_FFN_SHARED) g_ffn_args.prefetch = 0;   // (k_qgemv's FFN mode has no such prefetch)
+        // down's rows into L2: never, late, at once (never in k_qgemv's FFN mode, which has no such prefetch)
+        g_ffn_args.prefetch = GGX_QGEMV_FFN_SHARED || order == 0 ? 0 : order == 1 ? 2 : 1 << 20;
         g_prefetches = 0;
         g_thread_body = ffn_body;
         NTH = emu::k_ffn_threads;
