@@ -25,22 +25,9 @@
 #                   llama3-8b 2.5 and 5.0, mistral-7b 3.0;
 #                   llama3-8b 4.0 @4096; the layer trace with the fused FFN and without
 #   ffn-short       the first two of part ffn only
-#   ffnpf           tg128@16 of llama3-8b 4.0 with GGX_QGEMV_FFN=1 and GGX_QGEMV_FFN_PREFETCH = 0, 2, 4
-#                   and 1000 (down's rows into L2 that many pieces before the gate/up loop's end), then
-#                   the default, twice; llama3.2-1b at 0 and 4 and the default; the FFN's layer trace
-#                   at 0 and 4
-#   ffndiag         tg128@16 of llama3-8b 4.0 with GGX_QGEMV_FFN=1, with it and GGX_QGEMV_FFN_NO_ADD=1 (the
-#                   FFN adds nothing into the residual: timing only), with q/k/v and o on a second copy
-#                   of the GEMV's code (GGX_QGEMV_CODE_COPY_FOR: other code between their launches), and
-#                   the default, twice; the layer trace of each; layer 5's q/k/v and o blocks with the
-#                   FFN and without
 #   codecopy        tg128@16 of llama3-8b 4.0 with o alone, q/k/v alone, and gate/up with down on the GEMV
 #                   kernel's second code copy (GGX_QGEMV_CODE_COPY_FOR), then the default; the layer
 #                   trace with o alone and with q/k/v alone on it
-#   ffnshared       variant ffnshared (the decode FFN in k_qgemv<1, 4>'s own loop): its FFN, GEMV and
-#                   model tests; tg128@16 of llama3-8b 4.0 with its bench and the default's, each
-#                   with GGX_QGEMV_FFN=1 and without, twice; llama3.2-1b and llama2-7b once; the
-#                   layer traces
 #   ffnprobe        bench/probes/ffn-fused.cu built and run (16 layers): fused, loads only, split,
 #                   residual in place, and the per-block timeline
 #   pairs           tg128@16 at 2.5, 3.0, 4.0 bpw and llama3.2-1b with GGX_QGEMV_PAIR_BITS=4 (only
@@ -364,34 +351,6 @@ for part in "$@"; do
             layer_trace ;;
         ffn-short)
             ab GGX_QGEMV_FFN=1 "llama3-8b 4.0" "llama3.2-1b 4.0" ;;
-        ffnpf)
-            for r in 1 2; do
-                for P in 0 2 4 1000; do
-                    echo "-- llama3-8b 4.0 @16, round $r: GGX_QGEMV_FFN=1 GGX_QGEMV_FFN_PREFETCH=$P"
-                    GGX_QGEMV_FFN=1 GGX_QGEMV_FFN_PREFETCH=$P tg --synthetic llama3-8b --bpw 4.0 --ctx 16
-                done
-                echo "-- llama3-8b 4.0 @16, round $r: the default"; tg --synthetic llama3-8b --bpw 4.0 --ctx 16
-            done
-            for P in 0 4; do
-                echo "-- llama3.2-1b 4.0 @16: GGX_QGEMV_FFN=1 GGX_QGEMV_FFN_PREFETCH=$P"
-                GGX_QGEMV_FFN=1 GGX_QGEMV_FFN_PREFETCH=$P tg --synthetic llama3.2-1b --bpw 4.0 --ctx 16
-            done
-            echo "-- llama3.2-1b 4.0 @16: the default"; tg --synthetic llama3.2-1b --bpw 4.0 --ctx 16
-            layer_trace GGX_QGEMV_FFN=1
-            (export GGX_QGEMV_FFN_PREFETCH=4; layer_trace GGX_QGEMV_FFN=1) ;;
-        ffndiag)
-            for r in 1 2; do
-                for st in GGX_QGEMV_FFN=1 "GGX_QGEMV_FFN=1 GGX_QGEMV_FFN_NO_ADD=1" GGX_QGEMV_CODE_COPY_FOR=q_proj:1,o_proj:1 ""; do
-                    echo "-- llama3-8b 4.0 @16, round $r: ${st:-the default}"
-                    (for e in $st; do export "$e"; done; tg --synthetic llama3-8b --bpw 4.0 --ctx 16)
-                done
-            done
-            layer_trace GGX_QGEMV_FFN=1
-            (export GGX_QGEMV_FFN_NO_ADD=1; layer_trace GGX_QGEMV_FFN=1)
-            layer_trace GGX_QGEMV_CODE_COPY_FOR=q_proj:1,o_proj:1
-            layer_trace
-            NAMES=layers.5.self_attn.q_proj,layers.5.self_attn.o_proj LINES_MAX=400 block_dump GGX_QGEMV_FFN=1
-            NAMES=layers.5.self_attn.q_proj,layers.5.self_attn.o_proj LINES_MAX=400 block_dump ;;
         codecopy)
             for st in GGX_QGEMV_CODE_COPY_FOR=o_proj:1 GGX_QGEMV_CODE_COPY_FOR=q_proj:1 GGX_QGEMV_CODE_COPY_FOR=gate_proj:1,down_proj:1 ""; do
                 echo "-- llama3-8b 4.0 @16: ${st:-the default}"
@@ -399,32 +358,6 @@ for part in "$@"; do
             done
             layer_trace GGX_QGEMV_CODE_COPY_FOR=o_proj:1
             layer_trace GGX_QGEMV_CODE_COPY_FOR=q_proj:1 ;;
-        ffnshared)
-            # the decode FFN in k_qgemv<1, 4>'s own loop (variant ffnshared, session 50): the
-            # variant's FFN, GEMV and model tests; tg128@16 two rounds of llama3-8b 4.0 with the
-            # variant's bench (FFN on, then off: what its loop costs the GEMVs), then the default
-            # build's (FFN on, then off); llama3.2-1b and llama2-7b once; the layer traces
-            variant_tests ffnshared && TC=build-dev-ffnshared/test-cuda run_tests -tc='*FFN*,*EXL2*,*synthetic*,*logits*,*rows*'
-            variant_bench ffnshared || continue
-            for r in 1 2; do
-                for bb in build-dev-ffnshared/bench $B; do
-                    for st in GGX_QGEMV_FFN=1 ""; do
-                        echo "-- llama3-8b 4.0 @16, round $r: $bb ${st:-FFN off}"
-                        (if [ -n "$st" ]; then export "$st"; fi; B=$bb tg --synthetic llama3-8b --bpw 4.0 --ctx 16)
-                    done
-                done
-            done
-            for m in llama3.2-1b llama2-7b; do
-                for bb in build-dev-ffnshared/bench $B; do
-                    echo "-- $m 4.0 @16: $bb GGX_QGEMV_FFN=1, then FFN off"
-                    (export GGX_QGEMV_FFN=1; B=$bb tg --synthetic $m --bpw 4.0 --ctx 16)
-                    B=$bb tg --synthetic $m --bpw 4.0 --ctx 16
-                done
-            done
-            B=build-dev-ffnshared/bench layer_trace GGX_QGEMV_FFN=1
-            B=build-dev-ffnshared/bench layer_trace ""
-            layer_trace GGX_QGEMV_FFN=1
-            layer_trace "" ;;
         ffnprobe)
             nvcc -O3 -std=c++17 -arch=sm_90 -Ibackends/cuda -I. -Iinclude bench/probes/ffn-fused.cu -o /tmp/ffn-fused && /tmp/ffn-fused 16 ;;
         pairs)

@@ -9,9 +9,8 @@
 #   mma4        -DGGX_QGEMV_MMA4=1         a one-row GEMV's 4-bit pieces on the tensor cores (session 46; H100: -6.5% in run 212, -2.8% in run 215)
 #   fencesc     -DGGX_FENCE_SC=1           the blocks' hand-offs fence with __threadfence (fence.sc) in their one
 #                                          fencing thread (run 170: within 0.2% of fence.acq_rel)
-#   ffnshared   -DGGX_QGEMV_FFN_SHARED=1   the decode FFN (GGX_QGEMV_FFN=1) in k_qgemv<1, 4>'s own loop, not k_ffn's
 #                                          (session 50; not yet run on a GPU)
-variant_names="nowin nox16 pairgroups compact mma4 fencesc ffnshared"
+variant_names="nowin nox16 pairgroups compact mma4 fencesc"
 variant_flags() {
     case "$1" in
         nowin) echo "-DGGX_PAIR_WINDOWS=0" ;;
@@ -20,7 +19,6 @@ variant_flags() {
         compact) echo "-DGGX_QGEMV_COMPACT_HALVES=1" ;;
         mma4) echo "-DGGX_QGEMV_MMA4=1" ;;
         fencesc) echo "-DGGX_FENCE_SC=1" ;;
-        ffnshared) echo "-DGGX_QGEMV_FFN_SHARED=1" ;;
         *) return 1 ;;
     esac
 }

@@ -56,17 +56,6 @@ constexpr int k_max_smem = 96 * 1024;         // dynamic shared memory at most: 
 // gemv_args::flags: one-row ADD epilogues in place add every K-slice's sums into y (GGX_QGEMV_RED,
 // default on); a one-row job keeps one piece per thread in flight instead of two (one_deep)
 constexpr int k_flag_red = 1, k_flag_one_deep = 2;
-constexpr int k_flag_ffn_no_add = 4;   // k_ffn adds nothing into the residual (GGX_QGEMV_FFN_NO_ADD: timing only)
-// Built with GGX_QGEMV_FFN_SHARED=1 (bench/variants.sh: ffnshared; a measurement), the decode FFN
-// runs in k_qgemv<1, 4> (k_flag_ffn) instead of k_ffn: through the GEMV's own loop, so that the
-// GEMV launches after it find that loop's code in the SMs' instruction caches (k_ffn's own loop
-// pushed it out: runs 219, 220; bench/NOTES-cuda-decode.md, sessions 49-50).
-#ifndef GGX_QGEMV_FFN_SHARED
-#define GGX_QGEMV_FFN_SHARED 0
-#endif
-#if GGX_QGEMV_FFN_SHARED
-constexpr int k_flag_ffn = 8;
-#endif
 constexpr int k_prefetch_rows = 2;            // L2 warm-up rows per thread (see prefetch_rows; measured)
 
 // Warp groups per block for T rows: shared memory holds T * W fine slices of x.
@@ -760,7 +749,7 @@ __device__ __forceinline__ bool rope_pair(const gemv_args & a, int lc, int & i) 
     return d < a.rope.n_rot;
 }
 
-// ---- the decode FFN's helpers (k_ffn below; k_qgemv<1, 4> with GGX_QGEMV_FFN_SHARED) ----
+// ---- the decode FFN's helpers (k_ffn below) ----
 constexpr int k_ffn_warps = 16;
 constexpr int k_ffn_threads = k_ffn_warps * GGX_CUDA_WARP;
 constexpr int k_ffn_cols = GGX_FFN_COLS;                 // gate/up columns (down rows) per block
@@ -837,13 +826,12 @@ __device__ __forceinline__ void ffn_range_read(const int4 * r, int4 & d0, int4 &
 // k_qgemv).
 __device__ __forceinline__ float ffn_scale_for(float amax) { return __int_as_float((127 + x_scale_exponent(amax)) << 23); }
 
-// ---- the FFN's steps shared by k_ffn and k_qgemv<1, 4>'s FFN mode ----
+// ---- the FFN's steps (k_ffn; session 50's variant ffnshared ran them in k_qgemv<1, 4>'s loop too) ----
 // Column of down's column run c for lane `lane` of warp w (k_ffn_cols columns a run, the warps'
 // runs interleaved).
 __device__ __forceinline__ int ffn_down_col(int w, int lane, int c) { return k_ffn_cols * (w + k_ffn_warps * c) + 4 * lane; }
 
-// Step s's piece of the phase: G's pieces (gb ..: the first ng steps; G is gate, or a GEMV's
-// matrix with all its steps), then up's (ub ..), all at columns n (phase 0); down's column runs of
+// Step s's piece of the phase: G's pieces (gb ..: the first ng steps; G is gate), then up's (ub ..), all at columns n (phase 0); down's column runs of
 // nd pieces from db (phase 1). One call of piece_load, so that the loop holds one copy of its code.
 __device__ __forceinline__ void ffn_load(const gemv_args & a, const gemv_mat & G, int ph, int s, int ng, int gb, int ub, int n, int nd,
                                          int db, int w, int lane, piece_regs & P, const tc4_lane & L) {
@@ -875,7 +863,7 @@ __device__ __forceinline__ void ffn_run_out(const gemv_args & a, const ffn_smem 
         const int col = ffn_down_col(w, lane, run);
         float4 r = o;
         if (D.bias && blockIdx.x == 0) { r.x += D.bias[col]; r.y += D.bias[col + 1]; r.z += D.bias[col + 2]; r.w += D.bias[col + 3]; }
-        if (!(a.flags & k_flag_ffn_no_add)) ggx_red_add4(D.y + col, r, D.N - col);
+        ggx_red_add4(D.y + col, r, D.N - col);
     }
     v[0][0] = v[0][1] = v[0][2] = v[0][3] = 0.0f;
 }
@@ -969,7 +957,9 @@ __device__ __forceinline__ void ffn_next_phase(const gemv_args & a, const ffn_sm
 }
 
 // Copy: a second instantiation of the same code at other addresses (GGX_QGEMV_CODE_COPY_FOR: what
-// running other code between two launches costs them; measurements only)
+// running other code between two launches costs them; measurements only). Kept also because
+// k_qgemv<1, 4>'s SASS depends on it: without the second instantiation, the compiler lays out the
+// first differently (+128 bytes, session 51), and that build has not run on a GPU.
 template <int T, int W = groups_for(T), int Copy = 0>
 __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant__ gemv_args a) {
     constexpr int NT = k_group * W;
@@ -984,14 +974,6 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     const uint4 * zero = nullptr;
 #endif
     ggx_trace_begin(a.trace, &trace_slot);
-#if GGX_QGEMV_FFN_SHARED
-    // the decode FFN (k_ffn's work and mapping; a.m[0] gate, 1 up, 2 down; mi 0: the host puts the
-    // other matrices' first blocks out of reach): the GEMV's prologue with k_ffn's pieces, columns
-    // and all of K staged, then both phases through the loop below
-    const bool ffn = T == 1 && W == 4 && (a.flags & k_flag_ffn);
-#else
-    constexpr bool ffn = false;
-#endif
 
     int mi = 0;
 #pragma unroll
@@ -1004,36 +986,14 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     const int tile = local / M.n_slices, slice = local - tile * M.n_slices;
     const int fine = (slice * W + grp) * M.m;   // this group's first fine slice
     const bool active = fine < M.n_fine;
-    const int ldx = ffn ? a.K : W * M.m * k_fine;
-    const int k_begin = ffn ? 0 : slice * ldx, k_n = ffn ? a.K : min(ldx, M.K - k_begin);
+    const int ldx = W * M.m * k_fine;
+    const int k_begin = slice * ldx, k_n = min(ldx, M.K - k_begin);
     // the first three descriptors and the piece range in one round trip, from this group's head
     // record and the next group's (each address known from the block index): the late-entering
     // blocks reach their loops sooner (run 205, H100, llama3-8b: tg128@16 4.0 +1.1%, 3.0 +0.5%,
     // llama3.2-1b 4.0 +0.6%, 4.0 @4096 +0.7% against slice_first, then the pieces)
     int4 h0 = {}, h1 = {}, h2 = {}, hb = {}, he = {};
-    const gemv_mat * MB = &M;   // B's first piece's matrix
-#if GGX_QGEMV_FFN_SHARED
-    // FFN: warp w's run of K's fine slices of gate, then of up (its pieces gb .. + ng, then ub ..);
-    // B's first piece is up's first when gate has one piece here; down's records for the block
-    int ng = 0, gb = 0, ub = 0;
-    if (ffn) {
-        const int w = threadIdx.x / GGX_CUDA_WARP, mf = ((M.n_fine + k_ffn_warps - 1) / k_ffn_warps + 1) & ~1;
-        int4 g1 = {}, u0 = {}, u1 = {};
-        int ge, ue;
-        ffn_range(M, w * mf, (w + 1) * mf, h0, g1, gb, ge);
-        ffn_range(a.m[1], w * mf, (w + 1) * mf, u0, u1, ub, ue);
-        ng = ge - gb;
-        h1 = ng > 1 ? g1 : u0;
-        if (ng <= 1) MB = &a.m[1];
-        hb.x = gb;
-        he.x = gb + ng + ue - ub;
-        if (w == 1) {
-            const int j = blockIdx.x;
-            ffn_range_copy(a.m[2], j * (k_ffn_cols / k_fine), (j + 1) * (k_ffn_cols / k_fine), ffn_smem_at(smem4, a.K).d_heads);
-        }
-    }
-#endif
-    if (active && !ffn) {
+    if (active) {
         const int4 * hp = M.heads + 4 * (fine >> sh);
         h0 = ggx_load_ro(hp);
         h1 = ggx_load_ro(hp + 1);
@@ -1042,7 +1002,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         he = ggx_load_ro(M.heads + 4 * ((min(fine + M.m, M.n_fine) + sh) >> sh) + 3);
     }
     const int p_begin = hb.x, p_end = he.x;
-    const int n = ffn ? (int)blockIdx.x * k_ffn_cols + 4 * (int)(threadIdx.x % GGX_CUDA_WARP) : tile * k_tile + lt * 4;
+    const int n = tile * k_tile + lt * 4;
 
     const bool work = n < M.Np && p_begin < p_end;
     const bool one_piece = T == 1 && (a.flags & k_flag_one_deep);
@@ -1096,7 +1056,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     if (work) {
         // (h1, h2 are clamped to the table's last piece: used only when inside this range)
         piece_load_from(M, h0, nl, A, a.evict_first, L);
-        if (p_begin + 1 < p_end && !one_piece) piece_load_from(*MB, h1, nl, B, a.evict_first, L);
+        if (p_begin + 1 < p_end && !one_piece) piece_load_from(M, h1, nl, B, a.evict_first, L);
         if (a.prefetch > 0 && p_begin + 2 < p_end) {
             const int q1 = min(he.y, h2.y + a.prefetch);   // he.y: where piece p_end - 1 ends
             for (int r = h2.y; r < q1; r++) prefetch<2>(M.qw + (size_t)r * M.Np + n);
@@ -1156,7 +1116,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     // storing k and v into the caches itself. A probe (run 184, H100: every K-slice storing or
     // adding its own sums, wrong results) put removing q/k/v's tail at +3.5% on llama3-8b 4.0 and
     // +5.3% on llama3.2-1b.
-    const bool reduce = !ffn && T == 1 && (((a.flags & k_flag_red) && M.in_place) || M.rows);
+    const bool reduce = T == 1 && (((a.flags & k_flag_red) && M.in_place) || M.rows);
     float rinv[T];
 #pragma unroll
     for (int t = 0; t < T; t++) rinv[t] = 1.0f;
@@ -1233,9 +1193,6 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
             if (src[j] >= 0) xm[threadIdx.x + j * NT] = __float2half_rn(xv[j][0] * xs);
     }
 #endif
-#if GGX_QGEMV_FFN_SHARED
-    if (ffn && threadIdx.x / GGX_CUDA_WARP == 1) ggx_cp_async_wait<0>();   // down's head records (read after the barrier)
-#endif
     __syncthreads();
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP);
 
@@ -1243,54 +1200,9 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     float v[T][4];
 #pragma unroll
     for (int t = 0; t < T; t++) v[t][0] = v[t][1] = v[t][2] = v[t][3] = 0.0f;
-    bool looped = false;   // (by the shared loop below)
-#if GGX_QGEMV_FFN_SHARED
-    // One-row GEMVs with two pieces in flight and the FFN's two phases run this loop: k_ffn's
-    // (gate's pieces, then up's, each run's sums into the block's shared sums; the hand-off; down's
-    // column runs over h, each run's sums into the residual), one copy of it in the SASS for all.
-    if constexpr (T == 1 && W == 4) {
-        if (ffn || (work && !one_piece)) {
-            looped = true;
-            const ffn_smem fs = ffn_smem_at(smem4, a.K);
-            const int w = threadIdx.x / GGX_CUDA_WARP, lane = threadIdx.x % GGX_CUDA_WARP;
-            const bool in_place = ffn && a.m[2].y == a.x;
-            if (in_place && threadIdx.x == 0) ggx_count_arrive(a.counters);   // this block has read all of x
-            const int steps = work ? p_end - p_begin : 0;
-            const int n_g = ffn ? ng : steps, g_b = ffn ? gb : p_begin;   // (a GEMV: all its pieces are "gate's")
-            ffn_loop f = {0, steps, 0, ffn ? n_g : -1, steps - n_g, 0, 0, 0, xunscale[0], xh - k_begin};
-            auto load = [&](int s, piece_regs & P) { ffn_load(a, M, f.ph, s, n_g, g_b, ub, nl, f.nd, f.db, w, lane, P, L); };
-            auto run_out = [&] {   // (the FFN only)
-                ffn_run_out(a, fs, f.ph, f.run, f.unscale, w, lane, v);
-                f.run++;
-                f.run_end += f.run_len;
-            };
-#pragma unroll 1
-            for (;;) {
-                for (int s = 0; s < f.steps; s += 2) {
-                    piece_apply<1>(A, f.xb, ldx, v, L, zero);
-                    if (s + 1 == f.run_end) run_out();
-                    if (s + 2 < f.steps) load(s + 2, A);
-                    if (s + 1 >= f.steps) break;
-                    piece_apply<1>(B, f.xb, ldx, v, L, zero);
-                    if (s + 2 == f.run_end) run_out();
-                    if (s + 3 < f.steps) load(s + 3, B);
-                }
-                if (!ffn || f.ph == 1) break;
-                ffn_next_phase(a, fs, in_place, f, v, A, B, L, &trace_slot);
-            }
-            if (ffn) {
-                ffn_count_reset(a, in_place, f.past);
-                ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
-                return;
-            }
-#pragma unroll
-            for (int c = 0; c < 4; c++) v[0][c] *= xunscale[0];
-        }
-    }
-#endif
-    if (work && !looped) {
+    if (work) {
         const half * xb = xh - k_begin;
-        if (one_piece || (GGX_QGEMV_FFN_SHARED && T == 1 && W == 4)) {   // (the shared loop took the rest)
+        if (one_piece) {
             // one piece in flight
             for (int p = p_begin; p < p_end; p++) {
                 piece_apply<T>(A, xb, ldx, v, L, zero);
@@ -1446,9 +1358,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);   // thread 0 passes here
 }
 
-// ---- the decode FFN as one kernel (k_ffn; ggx_qgemv_job::ffn; the variant ffnshared runs it in
-// k_qgemv<1, 4> instead and builds no k_ffn) ----
-#if !GGX_QGEMV_FFN_SHARED
+// ---- the decode FFN as one kernel (k_ffn; ggx_qgemv_job::ffn) ----
 // A one-row gated MLP (gate, up: K x F; down: F x K, adding into the residual in place) whose
 // down reads h in order (no q_perm: the loader put gate's and up's columns in down's input order,
 // exl2/quant/glu-order.h). Block j computes gate and up for columns 128 j .. + 127 over all of K
@@ -1461,18 +1371,6 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
 // block has staged x (a count, waited on after gate/up, ~20 us later); the plan launches no more
 // blocks than fit at once (ggx_cuda_ffn_ok), so the wait cannot starve a block of its SM.
 constexpr int k_ffn_stage = GGX_FFN_MAX_K / k_ffn_threads;   // x rows each thread stages
-
-// Warp w's share of the block's rows of down (one span of packed words: 128 rows over all columns)
-// asked of L2 by its lane 0 (no registers held, nothing waits), so that down's loads after the
-// hand-off hit L2 while DRAM keeps streaming. r: the records of ffn_range_copy (their .y: the word
-// rows where the block's rows begin and end).
-__device__ __forceinline__ void ffn_prefetch_down(const gemv_mat & D, const int4 * r) {
-    const int w = threadIdx.x / GGX_CUDA_WARP;
-    const size_t row_bytes = (size_t)D.Np * 4, bytes = (size_t)max(0, r[3].y - r[2].y) * row_bytes;
-    const size_t share = (bytes / k_ffn_warps + 15) & ~(size_t)15, off = (size_t)w * share;
-    if (threadIdx.x % GGX_CUDA_WARP == 0 && off < bytes)
-        ggx_prefetch_l2((const char *)D.qw + (size_t)r[2].y * row_bytes + off, (uint32_t)min(share, bytes - off));
-}
 
 // The sum of s and the largest m over the block in one exchange (wm: a float2 per warp of shared
 // memory, not read again before the block's next barrier).
@@ -1578,7 +1476,6 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
     //    k_qgemv's out of the instruction caches and q/k/v's and o's loops after it ran 1.3-1.7 us
     //    longer each (runs 219, 220). A run's sums leave at its last piece (run_out): gate's and
     //    up's into the block's shared sums, each of down's column runs into the residual.
-    //    a.prefetch (> 0) pieces before gate/up's end, the warp asks L2 for its share of down's rows.
     float v[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
     ffn_loop f = {0, S, 0, ng, S - ng, 0, 0, 0, 1.0f / xscale, xh};
     auto load = [&](int s, piece_regs & P) { ffn_load(a, G, f.ph, s, ng, gb, ub, n, f.nd, f.db, w, lane, P, L); };
@@ -1587,12 +1484,9 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
         f.run++;
         f.run_end += f.run_len;
     };
-    int pf_at = a.prefetch > 0 ? max(0, S - a.prefetch) & ~1 : -1;   // (the loop's steps are even)
-    if (pf_at >= 0 && S == 0) ffn_prefetch_down(D, d_heads);
 #pragma unroll 1
     for (;;) {
         for (int s = 0; s < f.steps; s += 2) {
-            if (s == pf_at) ffn_prefetch_down(D, d_heads);
             piece_apply<1>(A, f.xb, 0, v, L, zero);
             if (s + 1 == f.run_end) run_out();
             if (s + 2 < f.steps) load(s + 2, A);
@@ -1605,12 +1499,10 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
         // 4. the hand-off (count, down's first pieces, h), then 5. down: the block's rows for each
         //    of the warp's column runs, each run's sums added into y when its last piece is in
         ffn_next_phase(a, fs, in_place, f, v, A, B, L, &trace_slot);
-        pf_at = -1;
     }
     ffn_count_reset(a, in_place, f.past);
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
 }
-#endif
 
 size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
@@ -1744,17 +1636,6 @@ void fill_ffn_args(const ggx_qgemv_job & job, gemv_args & a) {
     fill_input(job, a);
     for (int i = 0; i < 3; i++) fill_matrix(job.m[i], true, a.m[i]);
     a.m[2].y = (float *)job.m[2].out->data;   // the residual (k_ffn: in place when it is x)
-#if GGX_QGEMV_FFN_SHARED
-    // k_qgemv<1, 4> in its FFN mode: every block takes matrix 0's place (mi), one fine slice per
-    // group (so that its GEMV-shaped arithmetic stays in range; the FFN reads none of it)
-    a.flags |= k_flag_ffn;
-    for (int i = 0; i < 3; i++) {
-        a.m[i].m = 1;
-        a.m[i].n_slices = 1;
-        a.m[i].block0 = i == 0 ? 0 : INT32_MAX;
-    }
-    static_assert(groups_for(1) == 4 && k_group * 4 == k_ffn_threads, "k_qgemv<1, 4> has k_ffn's threads");
-#endif
 }
 
 // Dynamic shared memory of a launch of T rows with m fine slices per warp group: x in fp16 (2
@@ -1835,36 +1716,20 @@ float evict_first_fraction() {
     return v;
 }
 
-// GGX_QGEMV_FFN_PREFETCH=P: each warp of k_ffn asks L2 for its share of down's rows P pieces
-// before its gate/up loop ends (0: never; at least the loop's length: at its start).
-int ffn_prefetch_pieces() {
-    static const int v = ggx_env_int_in("GGX_QGEMV_FFN_PREFETCH", 0, 1 << 20, 0);
-    return v;
-}
-
 ggx_status ffn_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     gemv_args a = {};
     fill_ffn_args(job, a);
     for (int i = 0; i < 2; i++) a.m[i].norm_wp = ggx_cuda_norm_table_for(ctx, job, i);
     a.counters = ctx.counters;
     a.evict_first = evict_first_fraction();
-    a.prefetch = GGX_QGEMV_FFN_SHARED ? 0 : ffn_prefetch_pieces();   // (k_qgemv's FFN mode has no such prefetch)
-    // GGX_QGEMV_FFN_NO_ADD=1 (measurements only: the logits are wrong): k_ffn adds nothing into the
-    // residual, to see what its reductions cost the kernels after it
-    static const bool no_add = ggx_env_int_in("GGX_QGEMV_FFN_NO_ADD", 0, 1, 0) != 0;
-    if (no_add) a.flags |= k_flag_ffn_no_add;
     const int blocks = a.m[0].N / k_ffn_cols;
     if (ctx.trace) a.trace = ggx_cuda_trace_launch(ctx, std::string("ffn ") + job.m[0].w->name, "");
-#if GGX_QGEMV_FFN_SHARED
-    return launch<1>(ctx, a, blocks, ffn_smem_bytes(a.K));
-#else
     static bool configured = false;
     if (!configured) {
         GGX_RETURN_IF_ERR(ggx_cuda_carveout((const void *)k_ffn, true));
         configured = true;
     }
     return ggx_cuda_launch(ctx, k_ffn, dim3((unsigned)blocks), dim3(k_ffn_threads), ffn_smem_bytes(a.K), a);
-#endif
 }
 
 }  // namespace
@@ -2023,12 +1888,7 @@ size_t ggx_cuda_qgemv_scratch(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & jo
 int ggx_cuda_ffn_max_blocks(const ggx_cuda_ctx & ctx) {
     if (!ctx.ffn_on) return 0;
     int per_sm = 0;
-#if GGX_QGEMV_FFN_SHARED
-    void (*kernel)(gemv_args) = k_qgemv<1, 4>;   // (in its FFN mode)
-#else
-    void (*kernel)(gemv_args) = k_ffn;
-#endif
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, k_ffn_threads, ffn_smem_bytes(k_ffn_max_k)) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_ffn, k_ffn_threads, ffn_smem_bytes(k_ffn_max_k)) != cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
     }

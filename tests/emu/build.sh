@@ -1,18 +1,18 @@
 #!/bin/bash
 # build.sh prefill|decode|qgemv[-VARIANT] OUT_DIR [KERNEL_SRC]: the kernel text as host
 # code (gen-KIND.sh), then the emulator OUT_DIR/emu-KIND (qgemv-VARIANT: the GEMV of a build variant
-# of bench/variants.sh that changes it, pairgroups, compact, mma4 or ffnshared). KERNEL_SRC defaults to the repository's
+# of bench/variants.sh that changes it, pairgroups, compact or mma4). KERNEL_SRC defaults to the repository's
 # kernel (mutants.sh passes a changed copy). CUDA_HOME (default /usr/local/cuda) gives cuda_fp16.h; CXX the compiler.
 set -e -o pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cu=$root/backends/cuda
 kind=$1; out=$2
-usage() { echo "usage: build.sh prefill|decode|qgemv[-pairgroups|-compact|-mma4|-ffnshared] OUT_DIR [KERNEL_SRC]" >&2; exit 2; }
+usage() { echo "usage: build.sh prefill|decode|qgemv[-pairgroups|-compact|-mma4] OUT_DIR [KERNEL_SRC]" >&2; exit 2; }
 case "$kind" in
     prefill) def=$cu/attn-prefill.cu ;;
     decode) def=$cu/attn-decode.cu ;;
-    qgemv | qgemv-pairgroups | qgemv-compact | qgemv-mma4 | qgemv-ffnshared) def=$cu/qgemv.cu ;;
+    qgemv | qgemv-pairgroups | qgemv-compact | qgemv-mma4) def=$cu/qgemv.cu ;;
     *) usage ;;
 esac
 [ -n "$out" ] || usage

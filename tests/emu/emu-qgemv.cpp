@@ -66,7 +66,6 @@ struct WordReads {
     const uint4 * lo;
     size_t n;
     std::vector<int> count;
-    std::vector<int> prefetched = {};   // L2 prefetches per chunk (ggx_prefetch_l2), when counted
 };
 inline std::vector<WordReads> g_word_reads;
 inline uint4 ggx_load_ro(const uint4 * p) {
@@ -77,7 +76,6 @@ inline uint4 ggx_load_ro(const uint4 * p) {
 }
 template <class V> inline V __ldg(const V * p) { return *p; }   // exl2-unpack.cuh's GPTQ loads
 // An L2 prefetch is a hint, but its span must lie in one matrix's q_weight, 16-byte aligned
-inline int g_prefetches = 0;
 inline void ggx_prefetch_l2(const void * src, uint32_t bytes) {
     const uint4 * p = (const uint4 *)src;
     WordReads * in = nullptr;
@@ -85,9 +83,6 @@ inline void ggx_prefetch_l2(const void * src, uint32_t bytes) {
         if (p >= r.lo && p + bytes / 16 <= r.lo + r.n) in = &r;
     CHECKX(in && bytes % 16 == 0 && (uintptr_t)src % 16 == 0 && bytes > 0, "an L2 prefetch of %u bytes outside every q_weight or unaligned",
            bytes);
-    g_prefetches++;
-    if (in && !in->prefetched.empty())
-        for (size_t i = 0; i < bytes / 16; i++) in->prefetched[p - in->lo + i]++;
 }
 inline float ggx_load_any(const void * p, int type, int64_t i) {
     if (type == GGX_TYPE_F16) return __half2float(((const half *)p)[i]);
@@ -762,11 +757,7 @@ struct FfnCase {
     bool bias;
 };
 static gemv_args g_ffn_args;
-#if GGX_QGEMV_FFN_SHARED
-static void ffn_body() { emu::k_qgemv<1, 4>(g_ffn_args); }   // (its FFN mode: fill_ffn_args sets it)
-#else
 static void ffn_body() { emu::k_ffn(g_ffn_args); }
-#endif
 
 static int blocks_for(int F) { return F / emu::k_ffn_cols; }
 
@@ -908,15 +899,11 @@ static int run_ffn(const FfnCase & c, int idx) {
         std::copy(x.begin(), x.end(), out.p());   // the residual (y starts as x)
         g_word_reads.clear();
         for (const Mat * m : ms) g_word_reads.push_back({(const uint4 *)m->qw.data(), m->qw.size() / 4, std::vector<int>(m->qw.size() / 4, 0)});
-        g_word_reads[2].prefetched.assign(g_word_reads[2].n, 0);
         std::vector<int> bl(blocks), writes(D, 0);
         for (int b = 0; b < blocks; b++) bl[b] = b;
         if (order == 1) std::reverse(bl.begin(), bl.end());
         if (order == 2) { std::mt19937 r(977 + idx); std::shuffle(bl.begin(), bl.end(), r); }
         g_ffn_args = a;
-        // down's rows into L2: never, late, at once (never in k_qgemv's FFN mode, which has no such prefetch)
-        g_ffn_args.prefetch = GGX_QGEMV_FFN_SHARED || order == 0 ? 0 : order == 1 ? 2 : 1 << 20;
-        g_prefetches = 0;
         g_thread_body = ffn_body;
         NTH = emu::k_ffn_threads;
         gridDim.x = blocks;
@@ -929,12 +916,6 @@ static int run_ffn(const FfnCase & c, int idx) {
                 if (g_smem[e] != 0xff) { CHECKX(false, "shared memory byte %zu written past the launch's %zu", e, smem); break; }
         }
         out.check_guards("y", NAN);
-        CHECKX((g_prefetches > 0) == (g_ffn_args.prefetch > 0), "ffn: %d L2 prefetches with a.prefetch %d", g_prefetches, g_ffn_args.prefetch);
-        if (g_ffn_args.prefetch > 0) {   // each block its rows of down: all of down once
-            size_t not_once = 0;
-            for (int n : g_word_reads[2].prefetched) not_once += n != 1;
-            CHECKX(not_once == 0, "ffn: %zu of down's %zu 16-byte chunks not prefetched exactly once", not_once, g_word_reads[2].n);
-        }
         for (int i = 0; i < 4; i++) CHECKX(counters[i] == 0, "ffn: counter %d is %d after the grid (not in place: untouched)", i - 1, counters[i]);
         for (int i = 0; i < 3; i++) {
             size_t not_once = 0;
@@ -1130,7 +1111,7 @@ int main(int argc, char ** argv) {
     CHECKX(!GGX_QGEMV_PAIR_GROUPS || g_joined_across > 0, "the pairgroups build made no piece across groups");
     printf("qgemv%s: jobs %d (3 block orders each), paired pieces across groups %ld; failed jobs %d, check errors %ld\n",
            GGX_QGEMV_PAIR_GROUPS ? " (pairgroups variant)" : GGX_QGEMV_COMPACT_HALVES ? " (compact variant)" : GGX_QGEMV_MMA4 ? " (mma4 variant)"
-           : GGX_QGEMV_FFN_SHARED ? " (ffnshared variant)" : "",
+           : "",
            n_runs, g_joined_across, n_fail, g_errors);
     return n_fail || g_errors;
 }

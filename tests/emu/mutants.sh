@@ -1,5 +1,5 @@
 #!/bin/bash
-# mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|qgemv-mma4|qgemv-ffnshared|all]: injects known bugs into a copy of the kernel source, one at a
+# mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|qgemv-mma4|all]: injects known bugs into a copy of the kernel source, one at a
 # time, and runs the emulator's default cases on each (stopping at the first failure). One line
 # per mutant: caught or NOT caught. Exit status 0 only when every mutant is caught.
 # A mutant whose sed expression no longer changes the source, or that does not build, counts as
@@ -13,9 +13,9 @@ build=${EMU_BUILD:-$root/build-emu}
 jobs=${EMU_JOBS:-$(nproc)}
 what=${1:-all}
 case "$what" in
-    prefill | decode | qgemv | qgemv-pairgroups | qgemv-compact | qgemv-mma4 | qgemv-ffnshared) kinds=$what ;;
+    prefill | decode | qgemv | qgemv-pairgroups | qgemv-compact | qgemv-mma4) kinds=$what ;;
     all) kinds="prefill decode qgemv" ;;
-    *) echo "usage: mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|qgemv-mma4|qgemv-ffnshared|all]" >&2; exit 2 ;;
+    *) echo "usage: mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|qgemv-mma4|all]" >&2; exit 2 ;;
 esac
 
 # NAME SED_EXPRESSION
@@ -91,26 +91,7 @@ qgemv_mutants=(
     ffn_no_copy_wait 's/if (w == 1) ggx_cp_async_wait<0>();/\/\/ (down'"'"'s records not waited for)/'
     ffn_range_record 's/+ (i < 2 ? i : 3);/+ (i < 2 ? i : 2);/'
     ffn_hmax_one_warp 's/for (int i = 0; i < h_warps; i++) hmax/for (int i = 0; i < 1; i++) hmax/'
-    ffn_prefetch_share 's/const size_t share = (bytes \/ k_ffn_warps + 15)/const size_t share = (bytes \/ (k_ffn_warps + 1) + 15)/'
-    ffn_prefetch_odd 's/max(0, S - a.prefetch) \& ~1 : -1;/max(0, S - a.prefetch) | 1 : -1;/'
     ffn_ss_normed 's/        ss += xv\[i\] \* xv\[i\];/        ss += xv[i] * xv[i] * nw[i] * nw[i];/'
-)
-# the variant ffnshared runs the FFN in k_qgemv<1, 4>: the FFN mutants whose text it shares (the
-# helpers and the loop's lines), and its own
-qgemv_ffnshared_mutants=()
-for ((i = 0; i < ${#qgemv_mutants[@]}; i += 2)); do
-    case "${qgemv_mutants[i]}" in
-        ffn_no_unscale | ffn_run_odd | ffn_ss_normed | ffn_no_copy_wait | ffn_prefetch_*) ;;   # k_ffn's own text
-        *) qgemv_ffnshared_mutants+=("${qgemv_mutants[i]}" "${qgemv_mutants[i + 1]}") ;;
-    esac
-done
-qgemv_ffnshared_mutants+=(
-    fs_mf_odd 's/mf = ((M.n_fine + k_ffn_warps - 1) \/ k_ffn_warps + 1) \& ~1;/mf = (M.n_fine + k_ffn_warps - 1) \/ k_ffn_warps + 1;/'
-    fs_no_copy_wait 's/if (ffn \&\& threadIdx.x \/ GGX_CUDA_WARP == 1) ggx_cp_async_wait<0>();/\/\/ (not waited for)/'
-    fs_b_matrix 's/if (ng <= 1) MB = \&a.m\[1\];/\/\/ (B from gate)/'
-    fs_gemv_matrix 's/Mx = g ? \&G : \&a.m\[1\];/Mx = g ? \&a.m[0] : \&a.m[1];/'
-    fs_unscale 's/0, xunscale\[0\], xh - k_begin};/0, 1.0f, xh - k_begin};/'
-    fs_gemv_unscale 's/for (int c = 0; c < 4; c++) v\[0\]\[c\] \*= xunscale\[0\];/for (int c = 0; c < 4; c++) v[0][c] *= 1.0f;/'
 )
 qgemv_pairgroups_mutants=(
     across_same_scale 's/piece_scale<1>(s.sw >> 16, __high2half(s.mx), acc, v);/piece_scale<1>(s.sw, __low2half(s.mx), acc, v);/'
