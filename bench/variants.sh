@@ -9,8 +9,10 @@
 #   mma4        -DGGX_QGEMV_MMA4=1         a one-row GEMV's 4-bit pieces on the tensor cores (session 46; H100: -6.5% in run 212, -2.8% in run 215)
 #   fencesc     -DGGX_FENCE_SC=1           the blocks' hand-offs fence with __threadfence (fence.sc) in their one
 #                                          fencing thread (run 170: within 0.2% of fence.acq_rel)
-#                                          (session 50; not yet run on a GPU)
-variant_names="nowin nox16 pairgroups compact mma4 fencesc"
+#   nocopy      -DGGX_QGEMV_CODE_COPY=0    no second instantiation of k_qgemv<1, 4> (GGX_QGEMV_CODE_COPY_FOR
+#                                          gone): its SASS then differs from the default's (session 51);
+#                                          measure before the knob is removed
+variant_names="nowin nox16 pairgroups compact mma4 fencesc nocopy"
 variant_flags() {
     case "$1" in
         nowin) echo "-DGGX_PAIR_WINDOWS=0" ;;
@@ -19,6 +21,7 @@ variant_flags() {
         compact) echo "-DGGX_QGEMV_COMPACT_HALVES=1" ;;
         mma4) echo "-DGGX_QGEMV_MMA4=1" ;;
         fencesc) echo "-DGGX_FENCE_SC=1" ;;
+        nocopy) echo "-DGGX_QGEMV_CODE_COPY=0" ;;
         *) return 1 ;;
     esac
 }

@@ -958,8 +958,12 @@ __device__ __forceinline__ void ffn_next_phase(const gemv_args & a, const ffn_sm
 
 // Copy: a second instantiation of the same code at other addresses (GGX_QGEMV_CODE_COPY_FOR: what
 // running other code between two launches costs them; measurements only). Kept also because
-// k_qgemv<1, 4>'s SASS depends on it: without the second instantiation, the compiler lays out the
-// first differently (+128 bytes, session 51), and that build has not run on a GPU.
+// k_qgemv<1, 4>'s SASS depends on it: without the second instantiation (built with
+// GGX_QGEMV_CODE_COPY=0, bench/variants.sh: nocopy), the compiler lays out the first differently
+// (+128 bytes, session 51), and that build has not run on a GPU.
+#ifndef GGX_QGEMV_CODE_COPY
+#define GGX_QGEMV_CODE_COPY 1
+#endif
 template <int T, int W = groups_for(T), int Copy = 0>
 __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant__ gemv_args a) {
     constexpr int NT = k_group * W;
@@ -1956,7 +1960,9 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     const int blocks = L.blocks;
     // GGX_QGEMV_CODE_COPY_FOR=NAME:1[,...] (measurements only): one-row jobs whose first matrix's
     // name contains NAME run k_qgemv's second copy
+#if GGX_QGEMV_CODE_COPY
     if (job.T == 1 && value_for("GGX_QGEMV_CODE_COPY_FOR", job, 0) != 0) return launch<1, 1>(ctx, a, blocks, smem);
+#endif
     switch (job.T) {
         case 1: return launch<1>(ctx, a, blocks, smem);
         case 2: return launch<2>(ctx, a, blocks, smem);
