@@ -6,14 +6,18 @@
 # 12 bits of its first word; the codes below were checked against ptxas -v on sm_90 (the counts of
 # LDL and STL match its spill loads and stores in variants with and without spills, session 50).
 #
-#   bench/sass-locals.py CUBIN [NAME_PART]
+#   bench/sass-locals.py [--ops] CUBIN [NAME_PART]
 #
 # prints, for each kernel whose name holds NAME_PART: its size, the offsets of LDL and STL, of the
 # block barriers (BAR.SYNC) and the span of the HFMA2 instructions (the decode GEMV's loop: its
 # fp16 multiply). A local access between two barriers that both precede the HFMA2 span is outside
-# the loop. Build the cubin with e.g.
+# the loop. With --ops, also the instructions in the HFMA2 span per HFMA2 and their most frequent
+# opcodes (raw codes: without a disassembler their names are unknown), to compare two builds' loops
+# (session 51: the variant ffnshared's span held 9.7% more per HFMA2 than the default's). Build the
+# cubin with e.g.
 #   nvcc -O3 -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -I. -Iinclude -DGGX_USE_CUDA -cubin \
 #       -o /tmp/q.cubin backends/cuda/qgemv.cu
+import collections
 import re
 import struct
 import subprocess
@@ -31,9 +35,12 @@ def text_sections(path):
 
 
 def main():
-    if len(sys.argv) not in (2, 3):
-        sys.exit('usage: sass-locals.py CUBIN [NAME_PART]')
-    path, part = sys.argv[1], sys.argv[2] if len(sys.argv) == 3 else ''
+    args = sys.argv[1:]
+    ops = bool(args) and args[0] == '--ops'
+    args = args[1:] if ops else args
+    if len(args) not in (1, 2):
+        sys.exit('usage: sass-locals.py [--ops] CUBIN [NAME_PART]')
+    path, part = args[0], args[1] if len(args) == 2 else ''
     data = open(path, 'rb').read()
     found = False
     for name, off, size in text_sections(path):
@@ -41,16 +48,21 @@ def main():
             continue
         found = True
         at = {k: [] for k in OPS.values()}
-        for i in range(0, size, 16):
-            op = struct.unpack_from('<Q', data, off + i)[0] & 0xfff
+        codes = [struct.unpack_from('<Q', data, off + i)[0] & 0xfff for i in range(0, size, 16)]
+        for n, op in enumerate(codes):
             if op in OPS:
-                at[OPS[op]].append(i)
+                at[OPS[op]].append(16 * n)
         print(f'{name}: {size} bytes')
         h = at['HFMA2']
         print(f'  HFMA2 {len(h)}' + (f' from {h[0]} to {h[-1]}' if h else ''))
         for k in ('LDL', 'STL', 'BAR'):
             inside = [o for o in at[k] if h and h[0] <= o <= h[-1]]
             print(f'  {k} {len(at[k])} at {at[k][:24]}' + (f'; {len(inside)} inside the HFMA2 span' if k != 'BAR' else ''))
+        if ops and h:
+            span = codes[h[0] // 16:h[-1] // 16 + 1]
+            top = collections.Counter(span).most_common(12)
+            print(f'  span: {len(span)} instructions, {len(span) / len(h):.3f} per HFMA2; most frequent opcodes: ' +
+                  ', '.join(f'{c:#x} {k}' for c, k in top))
     if not found:
         sys.exit(f'sass-locals.py: no kernel in {path} has "{part}" in its name')
 
