@@ -831,15 +831,16 @@ __device__ __forceinline__ float ffn_scale_for(float amax) { return __int_as_flo
 // runs interleaved).
 __device__ __forceinline__ int ffn_down_col(int w, int lane, int c) { return k_ffn_cols * (w + k_ffn_warps * c) + 4 * lane; }
 
-// Step s's piece of the phase: G's pieces (gb ..: the first ng steps; G is gate), then up's (ub ..), all at columns n (phase 0); down's column runs of
-// nd pieces from db (phase 1). One call of piece_load, so that the loop holds one copy of its code.
-__device__ __forceinline__ void ffn_load(const gemv_args & a, const gemv_mat & G, int ph, int s, int ng, int gb, int ub, int n, int nd,
-                                         int db, int w, int lane, piece_regs & P, const tc4_lane & L) {
+// Step s's piece of the phase: gate's pieces (gb ..: the first ng steps), then up's (ub ..), all at
+// columns n (phase 0); down's column runs of nd pieces from db (phase 1). One call of piece_load,
+// so that the loop holds one copy of its code.
+__device__ __forceinline__ void ffn_load(const gemv_args & a, int ph, int s, int ng, int gb, int ub, int n, int nd, int db, int w,
+                                         int lane, piece_regs & P, const tc4_lane & L) {
     const gemv_mat * Mx = &a.m[2];
     int p, col;
     if (ph == 0) {
         const bool g = s < ng;
-        Mx = g ? &G : &a.m[1];
+        Mx = g ? &a.m[0] : &a.m[1];
         p = (g ? gb : ub - ng) + s;
         col = n;
     } else {
@@ -1405,7 +1406,6 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
     const int K = a.K;
     const ffn_smem fs = ffn_smem_at(smem4, K);
     half * xh = fs.xh;
-    int4 * d_heads = fs.d_heads;
     int trace_slot = 0;
     ggx_trace_begin(a.trace, &trace_slot);
     const int j = blockIdx.x, w = threadIdx.x / GGX_CUDA_WARP, lane = threadIdx.x % GGX_CUDA_WARP;
@@ -1421,7 +1421,7 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
     int gb, ge, ub, ue;
     ffn_range(G, w * mf, (w + 1) * mf, g0, g1, gb, ge);
     ffn_range(U, w * mf, (w + 1) * mf, u0, u1, ub, ue);
-    if (w == 1) ffn_range_copy(D, j * (k_ffn_cols / k_fine), (j + 1) * (k_ffn_cols / k_fine), d_heads);
+    if (w == 1) ffn_range_copy(D, j * (k_ffn_cols / k_fine), (j + 1) * (k_ffn_cols / k_fine), fs.d_heads);
     // gate's pieces, then up's (the same rows: both or neither has pieces here)
     const int ng = ge - gb, S = ng + ue - ub;
     piece_regs A, B;
@@ -1482,7 +1482,7 @@ __global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant_
     //    up's into the block's shared sums, each of down's column runs into the residual.
     float v[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
     ffn_loop f = {0, S, 0, ng, S - ng, 0, 0, 0, 1.0f / xscale, xh};
-    auto load = [&](int s, piece_regs & P) { ffn_load(a, G, f.ph, s, ng, gb, ub, n, f.nd, f.db, w, lane, P, L); };
+    auto load = [&](int s, piece_regs & P) { ffn_load(a, f.ph, s, ng, gb, ub, n, f.nd, f.db, w, lane, P, L); };
     auto run_out = [&] {
         ffn_run_out(a, fs, f.ph, f.run, f.unscale, w, lane, v);
         f.run++;
