@@ -20,11 +20,6 @@
 #                   partials summed, C the results stored, each after a block barrier
 #   blocks          every block of layer 5's q/k/v and gate/up launches (GGX_CUDA_TRACE_BLOCKS): entry,
 #                   wait, loop, hand-off and exit of each, after the per-layer trace lines
-#   ffn             tg128@16 with GGX_QGEMV_FFN=1 (each layer's GLU and down as one kernel, not two jobs),
-#                   then the default: llama3-8b 4.0, llama3.2-1b 4.0 (64 blocks), llama2-7b 4.0 (86),
-#                   llama3-8b 2.5 and 5.0, mistral-7b 3.0;
-#                   llama3-8b 4.0 @4096; the layer trace with the fused FFN and without
-#   ffn-short       the first two of part ffn only
 #   codecopy        tg128@16 of llama3-8b 4.0 with o alone, q/k/v alone, and gate/up with down on the GEMV
 #                   kernel's second code copy (GGX_QGEMV_CODE_COPY_FOR), then the default; the layer
 #                   trace with o alone and with q/k/v alone on it
@@ -344,13 +339,6 @@ for part in "$@"; do
         trace)
             GGX_CUDA_TRACE=4 $B --synthetic llama3-8b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | head -20
             GGX_CUDA_TRACE=4 $B --synthetic llama3.2-1b --bpw 4.0 -p 0 -n 8 -r 1 --ctx 16 2>&1 | grep -E 'trace, step|^\| tg' ;;
-        ffn)
-            ab GGX_QGEMV_FFN=1 "llama3-8b 4.0" "llama3.2-1b 4.0" "llama2-7b 4.0" "llama3-8b 2.5" "llama3-8b 5.0" "mistral-7b 3.0"
-            CTX=4096 ab GGX_QGEMV_FFN=1 "llama3-8b 4.0"
-            layer_trace GGX_QGEMV_FFN=1
-            layer_trace ;;
-        ffn-short)
-            ab GGX_QGEMV_FFN=1 "llama3-8b 4.0" "llama3.2-1b 4.0" ;;
         codecopy)
             for st in GGX_QGEMV_CODE_COPY_FOR=o_proj:1 GGX_QGEMV_CODE_COPY_FOR=q_proj:1 GGX_QGEMV_CODE_COPY_FOR=gate_proj:1,down_proj:1 ""; do
                 echo "-- llama3-8b 4.0 @16: ${st:-the default}"

@@ -170,16 +170,16 @@ void Model::gated_mlp(const std::string & prefix, int64_t D, int64_t F, bool bia
         return;
     }
     // All three quantized: gate's and up's columns in down's input order, down's gather dropped
-    // (glu-order.h); the results are the same bits, and the fused decode FFN needs this order.
+    // (glu-order.h); the results are the same bits, and down runs without its gather.
     QLayerHost hg = load_qlayer(pg, D, F), hu = load_qlayer(pu, D, F), hd = load_qlayer(pd, F, D);
     glu_order(hg, hu, hd);
     const bool same_perm = hg.q_perm == hu.q_perm;
     gate = upload_qlayer(hg, pg, bias);
     up = upload_qlayer(hu, pu, bias);
     down = upload_qlayer(hd, pd, bias);
-    // One input order for both: up reads gate's copy, so that a kernel taking both sees one
-    // pointer (the CUDA decode FFN stages x once). Up's own identical copy stays allocated: what
-    // preparing it for the backend derived from it holds either way.
+    // One input order for both: up reads gate's copy, so the GLU job's blocks gather x through one
+    // array. Up's own identical copy stays allocated: what preparing it for the backend derived
+    // from it holds either way.
     if (same_perm) ((ggx_qmatrix *)up.w->extra)->q_perm = ((ggx_qmatrix *)gate.w->extra)->q_perm;
 }
 

@@ -147,7 +147,7 @@ SyntheticModel synthetic_build(const std::string & name, double bpw, int n_layer
         add(p + "mlp.gate_proj", D, F, bpw, false);
         add(p + "mlp.up_proj", D, F, bpw, false);
         // gate and up read the same activations: one input order for both, as a converter gives
-        // them (and the CUDA decode FFN needs: decode-plan.h, ggx_cuda_ffn_ok)
+        // them
         jobs[jobs.size() - 2].perm_seed = jobs[jobs.size() - 1].perm_seed = jobs[jobs.size() - 2].seed;
         add(p + "mlp.down_proj", F, D, bpw, false);
     }

@@ -130,9 +130,6 @@ long                 ggx_backend_cuda_attn_tail_jobs(struct ggx_backend * be);
 // (GGX_QKV_ROWS, on by default with GGX_QGEMV_RED; backends/cuda/decode-plan.h), counted when a graph
 // is recorded.
 long                 ggx_backend_cuda_qkv_rows_jobs(struct ggx_backend * be);
-// Gated MLPs run as one decode kernel, gate, up and down together (GGX_QGEMV_FFN=1 with GGX_QGEMV_RED;
-// backends/cuda/decode-plan.h, ggx_qgemv_job::ffn), counted when a graph is recorded.
-long                 ggx_backend_cuda_ffn_jobs(struct ggx_backend * be);
 #endif
 
 // Convenience wrappers.

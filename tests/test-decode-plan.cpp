@@ -167,61 +167,6 @@ TEST_CASE("decode plan: a Llama layer becomes four fused GEMV jobs and attention
     CHECK_FALSE(ggx_cuda_qgemv_reduces(p.jobs[6]));
 }
 
-// The decode FFN (ggx_qgemv_job::ffn): with room for its blocks, each layer's GLU job and down job
-// become one job at the GLU job's place (gate, up, down), when down reads h in order (no q_perm)
-// and gate and up share one q_perm; all else as without it.
-TEST_CASE("decode plan: a one-row gated MLP becomes one FFN job where its blocks fit") {
-    DecodeGraph G;
-    G.build(1, 2);
-    ggx_cuda_plan plain, p, few;
-    ggx_cuda_plan_graph(true, G.g, plain);
-    ggx_cuda_plan_graph(true, G.g, p, 0, false, 132);
-    ggx_cuda_plan_graph(true, G.g, few, 0, false, 3);   // F = 512 needs 4 blocks of 128 columns
-    REQUIRE(plain.jobs.size() == 2 * 4 + 1);
-    REQUIRE(p.jobs.size() == 2 * 3 + 1);
-    CHECK(few.jobs.size() == plain.jobs.size());
-    for (int il = 0; il < 2; il++) {
-        const ggx_qgemv_job & glu = plain.jobs[4 * il + 2], & down = plain.jobs[4 * il + 3], & f = p.jobs[3 * il + 2];
-        CHECK((f.ffn && f.n_mat == 3 && f.T == 1 && f.norm && f.x == glu.x && f.act == glu.act));
-        CHECK((f.m[0].w == glu.m[0].w && f.m[0].is_gate && f.m[1].w == glu.m[1].w && !f.m[1].is_gate));
-        CHECK((f.m[2].w == down.m[0].w && f.m[2].epi == GGX_QGEMV_ADD && f.m[2].out == down.m[0].out));
-        CHECK(f.m[2].resid->data == f.x->data);
-        CHECK(ggx_cuda_ffn_ok(f, 4));
-        CHECK_FALSE(ggx_cuda_ffn_ok(f, 3));
-        // the GLU job's place runs the FFN; the down matmul's node is folded now
-        const int gp = (int)(std::find(plain.action.begin(), plain.action.end(), 4 * il + 2) - plain.action.begin());
-        const int dp = (int)(std::find(plain.action.begin(), plain.action.end(), 4 * il + 3) - plain.action.begin());
-        CHECK(p.action[gp] == 3 * il + 2);
-        CHECK(p.action[dp] == ggx_cuda_plan::SKIP);
-        CHECK(p.jobs[3 * il].m[0].w == plain.jobs[4 * il].m[0].w);       // q/k/v
-        CHECK(p.jobs[3 * il + 1].m[0].w == plain.jobs[4 * il + 1].m[0].w);   // o
-    }
-    CHECK(p.jobs.back().m[0].out == G.logits);
-    for (size_t i = 0; i < p.action.size(); i++)
-        if (p.action[i] != ggx_cuda_plan::SKIP || plain.action[i] == ggx_cuda_plan::SKIP) CHECK((p.action[i] < 0) == (plain.action[i] < 0));
-    // down with an input order of its own, or gate and up with different ones: two jobs as before
-    int32_t perm_a[1], perm_b[1];   // (never read: the plan compares pointers)
-    ggx_qmatrix * d0 = (ggx_qmatrix *)plain.jobs[3].m[0].w->extra;
-    d0->q_perm = perm_a;
-    ggx_qmatrix * g1 = (ggx_qmatrix *)plain.jobs[6].m[0].w->extra, * u1 = (ggx_qmatrix *)plain.jobs[6].m[1].w->extra;
-    g1->q_perm = perm_a;
-    u1->q_perm = perm_b;
-    ggx_cuda_plan perms;
-    ggx_cuda_plan_graph(true, G.g, perms, 0, false, 132);
-    CHECK(perms.jobs.size() == plain.jobs.size());
-    u1->q_perm = perm_a;   // one order for gate and up: layer 1 fuses again
-    ggx_cuda_plan_graph(true, G.g, perms, 0, false, 132);
-    CHECK(perms.jobs.size() == plain.jobs.size() - 1);
-    CHECK(perms.jobs[6].ffn);
-    d0->q_perm = g1->q_perm = u1->q_perm = nullptr;
-    // more than one row: not decode FFN work
-    DecodeGraph G2;
-    G2.build(2, 1);
-    ggx_cuda_plan two;
-    ggx_cuda_plan_graph(true, G2.g, two, 0, false, 132);
-    for (const ggx_qgemv_job & j : two.jobs) CHECK_FALSE(j.ffn);
-}
-
 // An int4 set member by member (HIP's int4 members are proxies, not plain fields)
 static int4 i4(int x, int y, int z, int w) {
     int4 r;

@@ -146,11 +146,6 @@ struct ggx_cuda_ctx {
     int64_t        qkv_rows_floats = 0;
     long           qkv_rows_jobs = 0;        // jobs recorded adding into them (ggx_backend_cuda_qkv_rows_jobs)
     long           attn_tail_jobs = 0;
-    // The decode FFN as one kernel (qgemv.cu, k_ffn; with red: it adds into the residual with
-    // atomics). Off: run 216 measured it slower (-2% on llama3-8b 4.0, H100; NOTES, session 48);
-    // GGX_QGEMV_FFN=1 at backend start turns it on.
-    bool           ffn_on = false;
-    long           ffn_jobs = 0;             // FFN jobs recorded (ggx_backend_cuda_ffn_jobs)
     char           name[16] = {0};
 };
 
@@ -182,29 +177,6 @@ static __device__ __forceinline__ void ggx_red_add4(float * p, float4 v, int val
 #endif
     const float f[4] = {v.x, v.y, v.z, v.w};
     for (int c = 0; c < 4 && c < valid; c++) atomicAdd(p + c, f[c]);
-}
-
-// A count of blocks that passed a point of a kernel, which other blocks of the same launch wait
-// for (the decode FFN: every block has read the residual before any adds into it). Arrive is a
-// release: this block's earlier reads are done before the count says so. Wait spins on an
-// acquire load. Only for launches whose blocks are all resident at once, else the wait can starve
-// the blocks it waits for.
-static __device__ __forceinline__ void ggx_count_arrive(int * p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700 && !defined(GGX_USE_HIP)
-    asm volatile("red.release.gpu.global.add.s32 [%0], 1;" :: "l"(p) : "memory");
-#else
-    __threadfence();
-    atomicAdd(p, 1);
-#endif
-}
-static __device__ __forceinline__ void ggx_count_wait(const int * p, int n) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700 && !defined(GGX_USE_HIP)
-    int v;
-    do asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); while (v < n);
-#else
-    while (atomicAdd((int *)p, 0) < n) {}
-    __threadfence();
-#endif
 }
 
 // ---- programmatic dependent launch (sm_90) ----------------------------------------------------

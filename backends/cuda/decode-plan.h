@@ -160,9 +160,6 @@ struct ggx_qgemv_job {
     // not known): a job whose blocks all run to its end (ggx_cuda_qgemv_reduces) keeps SMs from that
     // job's first blocks, which the launch plan weighs (ggx_cuda_qgemv_group_slices).
     int64_t next_weight_bytes = 0;
-    // A gated MLP as one kernel (qgemv.cu, k_ffn): m[0] gate and m[1] up (a GLU pair, one q_perm),
-    // m[2] down (no q_perm: it reads h in order) adding into x, the residual, in place.
-    bool ffn = false;
 };
 
 // Where the ATTN node after a one-row q/k/v job finds q, and k and v at pos, in f32 (offsets in
@@ -243,10 +240,7 @@ void          ggx_cuda_layout_run_costs(const std::vector<std::pair<int, int>> &
 // while pos + 1 <= attn_tail (clipped to the cache rows and to GGX_ATTN_TAIL_MAX_KEYS). With
 // qkv_rows, the other one-row q/k/v jobs whose ATTN node's kernel reads rows
 // (ggx_cuda_attn_reads_rows) hand it their sums through the q/k/v rows (ggx_attn_rows).
-// With ffn_blocks > 0, a one-row GLU job and the down job right after it become one FFN job where
-// ggx_cuda_ffn_ok(job, ffn_blocks) allows.
-void          ggx_cuda_plan_graph(bool fuse, struct ggx_graph * g, ggx_cuda_plan & plan, int attn_tail = 0, bool qkv_rows = false,
-                                  int ffn_blocks = 0);
+void          ggx_cuda_plan_graph(bool fuse, struct ggx_graph * g, ggx_cuda_plan & plan, int attn_tail = 0, bool qkv_rows = false);
 // The most keys the tail of a q/k/v job takes: its shared memory holds a score per key and head.
 #define GGX_ATTN_TAIL_MAX_KEYS 1024
 // Whether a q/k/v job's tail of this bound (ggx_qgemv_attn; 0: none) computes the attention of the
@@ -286,27 +280,6 @@ inline bool   ggx_cuda_qgemv_reduces(const ggx_qgemv_job & job) {
     bool all = job.T == 1 && job.n_mat > 0;
     for (int i = 0; i < job.n_mat; i++) all = all && ggx_qgemv_adds_in_place(job.m[i]);
     return all;
-}
-// The decode FFN (ggx_qgemv_job::ffn) takes a job of gate, up and down when: one row; gate and up
-// a SILU/GELU GLU pair of K x F EXL2 matrices with one q_perm, down F x K with none, adding into
-// the job's x in place; K and F multiples of 128, K at most 4096; F / 128 blocks, at most
-// max_blocks (the blocks that fit at once: a block waits for all the others).
-#define GGX_FFN_COLS 128    // gate/up columns per block (qgemv.cu, k_ffn)
-#define GGX_FFN_MAX_K 4096  // x rows a block stages at most
-inline bool   ggx_cuda_ffn_ok(const ggx_qgemv_job & job, int max_blocks) {
-    if (job.T != 1 || job.n_mat != 3 || job.attn.bound > 0 || (job.act != GGX_ACT_SILU && job.act != GGX_ACT_GELU)) return false;
-    const ggx_qgemv_job_mat & jg = job.m[0], & ju = job.m[1], & jd = job.m[2];
-    for (const ggx_qgemv_job_mat * m : {&jg, &ju, &jd}) {
-        const ggx_cuda_qextra * e = m->w ? ggx_cuda_qextra_of(m->w) : nullptr;
-        if (!e || e->slice_rows != GGX_QGEMV_FINE_ROWS || m->rope || m->cache || m->rows >= 0) return false;
-    }
-    if (jg.epi != GGX_QGEMV_GLU || !jg.is_gate || ju.epi != GGX_QGEMV_GLU || ju.is_gate || !ggx_qgemv_adds_in_place(jd) ||
-        jd.resid->data != job.x->data || ggx_nelements(jd.resid) != job.x->ne[0])
-        return false;
-    const ggx_qmatrix * g = (const ggx_qmatrix *)jg.w->extra, * u = (const ggx_qmatrix *)ju.w->extra, * d = (const ggx_qmatrix *)jd.w->extra;
-    const int K = g->K, F = g->N;
-    return u->K == K && d->N == K && u->N == F && d->K == F && g->Np == F && u->Np == F && d->Np == K && K % GGX_FFN_COLS == 0 &&
-           K <= GGX_FFN_MAX_K && F % GGX_FFN_COLS == 0 && F / GGX_FFN_COLS <= max_blocks && g->q_perm == u->q_perm && !d->q_perm;
 }
 // The blocks a decode GEMV job launches with m fine slices per warp group.
 int           ggx_cuda_qgemv_blocks(const ggx_qgemv_job & job, int m);

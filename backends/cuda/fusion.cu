@@ -357,53 +357,9 @@ void plan_qkv_rows(const graph_index & gi, ggx_cuda_plan & plan) {
     }
 }
 
-// The decode FFN (ggx_qgemv_job::ffn): a one-row GLU job at node p and the down job right after
-// it (only views and folded nodes between), reading only the GLU's result and adding into the GLU
-// job's x in place, become one job at p where ggx_cuda_ffn_ok allows. It writes the residual
-// before the nodes up to the ADD: those must be folded nodes or views too.
-void plan_ffn(const graph_index & gi, ggx_cuda_plan & plan, int max_blocks) {
-    const int n = ggx_graph_n_nodes(gi.g);
-    auto passive = [&](int j) { return plan.action[j] == ggx_cuda_plan::SKIP || gi.node(j)->op == GGX_OP_NONE; };
-    std::vector<int> merged;   // down jobs now inside an FFN job
-    for (int p = 0; p < n; p++) {
-        if (plan.action[p] < 0) continue;
-        const ggx_qgemv_job & glu = plan.jobs[plan.action[p]];
-        if (glu.T != 1 || glu.n_mat != 2 || glu.m[0].epi != GGX_QGEMV_GLU) continue;
-        int d = p + 1;
-        while (d < n && passive(d)) d++;
-        if (d == n || plan.action[d] < 0) continue;
-        const ggx_qgemv_job & down = plan.jobs[plan.action[d]];
-        std::vector<int> views;
-        if (down.n_mat != 1 || down.norm || down.x != glu.m[0].out || !down.m[0].out || sole_reader(gi, glu.m[0].out, views) != d ||
-            !views.empty())
-            continue;
-        auto e = gi.pos.find(down.m[0].out);
-        if (e == gi.pos.end()) continue;
-        bool quiet = true;
-        for (int j = d + 1; j < e->second && quiet; j++) quiet = passive(j);
-        if (!quiet) continue;
-        ggx_qgemv_job f = glu;
-        if (!f.m[0].is_gate) std::swap(f.m[0], f.m[1]);
-        f.m[0].pair = 1;
-        f.m[1].pair = 0;
-        f.m[2] = down.m[0];
-        f.n_mat = 3;
-        f.ffn = true;
-        if (!ggx_cuda_ffn_ok(f, max_blocks)) continue;
-        merged.push_back(plan.action[d]);
-        plan.jobs[plan.action[p]] = f;
-        plan.action[d] = ggx_cuda_plan::SKIP;
-    }
-    // drop the merged jobs; the actions after each move down
-    std::sort(merged.begin(), merged.end());
-    for (size_t k = merged.size(); k-- > 0;) plan.jobs.erase(plan.jobs.begin() + merged[k]);
-    for (int & a : plan.action)
-        if (a >= 0) a -= (int)(std::lower_bound(merged.begin(), merged.end(), a) - merged.begin());
-}
-
 }  // namespace
 
-void ggx_cuda_plan_graph(bool fuse, ggx_graph * g, ggx_cuda_plan & plan, int attn_tail, bool qkv_rows, int ffn_blocks) {
+void ggx_cuda_plan_graph(bool fuse, ggx_graph * g, ggx_cuda_plan & plan, int attn_tail, bool qkv_rows) {
     const int n = ggx_graph_n_nodes(g);
     plan.action.assign(n, ggx_cuda_plan::RUN);
     plan.jobs.clear();
@@ -499,7 +455,6 @@ void ggx_cuda_plan_graph(bool fuse, ggx_graph * g, ggx_cuda_plan & plan, int att
         plan.action[i] = (int)plan.jobs.size();
         plan.jobs.push_back(job);
     }
-    if (ffn_blocks > 0) plan_ffn(gi, plan, ffn_blocks);
     plan_prefill_x16(gi, plan);
     plan_add_norm(gi, plan);
     if (attn_tail > 0) plan_attn_tail(gi, plan, attn_tail);

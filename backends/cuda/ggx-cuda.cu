@@ -222,7 +222,6 @@ void prof_print(ggx_cuda_ctx & ctx) {
 }
 
 std::string job_key(const ggx_qgemv_job & job) {
-    if (job.ffn) return std::string("ffn") + (job.norm ? " +norm" : "") + " T=1";
     std::string k = "qgemv x" + std::to_string(job.n_mat);
     if (job.norm) k += " +norm";
     for (int i = 0; i < job.n_mat; i++) {
@@ -331,9 +330,7 @@ ggx_status prepare(ggx_backend * be, ggx_graph * g, ggx_cuda_plan & plan) {
         need = std::max(need, node_scratch(ctx, n));
     }
     // the steps (GGX_CUDA_STEP) run their own q/k/v stages, without the attention tail
-    // (the decode FFN adds into the residual with atomics, as the K-slices that adds_slices allows)
-    ggx_cuda_plan_graph(ctx.fuse, g, plan, ctx.steps_on() ? 0 : ctx.attn_tail, !ctx.steps_on() && ctx.adds_slices() && ctx.qkv_rows_on,
-                        !ctx.steps_on() && ctx.adds_slices() ? ggx_cuda_ffn_max_blocks(ctx) : 0);
+    ggx_cuda_plan_graph(ctx.fuse, g, plan, ctx.steps_on() ? 0 : ctx.attn_tail, !ctx.steps_on() && ctx.adds_slices() && ctx.qkv_rows_on);
     GGX_RETURN_IF_ERR(ggx_cuda_rope_table_prepare(ctx, plan));   // (before the capture: it allocates)
     GGX_RETURN_IF_ERR(ensure_qkv_rows(ctx, plan.rows_floats));   // (likewise)
     GGX_RETURN_IF_ERR(ggx_cuda_norm_tables_prepare(ctx, plan));  // (likewise)
@@ -573,7 +570,6 @@ extern "C" long ggx_backend_cuda_rope_table_jobs(ggx_backend * be) { return be ?
 extern "C" long ggx_backend_cuda_norm_table_mats(ggx_backend * be) { return be ? ctx_of(be)->norm_table_mats : 0; }
 extern "C" long ggx_backend_cuda_attn_tail_jobs(ggx_backend * be) { return be ? ctx_of(be)->attn_tail_jobs : 0; }
 extern "C" long ggx_backend_cuda_qkv_rows_jobs(ggx_backend * be) { return be ? ctx_of(be)->qkv_rows_jobs : 0; }
-extern "C" long ggx_backend_cuda_ffn_jobs(ggx_backend * be) { return be ? ctx_of(be)->ffn_jobs : 0; }
 extern "C" long ggx_backend_cuda_pair_group_pieces(ggx_backend * be) {
     return !GGX_QGEMV_PAIR_GROUPS ? -1 : be ? ctx_of(be)->pair_group_pieces : 0;
 }
@@ -635,7 +631,6 @@ extern "C" ggx_backend * ggx_backend_cuda_init(int device) {
     ctx->attn_tail = ggx_env_int_in("GGX_ATTN_TAIL", 0, GGX_ATTN_TAIL_MAX_KEYS, 0);
     ctx->red = ggx_env_int_in("GGX_QGEMV_RED", 0, 1, 1) != 0;
     ctx->qkv_rows_on = ggx_env_int_in("GGX_QKV_ROWS", 0, 1, 1) != 0;
-    ctx->ffn_on = ggx_env_int_in("GGX_QGEMV_FFN", 0, 1, 0) != 0;
 #if defined(GGX_USE_HIP)
     // its units are 32 lanes wide, one per slice: not written for 64-wide wavefronts, never run on AMD
     if (ctx->strip_step) fprintf(stderr, "ggx-cuda: GGX_CUDA_STEP is not available in the HIP build; ignored\n");

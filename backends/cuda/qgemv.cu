@@ -749,214 +749,6 @@ __device__ __forceinline__ bool rope_pair(const gemv_args & a, int lc, int & i) 
     return d < a.rope.n_rot;
 }
 
-// ---- the decode FFN's helpers (k_ffn below) ----
-constexpr int k_ffn_warps = 16;
-constexpr int k_ffn_threads = k_ffn_warps * GGX_CUDA_WARP;
-constexpr int k_ffn_cols = GGX_FFN_COLS;                 // gate/up columns (down rows) per block
-constexpr int k_ffn_max_k = GGX_FFN_MAX_K;
-static_assert(k_ffn_cols == 4 * GGX_CUDA_WARP && k_ffn_max_k % k_ffn_threads == 0 && k_ffn_cols % k_fine == 0,
-              "a warp's lanes take 4 columns each; whole fine slices of down per block");
-
-// Dynamic shared memory of k_ffn for K inputs: x in fp16, the warps' gate and up sums
-// [k_ffn_warps][2][k_ffn_cols], h in fp16 [k_ffn_cols], down's four head records (ffn_range_copy),
-// a float2 per warp.
-constexpr size_t ffn_smem_bytes(int K) {
-    return ((size_t)K * 2 + 15) / 16 * 16 + (size_t)k_ffn_warps * 2 * k_ffn_cols * 4 + k_ffn_cols * 2 + 4 * 16 +
-           k_ffn_warps * 8;
-}
-
-// The places of ffn_smem_bytes's parts in the dynamic shared memory at `base`
-struct ffn_smem {
-    half *   xh;        // [K]
-    float *  part;      // [k_ffn_warps][2][k_ffn_cols]
-    half *   hx;        // [k_ffn_cols]
-    int4 *   d_heads;   // [4] (ffn_range_copy)
-    float2 * wm;        // [k_ffn_warps]
-};
-__device__ __forceinline__ ffn_smem ffn_smem_at(float4 * base, int K) {
-    ffn_smem f;
-    f.xh = (half *)base;
-    f.part = (float *)base + (K * 2 + 15) / 16 * 4;
-    f.hx = (half *)(f.part + k_ffn_warps * 2 * k_ffn_cols);
-    f.d_heads = (int4 *)(f.hx + k_ffn_cols);
-    f.wm = (float2 *)(f.d_heads + 4);
-    return f;
-}
-
-// Record i of the head records that describe fine slices f0 .. f1 - 1 of M (f1 at most n_fine;
-// f0 even on a paired table): i = 0, 1 the first two piece descriptors, 2 the record whose .x is
-// the range's first piece, 3 the one whose .x is its end.
-__device__ __forceinline__ const int4 * ffn_head_record(const gemv_mat & M, int f0, int f1, int i) {
-    const int sh = M.pair_shift;
-    return M.heads + 4 * ((i == 3 ? f1 + sh : f0) >> sh) + (i < 2 ? i : 3);
-}
-
-// The pieces of fine slices f0 .. f1 - 1 of M: the first two descriptors and the range, from the
-// head records (one L2 round trip).
-__device__ __forceinline__ void ffn_range(const gemv_mat & M, int f0, int f1, int4 & d0, int4 & d1, int & pb, int & pe) {
-    pb = pe = 0;
-    f1 = min(f1, M.n_fine);
-    if (f0 >= f1) return;
-    d0 = ggx_load_ro(ffn_head_record(M, f0, f1, 0));
-    d1 = ggx_load_ro(ffn_head_record(M, f0, f1, 1));
-    pb = ggx_load_ro(ffn_head_record(M, f0, f1, 2)).x;
-    pe = ggx_load_ro(ffn_head_record(M, f0, f1, 3)).x;
-}
-
-// The same records as ffn_range, copied into shared memory (dst: 4 int4, record i by lane i of the
-// calling warp) without holding registers; zeros for an empty range. Read them with
-// ffn_range_read once the copies are waited for and a barrier has passed. Down's range is the
-// block's and static, so the copies go out before the PDL wait and its records are in shared
-// memory when gate/up ends: loading them there put an L2 round trip in front of down's first
-// pieces (run 217).
-__device__ __forceinline__ void ffn_range_copy(const gemv_mat & M, int f0, int f1, int4 * dst) {
-    const int lane = threadIdx.x % GGX_CUDA_WARP;
-    f1 = min(f1, M.n_fine);
-    if (lane < 4) ggx_cp_async16(dst + lane, ffn_head_record(M, f0, f1, lane), f0 < f1);
-    ggx_cp_async_commit();
-}
-__device__ __forceinline__ void ffn_range_read(const int4 * r, int4 & d0, int4 & d1, int & pb, int & pe) {
-    d0 = r[0];
-    d1 = r[1];
-    pb = r[2].x;
-    pe = r[3].x;
-}
-
-// The power of two that brings a largest |value| into [8, 16), as the GEMV's staging of x (see
-// k_qgemv).
-__device__ __forceinline__ float ffn_scale_for(float amax) { return __int_as_float((127 + x_scale_exponent(amax)) << 23); }
-
-// ---- the FFN's steps (k_ffn; session 50's variant ffnshared ran them in k_qgemv<1, 4>'s loop too) ----
-// Column of down's column run c for lane `lane` of warp w (k_ffn_cols columns a run, the warps'
-// runs interleaved).
-__device__ __forceinline__ int ffn_down_col(int w, int lane, int c) { return k_ffn_cols * (w + k_ffn_warps * c) + 4 * lane; }
-
-// Step s's piece of the phase: gate's pieces (gb ..: the first ng steps), then up's (ub ..), all at
-// columns n (phase 0); down's column runs of nd pieces from db (phase 1). One call of piece_load,
-// so that the loop holds one copy of its code.
-__device__ __forceinline__ void ffn_load(const gemv_args & a, int ph, int s, int ng, int gb, int ub, int n, int nd, int db, int w,
-                                         int lane, piece_regs & P, const tc4_lane & L) {
-    const gemv_mat * Mx = &a.m[2];
-    int p, col;
-    if (ph == 0) {
-        const bool g = s < ng;
-        Mx = g ? &a.m[0] : &a.m[1];
-        p = (g ? gb : ub - ng) + s;
-        col = n;
-    } else {
-        const int c = s / nd;
-        p = db + s - c * nd;
-        col = ffn_down_col(w, lane, c);
-    }
-    piece_load(*Mx, p, col, P, a.evict_first, L);
-}
-
-// Run `run`'s sums v (scaled by unscale) out: gate's (run 0) and up's (1) into the block's shared
-// sums (phase 0), each of down's column runs into the residual (phase 1; the bias by block 0).
-// Then v is zero for the next run.
-__device__ __forceinline__ void ffn_run_out(const gemv_args & a, const ffn_smem & fs, int ph, int run, float unscale, int w, int lane,
-                                            float (&v)[1][4]) {
-    const float4 o = make_float4(v[0][0] * unscale, v[0][1] * unscale, v[0][2] * unscale, v[0][3] * unscale);
-    if (ph == 0) {
-        *(float4 *)(fs.part + (2 * w + run) * k_ffn_cols + 4 * lane) = o;
-    } else {
-        const gemv_mat & D = a.m[2];
-        const int col = ffn_down_col(w, lane, run);
-        float4 r = o;
-        if (D.bias && blockIdx.x == 0) { r.x += D.bias[col]; r.y += D.bias[col + 1]; r.z += D.bias[col + 2]; r.w += D.bias[col + 3]; }
-        ggx_red_add4(D.y + col, r, D.N - col);
-    }
-    v[0][0] = v[0][1] = v[0][2] = v[0][3] = 0.0f;
-}
-
-// Between the phases: no block adds into the residual before every block has read it, so thread 0
-// waits for the count (~20 us after the arrivals: one L2 round trip) while the other warps finish
-// their loops, and takes the count of blocks past it (past: read at the end). Down's first pieces
-// (static: rows 128 j .. + 127, the warp's column runs) load into A and B while the warps' sums
-// meet; h = act(g) u for the block's columns (warps 0 .. 3) is staged in fp16 with the block's
-// scale, returned (its maximum through fs.wm: its last reader is two barriers back). db, nd: down's
-// pieces of a run; the return: the steps of phase 1.
-__device__ __forceinline__ int ffn_handoff(const gemv_args & a, const ffn_smem & fs, bool in_place, int & past, int & db, int & nd,
-                                           float & hscale, piece_regs & A, piece_regs & B, const tc4_lane & L, int * trace_slot) {
-    const gemv_mat & G = a.m[0], & U = a.m[1], & D = a.m[2];
-    const int j = blockIdx.x, w = threadIdx.x / GGX_CUDA_WARP, lane = threadIdx.x % GGX_CUDA_WARP;
-    if (in_place && threadIdx.x == 0) {
-        ggx_count_wait(a.counters, (int)gridDim.x);
-        past = atomicAdd(a.counters + 1, 1);
-    }
-    int4 d0, d1;
-    int de;
-    ffn_range_read(fs.d_heads, d0, d1, db, de);
-    nd = de - db;
-    const int runs = (D.Np / k_ffn_cols - w + k_ffn_warps - 1) / k_ffn_warps;   // this warp's column runs
-    const int SD = nd * runs;
-    if (SD > 0) {
-        piece_load_from(D, d0, ffn_down_col(w, lane, 0), A, a.evict_first, L);
-        if (SD > 1) piece_load_from(D, nd > 1 ? d1 : d0, ffn_down_col(w, lane, nd > 1 ? 0 : 1), B, a.evict_first, L);
-    }
-    __syncthreads();   // (every warp's sums are in fs.part)
-    ggx_trace_stamp(a.trace, trace_slot, GGX_TRACE_A);
-    constexpr int h_warps = k_ffn_cols / GGX_CUDA_WARP;
-    float h = 0.0f;
-    if (threadIdx.x < k_ffn_cols) {
-        const int col = j * k_ffn_cols + threadIdx.x;
-        float g = G.bias ? G.bias[col] : 0.0f, u = U.bias ? U.bias[col] : 0.0f;
-#pragma unroll
-        for (int i = 0; i < k_ffn_warps; i++) {
-            g += fs.part[(2 * i) * k_ffn_cols + threadIdx.x];
-            u += fs.part[(2 * i + 1) * k_ffn_cols + threadIdx.x];
-        }
-        h = (a.act == GGX_ACT_SILU ? silu_f(g) : gelu_f(g)) * u;
-        const float hm = ggx_warp_max(fabsf(h));
-        if (lane == 0) fs.wm[w].y = hm;
-    }
-    __syncthreads();   // (also publishes thread 0's wait for the count to the block)
-    ggx_trace_stamp(a.trace, trace_slot, GGX_TRACE_B);
-    float hmax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < h_warps; i++) hmax = fmaxf(hmax, fs.wm[i].y);
-    hscale = ffn_scale_for(hmax);
-    if (threadIdx.x < k_ffn_cols) fs.hx[threadIdx.x] = __float2half_rn(h * hscale);
-    __syncthreads();
-    ggx_trace_stamp(a.trace, trace_slot, GGX_TRACE_C);
-    ggx_trace_stamp(a.trace, trace_slot, GGX_TRACE_HANDOFF);
-    return SD;
-}
-
-// The last block past the count makes it ready for the next launch (no block reads it again in
-// this one; the next FFN launch arrives only after its PDL wait, past this grid's end).
-__device__ __forceinline__ void ffn_count_reset(const gemv_args & a, bool in_place, int past) {
-    if (in_place && threadIdx.x == 0 && past == (int)gridDim.x - 1) {
-        a.counters[0] = 0;
-        a.counters[1] = 0;
-    }
-}
-
-// The FFN loop's state: the phase and its steps; the run whose sums go out next, the step it ends
-// at and the runs' length after it; down's pieces of a run (nd from db); the count of blocks past
-// the wait (ffn_handoff; read at the end); the sums' unscale and the loop's input rows.
-struct ffn_loop {
-    int ph, steps, run, run_end, run_len, nd, db, past;
-    float unscale;
-    const half * xb;
-};
-
-// After gate/up's loop: the runs without pieces out (zeros), the hand-off, and the state of down's
-// column runs over h.
-__device__ __forceinline__ void ffn_next_phase(const gemv_args & a, const ffn_smem & fs, bool in_place, ffn_loop & f, float (&v)[1][4],
-                                               piece_regs & A, piece_regs & B, const tc4_lane & L, int * trace_slot) {
-    const int w = threadIdx.x / GGX_CUDA_WARP, lane = threadIdx.x % GGX_CUDA_WARP;
-    for (; f.run < 2; f.run++) ffn_run_out(a, fs, 0, f.run, f.unscale, w, lane, v);   // (a warp without pieces)
-    ggx_trace_stamp(a.trace, trace_slot, GGX_TRACE_LOOP_END);
-    float hscale;
-    f.steps = ffn_handoff(a, fs, in_place, f.past, f.db, f.nd, hscale, A, B, L, trace_slot);
-    f.ph = 1;
-    f.run = 0;
-    f.run_end = f.run_len = f.nd;
-    f.unscale = 1.0f / hscale;
-    f.xb = fs.hx - (int)blockIdx.x * k_ffn_cols;   // (pieces carry their row in K)
-}
-
 // Copy: a second instantiation of the same code at other addresses (GGX_QGEMV_CODE_COPY_FOR: what
 // running other code between two launches costs them; measurements only). Kept also because
 // k_qgemv<1, 4>'s SASS depends on it: without the second instantiation (built with
@@ -1363,151 +1155,6 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);   // thread 0 passes here
 }
 
-// ---- the decode FFN as one kernel (k_ffn; ggx_qgemv_job::ffn) ----
-// A one-row gated MLP (gate, up: K x F; down: F x K, adding into the residual in place) whose
-// down reads h in order (no q_perm: the loader put gate's and up's columns in down's input order,
-// exl2/quant/glu-order.h). Block j computes gate and up for columns 128 j .. + 127 over all of K
-// (warp w a run of K's fine slices; the warps' sums meet in shared memory), so it holds h for
-// rows 128 j .. + 127 of down and multiplies them itself (warp w the column runs 128 (w + 16 c) ..
-// + 127), adding its sums into the residual with vector reductions. No split-K hand-off, no
-// kernel boundary, no down prologue: bench/probes/ffn-fused.cu measured the form at 35.0 us a
-// layer against 40.8 for the same work as two kernels (run 215, H100, llama3-8b's FFN at 4 bits).
-// Every block reads all of x, which is the residual it adds into: a block adds only once every
-// block has staged x (a count, waited on after gate/up, ~20 us later); the plan launches no more
-// blocks than fit at once (ggx_cuda_ffn_ok), so the wait cannot starve a block of its SM.
-constexpr int k_ffn_stage = GGX_FFN_MAX_K / k_ffn_threads;   // x rows each thread stages
-
-// The sum of s and the largest m over the block in one exchange (wm: a float2 per warp of shared
-// memory, not read again before the block's next barrier).
-__device__ __forceinline__ float2 ffn_block_sum_max(float s, float m, float2 * wm) {
-    s = ggx_warp_sum(s);
-    m = ggx_warp_max(m);
-    if (threadIdx.x % GGX_CUDA_WARP == 0) wm[threadIdx.x / GGX_CUDA_WARP] = make_float2(s, m);
-    __syncthreads();
-    float2 r = make_float2(0.0f, 0.0f);
-#pragma unroll
-    for (int w = 0; w < k_ffn_warps; w++) {
-        const float2 v = wm[w];
-        r.x += v.x;
-        r.y = fmaxf(r.y, v.y);
-    }
-    return r;
-}
-
-// a.m[0] gate, a.m[1] up (one q_perm), a.m[2] down (none; y the residual, a.x when in place);
-// a.counters[0 .. 1]: the staged count and the count of blocks past it (back to 0 at the end).
-// Trace stamps past the loop's end (warp 0's): A every warp's sums written, B h's maximum known,
-// C and HANDOFF h staged (down starts).
-__global__ void __launch_bounds__(k_ffn_threads, 1) k_ffn(const __grid_constant__ gemv_args a) {
-    extern __shared__ float4 smem4[];
-    const gemv_mat & G = a.m[0];
-    const gemv_mat & U = a.m[1];
-    const gemv_mat & D = a.m[2];
-    const int K = a.K;
-    const ffn_smem fs = ffn_smem_at(smem4, K);
-    half * xh = fs.xh;
-    int trace_slot = 0;
-    ggx_trace_begin(a.trace, &trace_slot);
-    const int j = blockIdx.x, w = threadIdx.x / GGX_CUDA_WARP, lane = threadIdx.x % GGX_CUDA_WARP;
-    const tc4_lane L{};   // the fp16 pairs only
-    const uint4 * zero = nullptr;
-
-    // 1. static data first: this warp's gate and up pieces (a run of fine slices of K: even, for
-    //    the paired tables) and its first two; down's head records for the block's rows; the x
-    //    rows' sources
-    const int n = j * k_ffn_cols + 4 * lane;
-    const int mf = ((G.n_fine + k_ffn_warps - 1) / k_ffn_warps + 1) & ~1;
-    int4 g0 = {}, g1 = {}, u0 = {}, u1 = {};
-    int gb, ge, ub, ue;
-    ffn_range(G, w * mf, (w + 1) * mf, g0, g1, gb, ge);
-    ffn_range(U, w * mf, (w + 1) * mf, u0, u1, ub, ue);
-    if (w == 1) ffn_range_copy(D, j * (k_ffn_cols / k_fine), (j + 1) * (k_ffn_cols / k_fine), fs.d_heads);
-    // gate's pieces, then up's (the same rows: both or neither has pieces here)
-    const int ng = ge - gb, S = ng + ue - ub;
-    piece_regs A, B;
-    if (S > 0) {
-        piece_load_from(G, g0, n, A, a.evict_first, L);
-        piece_load_from(ng > 1 ? G : U, ng > 1 ? g1 : u0, n, B, a.evict_first, L);
-    }
-    int src[k_ffn_stage];
-#pragma unroll
-    for (int i = 0; i < k_ffn_stage; i++) {
-        const int k = threadIdx.x + i * k_ffn_threads;
-        src[i] = k < K ? (G.perm ? G.perm[k] : k) : -1;
-    }
-    ggx_pdl_wait();
-    ggx_pdl_launch_next();
-    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_WAITED);
-
-    // 2. x through q_perm, RMS-normalised if asked, in fp16 scaled into [8, 16) (as k_qgemv). The
-    //    norm weights load with x, in the same round trip: held from before the wait with the
-    //    first pieces, they spilled. The sum of squares comes from the same values (q_perm only
-    //    reorders x) and goes through one exchange with max |x w|, the scale's input.
-    //    (All loads first, then the arithmetic: used as they came, the loads went out one round
-    //    trip at a time, +1.8 us, run 218.)
-    float xv[k_ffn_stage], nw[k_ffn_stage];
-#pragma unroll
-    for (int i = 0; i < k_ffn_stage; i++) {
-        const int k = threadIdx.x + i * k_ffn_threads;
-        xv[i] = src[i] >= 0 ? a.x[src[i]] : 0.0f;
-        nw[i] = !a.norm || !a.norm_w || src[i] < 0 ? 1.0f : G.norm_wp ? G.norm_wp[k] : ggx_load_any(a.norm_w, a.norm_type, src[i]);
-    }
-    float ss = 0.0f, amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < k_ffn_stage; i++) {
-        ss += xv[i] * xv[i];
-        xv[i] *= nw[i];
-        amax = fmaxf(amax, fabsf(xv[i]));
-    }
-    if (w == 1) ggx_cp_async_wait<0>();   // down's head records (read after the next barrier)
-    const float2 sm = ffn_block_sum_max(ss, amax, fs.wm);
-    const float rinv = a.norm ? rsqrtf(sm.x / (float)K + a.norm_eps) : 1.0f;
-    const float xscale = ffn_scale_for(sm.y * rinv);
-    const float xmul = rinv * xscale;
-#pragma unroll
-    for (int i = 0; i < k_ffn_stage; i++)
-        if (src[i] >= 0) xh[threadIdx.x + i * k_ffn_threads] = __float2half_rn(xv[i] * xmul);
-    __syncthreads();
-    // this block has read all of x: the residual it adds into may change from now on
-    int * staged = a.counters;
-    const bool in_place = D.y == a.x;
-    if (in_place && threadIdx.x == 0) ggx_count_arrive(staged);
-    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_LOOP);
-
-    // 3. one loop for both phases, two pieces in flight: gate's pieces then up's over the staged x
-    //    (phase 0), then down's column runs over h (phase 1). The phase loop is not unrolled, so
-    //    the SASS holds one copy of the loop: with a loop per phase, k_ffn's hot code pushed
-    //    k_qgemv's out of the instruction caches and q/k/v's and o's loops after it ran 1.3-1.7 us
-    //    longer each (runs 219, 220). A run's sums leave at its last piece (run_out): gate's and
-    //    up's into the block's shared sums, each of down's column runs into the residual.
-    float v[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
-    ffn_loop f = {0, S, 0, ng, S - ng, 0, 0, 0, 1.0f / xscale, xh};
-    auto load = [&](int s, piece_regs & P) { ffn_load(a, f.ph, s, ng, gb, ub, n, f.nd, f.db, w, lane, P, L); };
-    auto run_out = [&] {
-        ffn_run_out(a, fs, f.ph, f.run, f.unscale, w, lane, v);
-        f.run++;
-        f.run_end += f.run_len;
-    };
-#pragma unroll 1
-    for (;;) {
-        for (int s = 0; s < f.steps; s += 2) {
-            piece_apply<1>(A, f.xb, 0, v, L, zero);
-            if (s + 1 == f.run_end) run_out();
-            if (s + 2 < f.steps) load(s + 2, A);
-            if (s + 1 >= f.steps) break;
-            piece_apply<1>(B, f.xb, 0, v, L, zero);
-            if (s + 2 == f.run_end) run_out();
-            if (s + 3 < f.steps) load(s + 3, B);
-        }
-        if (f.ph == 1) break;
-        // 4. the hand-off (count, down's first pieces, h), then 5. down: the block's rows for each
-        //    of the warp's column runs, each run's sums added into y when its last piece is in
-        ffn_next_phase(a, fs, in_place, f, v, A, B, L, &trace_slot);
-    }
-    ffn_count_reset(a, in_place, f.past);
-    ggx_trace_stamp(a.trace, &trace_slot, GGX_TRACE_EXIT);
-}
-
 size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 // Blocks per column tile of a matrix: its fine slices in runs of W groups x m.
@@ -1534,8 +1181,7 @@ size_t attn_state_bytes(const ggx_qgemv_job & job) {
     return job.attn.bound > 0 ? align256((size_t)job.attn.H * (job.head_dim + 2) * sizeof(float)) : 0;
 }
 
-// What fill_args and fill_ffn_args take alike from a job: its input, norm and activation, and each
-// matrix's arrays and piece tables (the paired ones when `pairs` and the matrix has them).
+// What fill_args takes from a job before its matrices: its input, norm and activation.
 void fill_input(const ggx_qgemv_job & job, gemv_args & a) {
     a.n_mat = job.n_mat;
     a.x = (const float *)job.x->data;
@@ -1546,6 +1192,8 @@ void fill_input(const ggx_qgemv_job & job, gemv_args & a) {
     a.norm_eps = job.norm_eps;
     a.act = job.act;
 }
+
+// A matrix's arrays and piece tables (the paired ones when `pairs` and the matrix has them).
 void fill_matrix(const ggx_qgemv_job_mat & jm, bool pairs, gemv_mat & M) {
     const ggx_qmatrix * q = (const ggx_qmatrix *)jm.w->extra;
     const ggx_cuda_qextra * e = ggx_cuda_qextra_of(jm.w);
@@ -1633,15 +1281,6 @@ args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part,
     return L;
 }
 
-// The launch arguments of a decode FFN job (ggx_qgemv_job::ffn: gate, up, down; k_ffn): every
-// matrix on its paired piece tables where it has them. The caller adds the norm tables, the
-// counters, the L2 policy and the trace. Host code, run by tests/emu too.
-void fill_ffn_args(const ggx_qgemv_job & job, gemv_args & a) {
-    fill_input(job, a);
-    for (int i = 0; i < 3; i++) fill_matrix(job.m[i], true, a.m[i]);
-    a.m[2].y = (float *)job.m[2].out->data;   // the residual (k_ffn: in place when it is x)
-}
-
 // Dynamic shared memory of a launch of T rows with m fine slices per warp group: x in fp16 (2
 // rows per float), then the groups' sums, and with RoPE its tile and (cos, sin).
 // With the attention tail (attn_bound keys of heads of hd columns), at least part A's floats.
@@ -1718,22 +1357,6 @@ bool one_deep(const ggx_qgemv_job & job) {
 float evict_first_fraction() {
     static const float v = std::max(0, std::min(100, ggx_env_int("GGX_QGEMV_EVICT_FIRST", 100))) / 100.0f;
     return v;
-}
-
-ggx_status ffn_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
-    gemv_args a = {};
-    fill_ffn_args(job, a);
-    for (int i = 0; i < 2; i++) a.m[i].norm_wp = ggx_cuda_norm_table_for(ctx, job, i);
-    a.counters = ctx.counters;
-    a.evict_first = evict_first_fraction();
-    const int blocks = a.m[0].N / k_ffn_cols;
-    if (ctx.trace) a.trace = ggx_cuda_trace_launch(ctx, std::string("ffn ") + job.m[0].w->name, "");
-    static bool configured = false;
-    if (!configured) {
-        GGX_RETURN_IF_ERR(ggx_cuda_carveout((const void *)k_ffn, true));
-        configured = true;
-    }
-    return ggx_cuda_launch(ctx, k_ffn, dim3((unsigned)blocks), dim3(k_ffn_threads), ffn_smem_bytes(a.K), a);
 }
 
 }  // namespace
@@ -1882,32 +1505,13 @@ int ggx_cuda_qgemv_blocks(const ggx_qgemv_job & job, int m) {
 }
 
 size_t ggx_cuda_qgemv_scratch(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
-    if (job.ffn) return 0;   // (its counters are the backend's)
     const int m = ggx_cuda_qgemv_group_slices(job, ctx.n_sm, ctx.adds_slices());
     size_t total = 0;
     for (int i = 0; i < job.n_mat; i++) total += partial_bytes(qextra_of(job.m[i]), job.T, ((const ggx_qmatrix *)job.m[i].w->extra)->Np, m);
     return total + attn_state_bytes(job);
 }
 
-int ggx_cuda_ffn_max_blocks(const ggx_cuda_ctx & ctx) {
-    if (!ctx.ffn_on) return 0;
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_ffn, k_ffn_threads, ffn_smem_bytes(k_ffn_max_k)) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return per_sm * ctx.n_sm;
-}
-
 ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
-    if (job.ffn) {
-        if (!ggx_cuda_ffn_ok(job, INT32_MAX)) {
-            ggx_set_error("cuda: decode FFN of %s: not a one-row gated MLP the fused kernel takes", job.m[0].w->name);
-            return GGX_STATUS_FAILED;
-        }
-        ctx.ffn_jobs++;
-        return ffn_run(ctx, job);
-    }
     if (job.n_mat < 1 || job.n_mat > GGX_QGEMV_MAX_MATS || job.T < 1 || job.T > GGX_CUDA_QGEMV_MAX_T) {
         ggx_set_error("cuda: decode matmul job with %d matrices and %d rows", job.n_mat, job.T);
         return GGX_STATUS_FAILED;

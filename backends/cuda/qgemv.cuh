@@ -11,9 +11,6 @@
 //             q/k/v jobs whose attention reads the q/k/v rows (decode-plan.h, ggx_attn_rows)
 //             skip the last block: every K-slice adds its sums (q/k/v's rotated) with atomics.
 //
-// A one-row gated MLP whose down reads h in order (the loader's glu_order) runs as one kernel,
-// gate, up and down together (ggx_qgemv_job::ffn; qgemv.cu, k_ffn).
-//
 // The job descriptions come from fusion.cu, which matches these patterns in a ggx graph.
 #pragma once
 
@@ -23,6 +20,3 @@
 // Jobs and plans: decode-plan.h.
 size_t          ggx_cuda_qgemv_scratch(const ggx_cuda_ctx & ctx, const ggx_qgemv_job & job);
 enum ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job);
-// Blocks of the decode FFN kernel that fit on the device at once (the most an FFN job may launch:
-// ggx_cuda_ffn_ok); 0 when it is off (ggx_cuda_ctx::ffn_on, GGX_QGEMV_FFN).
-int             ggx_cuda_ffn_max_blocks(const ggx_cuda_ctx & ctx);

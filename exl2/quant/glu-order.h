@@ -1,7 +1,7 @@
-// Load-time column order for a gated MLP (gate, up, down), so that a decode kernel can compute
-// gate and up for a run of columns and multiply the same block's rows of down at once, with no
-// step across the whole GPU between them (bench/NOTES-cuda-decode.md, session 47; measured by
-// bench/probes/ffn-fused.cu). Down reads its input through q_perm: row k of its quantized matrix
+// Load-time column order for a gated MLP (gate, up, down), made so that a decode kernel could
+// compute gate and up for a run of columns and multiply the same block's rows of down at once
+// (bench/NOTES-cuda-decode.md, sessions 47-52: that kernel measured slower and was removed; the
+// order stays for what follows). Down reads its input through q_perm: row k of its quantized matrix
 // multiplies input q_perm[k]. Putting gate's and up's output columns in that order (column n of
 // each becomes old column q_perm[n]) makes h arrive in down's quantized order, so down's perm
 // can go. Exact: every column moves whole (codes, scale codes, bias), and down's rows keep their

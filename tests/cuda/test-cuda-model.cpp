@@ -323,33 +323,6 @@ TEST_CASE("cuda: q/k/v rows read by the decode attention give the logits of the 
     }
 }
 
-// The decode FFN as one kernel (GGX_QGEMV_FFN=1, read when the backend starts): each layer's gate,
-// up and down in one launch (qgemv.cu, k_ffn; against a double reference in every block order in
-// tests/emu), against the GLU job and the down job it replaces (the default).
-// The loader put gate's and up's columns in down's input order for both (glu_order: the same
-// bits). The fused kernel scales x to fp16 over all of K instead of per K-slice, sums gate and up
-// in another order and rounds h to fp16 with one scale per 128 rows instead of per K-slice of
-// down: fp16 roundings flip now and then, as between the fused and unfused paths, hence their
-// bound, 5e-3. A column of h in the wrong place, a block's rows of down added twice or left out,
-// or the residual read after another block added into it moves logits by O(1e-2) or more. Against
-// the CPU, compare_synthetic's 1e-1 (the prefill, which the FFN kernel does not touch, is 6.0e-2
-// off at one token of the llama3.2-1b slice: run 216).
-// llama3.2-1b (F 8192: 64 blocks of 128 columns) at 4.0 bpw and at 2.5 (6/3/2 bits: widths mixed
-// in gate, up and down alike); the mistral-7b slice has llama3-8b's FFN (112 blocks).
-TEST_CASE("cuda: the FFN as one kernel gives the logits of the GLU and down jobs") {
-    REQUIRE_CUDA();
-    const std::pair<const char *, double> models[] = {{"llama3.2-1b", 4.0}, {"llama3.2-1b", 2.5}, {"mistral-7b", 3.0}};
-    for (const auto & mb : models) {
-        const std::string model = std::string(mb.first) + " " + std::to_string(mb.second).substr(0, 3);
-        CAPTURE(model);
-        const int layers = strcmp(mb.first, "mistral-7b") == 0 ? 1 : 2;
-        const three_models m = load_synthetic(mb.first, mb.second, layers, "GGX_QGEMV_FFN", "1");
-        compare_models(*m.cpu, *m.gpu_env, model + " (FFN as one kernel)", {1, 1, 3, 1, 8, 2, 1}, k_synthetic_cpu_tol, m.gpu.get(), 5e-3);
-        CHECK(ggx_backend_cuda_ffn_jobs(m.gpu_env->backend) >= layers);
-        CHECK(ggx_backend_cuda_ffn_jobs(m.gpu->backend) == 0);
-    }
-}
-
 namespace {
 
 // The logits of every row of a fixed token stream: a 24-token prefill, then 12 single-token steps

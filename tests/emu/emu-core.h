@@ -164,9 +164,6 @@ template <class V> inline V ggx_load_cg(const V * p) { return *p; }
 inline void ggx_pdl_wait() { g_f[g_cur].pdl_waited = true; }
 inline void ggx_pdl_launch_next() {}
 inline void ggx_fence_acq_rel() {}
-// blocks run one after another: a count that waits for later blocks cannot be reached here
-inline void ggx_count_arrive(int * p) { ++*p; }
-inline void ggx_count_wait(const int * p, int n) { CHECKX(*p >= n, "a block waits for a count (%d of %d) that later blocks make", *p, n); }
 inline void ggx_red_add4(float * p, float4 v, int valid) {
     const float f[4] = {v.x, v.y, v.z, v.w};
     for (int c = 0; c < 4 && c < valid; c++) p[c] += f[c];
@@ -274,24 +271,17 @@ inline bool cp_dst_ok(const void * dst) {
     return ok;
 }
 inline bool in_kv(const char * s) { return (s >= g_gk_lo && s + 16 <= g_gk_hi) || (s >= g_gv_lo && s + 16 <= g_gv_hi); }
-// Static arrays a kernel may also copy from, before its PDL wait too (the FFN's head records)
-inline std::vector<std::pair<const char *, const char *>> g_cp_static;
-inline bool in_static(const char * s) {
-    for (const auto & r : g_cp_static)
-        if (s >= r.first && s + 16 <= r.second) return true;
-    return false;
-}
 inline void do_copy(const Copy & c) {
     if (!cp_dst_ok(c.dst)) return;
     if (g_cp_mode == 1) g_pend[((unsigned char *)c.dst - g_smem) / 16]--;
     if (!c.pred) memset(c.dst, 0, 16);
-    else if (in_kv((const char *)c.src) || in_static((const char *)c.src)) memcpy(c.dst, c.src, 16);
+    else if (in_kv((const char *)c.src)) memcpy(c.dst, c.src, 16);
 }
 inline void ggx_cp_async16(void * dst, const void * src, bool pred) {
     if (pred) {
         const char * s = (const char *)src;
         const bool ink = s >= g_gk_lo && s + 16 <= g_gk_hi;
-        CHECKX(in_kv(s) || in_static(s), "cp.async src out of K/V and the static sources");
+        CHECKX(in_kv(s), "cp.async src out of K/V");
         CHECKX(((uintptr_t)s) % 16 == 0, "cp.async src not 16-byte aligned");
         const long row = (long)((s - (ink ? g_gk_lo : g_gv_lo)) / (ptrdiff_t)g_row_bytes);
         CHECKX(g_f[g_cur].pdl_waited || !in_kv(s) || row < g_fresh_min, "cache row %ld (>= min pos %d) copied before ggx_pdl_wait",

@@ -141,8 +141,7 @@ static void bind(Mat & m) {
 
 static long g_joined_across = 0;   // paired pieces joining two groups (the pairgroups variant only)
 
-// same_perm: act-order rows as that matrix's (gate and up of a gated MLP share theirs)
-static Mat make_mat(int K, int N, const Layout & L, bool act_order, uint64_t seed, const Mat * same_perm = nullptr) {
+static Mat make_mat(int K, int N, const Layout & L, bool act_order, uint64_t seed) {
     Mat m;
     m.K = K; m.N = N; m.Np = (N + 31) / 32 * 32; m.G = (int)L.size();
     std::vector<uint16_t> groups;
@@ -171,10 +170,7 @@ static Mat make_mat(int K, int N, const Layout & L, bool act_order, uint64_t see
     }
     std::vector<int32_t> invperm(K);
     for (int k = 0; k < K; k++) invperm[k] = k;
-    if (same_perm) {
-        m.perm = same_perm->perm;
-        for (int k = 0; k < K; k++) invperm[m.perm[k]] = k;
-    } else if (act_order) {
+    if (act_order) {
         std::shuffle(invperm.begin(), invperm.end(), rng);
         m.perm.resize(K);
         for (int k = 0; k < K; k++) m.perm[invperm[k]] = k;
@@ -745,202 +741,6 @@ static int run_job(const Job & job, int idx) {
     return n_bad;
 }
 
-// ---- the decode FFN (k_ffn): gate, up and down in one kernel ----
-// A case: gate and up D x F (one q_perm), down F x D (none), SILU or GELU, biases or none, the norm
-// kind as Job::norm. The residual it adds into is a copy of x here (blocks run one after another,
-// so the in-place count, which makes every block wait for all others, cannot be emulated: the
-// kernel takes that path only when y is x, and test-cuda runs it on the GPU).
-struct FfnCase {
-    const char * what;
-    const Mat * gate, * up, * down;
-    int act, norm;
-    bool bias;
-};
-static gemv_args g_ffn_args;
-static void ffn_body() { emu::k_ffn(g_ffn_args); }
-
-static int blocks_for(int F) { return F / emu::k_ffn_cols; }
-
-static int run_ffn(const FfnCase & c, int idx) {
-    const int D = c.gate->K, F = c.gate->N;
-    std::mt19937_64 rng(5000 + idx);
-    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-    std::vector<float> x(D), norm_w(D), norm_wp(D);
-    std::vector<half> norm_w16(D);
-    for (auto & v : x) v = d(rng);
-    for (int k = 0; k < D; k++) {
-        norm_w16[k] = __float2half_rn(0.5f + (d(rng) + 1.0f) / 2);
-        norm_w[k] = c.norm == 2 ? __half2float(norm_w16[k]) : 0.5f + (d(rng) + 1.0f) / 2;
-    }
-    const float eps = 1e-5f;
-    std::vector<float> bg(F, 0.0f), bu(F, 0.0f), bd(D, 0.0f);
-    // the reference in double: h = act(g) u, y = x + down h + bias, with the bound carried through
-    std::vector<double> xin(x.begin(), x.end());
-    if (c.norm) {
-        double ss = 0;
-        for (float v : x) ss += (double)v * v;
-        const double rinv = 1.0 / std::sqrt(ss / D + eps);
-        for (int k = 0; k < D; k++) xin[k] *= rinv * norm_w[k];
-    }
-    // y = W in + b, with b (when the case has biases) as large as the products' rms: a bias added
-    // twice, or not at all, then shows
-    auto product = [&](const Mat & M, const std::vector<double> & in, std::vector<float> & b, std::vector<double> & y,
-                       std::vector<double> & mag) {
-        y.assign(M.N, 0.0);
-        mag.assign(M.N, 0.0);
-        double ss = 0;
-        for (int n = 0; n < M.N; n++) {
-            double s = 0, a = 0;
-            for (int k = 0; k < M.K; k++) {
-                const double p = M.w[(size_t)k * M.N + n] * in[k];
-                s += p;
-                a += std::fabs(p);
-            }
-            y[n] = s;
-            ss += s * s;
-            mag[n] = a / 1024.0 + 1e-6;
-        }
-        for (int n = 0; n < M.N; n++) {
-            if (c.bias) b[n] = (float)(d(rng) * std::sqrt(ss / M.N));
-            y[n] += b[n];
-        }
-    };
-    std::vector<double> g, u, bgm, bum, h(F), hb(F), y, ym;
-    product(*c.gate, xin, bg, g, bgm);
-    product(*c.up, xin, bu, u, bum);
-    if (c.bias) {   // one h a thousand times the others, in the last h warp's columns of block 0: the
-                    // block's h scale must take all of them in, or down's fp16 sums overflow
-        const int o = emu::k_ffn_cols - 28;
-        const float b = (float)(bu[o] + 999.0 * (std::fabs(u[o]) + bum[o]) * (u[o] < 0 ? -1 : 1));
-        u[o] += (double)b - bu[o];
-        bu[o] = b;
-    }
-    for (int f = 0; f < F; f++) {
-        const double ag = act_d(c.act, g[f]);
-        h[f] = ag * u[f];
-        // the GLU's bound (run_job), and h rounded to fp16 after its block's scaling
-        hb[f] = 1.2 * std::fabs(u[f]) * bgm[f] + std::fabs(ag) * bum[f] + 1.2 * bgm[f] * bum[f] + std::fabs(h[f]) / 2048.0 + 1e-6;
-    }
-    product(*c.down, h, bd, y, ym);
-    // h's errors reach y weighted by down's column: they come from different columns of gate and
-    // up (other weights, other sums), so they add as independent errors, by the root of the sum of
-    // squares, not in line (the sum of |w| hb would let y be off by more than its own size: no
-    // test). Each hb is a worst case already; 3 times their root sum of squares.
-    std::vector<double> bound(D);
-    for (int n = 0; n < D; n++) {
-        double carried = 0;
-        for (int k = 0; k < F; k++) {
-            const double e = c.down->w[(size_t)k * D + n] * hb[k];
-            carried += e * e;
-        }
-        y[n] += x[n];
-        bound[n] = ym[n] + 3.0 * std::sqrt(carried) + std::fabs(y[n]) * 1e-7;
-    }
-
-    // the job as fusion.cu's plan_ffn hands it over; the arguments from qgemv.cu's fill_ffn_args
-    ggx_context * gctx = ggx_context_new();
-    auto tensor = [&](ggx_type type, int64_t ne0, void * data) {
-        ggx_tensor * t = ggx_new_tensor_1d(gctx, type, ne0);
-        t->data = data;
-        return t;
-    };
-    auto qtensor = [&](const Mat & M) {
-        ggx_tensor * t = ggx_new_tensor_2d(gctx, GGX_TYPE_EXL2, M.K, M.N);
-        t->extra = (void *)&M.q;
-        return t;
-    };
-    Guarded<float> out(D, k_guard, NAN);
-    ggx_qgemv_job gj;
-    gj.n_mat = 3;
-    gj.T = 1;
-    gj.ffn = true;
-    gj.x = tensor(GGX_TYPE_F32, D, x.data());
-    gj.norm = c.norm != 0;
-    gj.norm_w = !c.norm ? nullptr : c.norm == 2 ? tensor(GGX_TYPE_F16, D, norm_w16.data()) : tensor(GGX_TYPE_F32, D, norm_w.data());
-    gj.norm_eps = eps;
-    gj.act = c.act;
-    const Mat * ms[3] = {c.gate, c.up, c.down};
-    std::vector<float> * bs[3] = {&bg, &bu, &bd};
-    for (int i = 0; i < 3; i++) {
-        ggx_qgemv_job_mat & m = gj.m[i];
-        m.w = qtensor(*ms[i]);
-        m.bias = c.bias ? tensor(GGX_TYPE_F32, ms[i]->N, bs[i]->data()) : nullptr;
-        m.epi = i < 2 ? GGX_QGEMV_GLU : GGX_QGEMV_ADD;
-        m.is_gate = i == 0;
-        m.pair = i < 2 ? 1 - i : -1;
-    }
-    gj.m[2].out = tensor(GGX_TYPE_F32, D, out.p());
-    gj.m[2].resid = gj.m[2].out;
-    gj.m[0].out = gj.m[1].out = tensor(GGX_TYPE_F32, F, nullptr);   // h: never written
-    // the plan's test, on the job as the plan makes it (y is x: in place)
-    ggx_qgemv_job planned = gj;
-    planned.m[2].out = const_cast<ggx_tensor *>(gj.x);
-    planned.m[2].resid = gj.x;
-    CHECKX(ggx_cuda_ffn_ok(planned, blocks_for(F)), "ffn case %s: ggx_cuda_ffn_ok refuses it", c.what);
-    CHECKX(!ggx_cuda_ffn_ok(planned, blocks_for(F) - 1), "ffn case %s: ggx_cuda_ffn_ok takes more blocks than fit", c.what);
-    CHECKX(!ggx_cuda_ffn_ok(gj, 1 << 20), "ffn case %s: ggx_cuda_ffn_ok takes a residual that is not x", c.what);
-    gemv_args a = {};
-    emu::fill_ffn_args(gj, a);
-    ggx_context_free(gctx);
-    if (c.norm == 3)   // norm-table.cu: the weights in q_perm order
-        for (int k = 0; k < D; k++) norm_wp[k] = norm_w[a.m[0].perm ? a.m[0].perm[k] : k];
-    a.m[0].norm_wp = a.m[1].norm_wp = c.norm == 3 ? norm_wp.data() : nullptr;
-    std::vector<int> counters(4, 0);
-    a.counters = counters.data() + 1;
-    a.evict_first = 1.0f;
-    const int blocks = blocks_for(F);
-    const size_t smem = emu::ffn_smem_bytes(D);
-    // down's head records are copied into shared memory (ffn_range_copy)
-    for (const std::vector<int4> * t : {&c.down->tab.heads, &c.down->tab.heads2})
-        g_cp_static.push_back({(const char *)t->data(), (const char *)(t->data() + t->size())});
-    constexpr size_t smem_guard = 4096;
-    int n_bad = 0;
-    for (int order = 0; order < 3; order++) {
-        std::copy(x.begin(), x.end(), out.p());   // the residual (y starts as x)
-        g_word_reads.clear();
-        for (const Mat * m : ms) g_word_reads.push_back({(const uint4 *)m->qw.data(), m->qw.size() / 4, std::vector<int>(m->qw.size() / 4, 0)});
-        std::vector<int> bl(blocks), writes(D, 0);
-        for (int b = 0; b < blocks; b++) bl[b] = b;
-        if (order == 1) std::reverse(bl.begin(), bl.end());
-        if (order == 2) { std::mt19937 r(977 + idx); std::shuffle(bl.begin(), bl.end(), r); }
-        g_ffn_args = a;
-        g_thread_body = ffn_body;
-        NTH = emu::k_ffn_threads;
-        gridDim.x = blocks;
-        BlockSmem sm(smem + smem_guard);
-        for (int b : bl) {
-            const std::vector<float> y0(out.p(), out.p() + D);
-            run_block(b, 0);
-            for (int n = 0; n < D; n++) writes[n] += !same_bits(y0[n], out.p()[n]);
-            for (size_t e = smem; e < smem + smem_guard; e++)
-                if (g_smem[e] != 0xff) { CHECKX(false, "shared memory byte %zu written past the launch's %zu", e, smem); break; }
-        }
-        out.check_guards("y", NAN);
-        for (int i = 0; i < 4; i++) CHECKX(counters[i] == 0, "ffn: counter %d is %d after the grid (not in place: untouched)", i - 1, counters[i]);
-        for (int i = 0; i < 3; i++) {
-            size_t not_once = 0;
-            for (int n : g_word_reads[i].count) not_once += n != 1;
-            CHECKX(not_once == 0, "ffn matrix %d: %zu of its %zu 16-byte weight chunks not read exactly once", i, not_once, g_word_reads[i].n);
-        }
-        size_t bad = 0, wi = 0, untouched = 0;
-        double ratio = -1;
-        for (int n = 0; n < D; n++) {
-            untouched += writes[n] == 0;
-            const double err = std::fabs((double)out.p()[n] - y[n]);
-            const double r = std::isnan(err) ? 1e30 : err / bound[n];
-            if (!(r <= 1.0)) bad++;
-            if (r > ratio) { ratio = r; wi = n; }
-        }
-        CHECKX(untouched == 0, "ffn: %zu outputs no block added into", untouched);
-        printf("%3d ffn %-36s D %5d F %5d blocks %3d order %d: bad %zu/%d worst err/bound %.3f (element %zu: %.6g vs %.6g)\n", idx,
-               c.what, D, F, blocks, order, bad, D, ratio, wi, out.p()[wi], y[wi]);
-        if (bad) n_bad++;
-        after_run(bad > 0);
-    }
-    g_cp_static.clear();
-    return n_bad;
-}
-
 int main(int argc, char ** argv) {
     const int only = argc > 1 ? atoi(argv[1]) : -1;
     // layouts (bits, rows): the synthetic models' and mixed ones whose groups start off the pair grid
@@ -953,8 +753,8 @@ int main(int argc, char ** argv) {
     const Layout l5 = uniform(5, 128, 1024), l6 = uniform(6, 128, 1024), l8 = uniform(8, 128, 1024), l3 = uniform(3, 128, 1024);
     static std::vector<Mat> mats;
     mats.reserve(48);
-    auto mk = [&](int K, int N, const Layout & L, bool act, uint64_t seed, const Mat * same_perm = nullptr) -> const Mat * {
-        mats.push_back(make_mat(K, N, L, act, seed, same_perm));
+    auto mk = [&](int K, int N, const Layout & L, bool act, uint64_t seed) -> const Mat * {
+        mats.push_back(make_mat(K, N, L, act, seed));
         bind(mats.back());
         return &mats.back();
     };
@@ -1062,49 +862,10 @@ int main(int argc, char ** argv) {
     jobs.push_back(glu("gate/up silu, rows", 2, 4, GGX_ACT_SILU, 3));
     jobs.push_back(glu("gate/up silu, 6 rows", 6, 2, GGX_ACT_SILU, 1));
 
-    // the decode FFN: gate and up share their act-order rows, down has none (the loader's
-    // glu_order); every width, layouts that differ between the three, K whose fine slices leave
-    // some warps idle, K past 16 warps x 128 columns (a warp walks two runs of down's columns), F of
-    // a few blocks
-    const Layout l4_1152 = uniform(4, 128, 1152), l4_896 = uniform(4, 128, 896);
-    const Layout l25_896 = {{6, 32}, {6, 32}, {6, 32}, {6, 32}, {3, 64}, {3, 64}, {3, 64}, {3, 64},
-                            {2, 64}, {2, 64}, {2, 64}, {2, 64}, {2, 64}, {2, 64}, {2, 128}};   // 6/3/2 at K 896
-    Layout mixed_2k = mixed;
-    mixed_2k.insert(mixed_2k.end(), l25.begin(), l25.end());   // K 2048
-    const Mat * fg = mk(1024, 2048, l4, true, 30);
-    const Mat * fu = mk(1024, 2048, l4, true, 31, fg);
-    const Mat * fd = mk(2048, 1024, l4_2k, false, 32);
-    const Mat * fgm = mk(1024, 2048, mixed, true, 33);
-    const Mat * fum = mk(1024, 2048, l8_4, true, 34, fgm);
-    const Mat * fdm = mk(2048, 1024, mixed_2k, false, 35);
-    const Mat * fg9 = mk(896, 1152, l4_896, true, 36);
-    const Mat * fu9 = mk(896, 1152, l25_896, true, 37, fg9);
-    const Mat * fd9 = mk(1152, 896, l4_1152, false, 38);
-    const Mat * fgw = mk(2560, 1024, uniform(4, 128, 2560), true, 39);
-    const Mat * fuw = mk(2560, 1024, uniform(4, 128, 2560), true, 40, fgw);
-    const Mat * fdw = mk(1024, 2560, l4, false, 41);
-    for (auto [gm, um] : {std::pair<const Mat *, const Mat *>{fg, fu}, {fgm, fum}, {fg9, fu9}, {fgw, fuw}}) {
-        Mat & up_mat = const_cast<Mat &>(*um);
-        up_mat.q.q_perm = gm->q.q_perm;   // as the loader leaves them: one pointer
-    }
-    const std::vector<FfnCase> ffn_cases = {
-        {"4 g128, silu, norm", fg, fu, fd, GGX_ACT_SILU, 1, false},
-        {"mixed widths, gelu, f16 norm, bias", fgm, fum, fdm, GGX_ACT_GELU, 2, true},
-        {"mixed widths, silu, norm table", fgm, fum, fdm, GGX_ACT_SILU, 3, false},
-        {"K 896 (idle warps), F 1152, no norm", fg9, fu9, fd9, GGX_ACT_SILU, 0, true},
-        {"K 2560 (two column runs a warp), F 1024", fgw, fuw, fdw, GGX_ACT_SILU, 1, false},
-    };
-
     int n_fail = 0, n_runs = 0;
     for (int i = 0; i < (int)jobs.size(); i++) {
         if (only >= 0 && i != only) continue;
         n_fail += run_job(jobs[i], i) > 0;
-        n_runs++;
-    }
-    for (int i = 0; i < (int)ffn_cases.size(); i++) {
-        const int idx = (int)jobs.size() + i;
-        if (only >= 0 && idx != only) continue;
-        n_fail += run_ffn(ffn_cases[i], idx) > 0;
         n_runs++;
     }
     // the variant's walk across groups must have been reached (in the paired jobs of the mixed layouts)

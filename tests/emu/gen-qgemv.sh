@@ -29,7 +29,6 @@ fix "$out" '__device__ __forceinline__' 'inline'
 fix "$out" '__device__ __noinline__' 'inline'   # the attention tail's parts
 fix "$out" '__host__ __device__ inline' 'inline'
 fix "$out" '__global__ void __launch_bounds__(k_group * W, 1)' 'void'
-fix "$out" '__global__ void __launch_bounds__(k_ffn_threads, 1)' 'void'
 fix "$out" 'const __grid_constant__ gemv_args a' 'const gemv_args a'
 fix "$out" 'extern __shared__ float4 smem4[];' 'float4 * smem4 = (float4 *)g_smem;'
 fix "$out" '__shared__ float red[T][NT / GGX_CUDA_WARP], redmax[T][NT / GGX_CUDA_WARP];' \

@@ -6,7 +6,7 @@
 # a failure: fix its expression here after the kernel changed.
 # Work files: $EMU_BUILD/mut/KIND/NAME (src.cu, diff.txt, build.txt, out.txt, err.txt).
 # EMU_JOBS mutants run at a time (default: the number of cores); EMU_MUTANTS=REGEX runs only the
-# mutants whose names match it (e.g. '^ffn_').
+# mutants whose names match it (e.g. '^attn_').
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${EMU_BUILD:-$root/build-emu}
@@ -76,22 +76,6 @@ qgemv_mutants=(
     attn_no_rescale 's/wa = __expf(m - mn), wb/wa = 1.0f, wb/'
     attn_warps_sum 's/for (int w = 0; w < NT \/ GGX_CUDA_WARP; w++) sum += red/for (int w = 1; w < NT \/ GGX_CUDA_WARP; w++) sum += red/'
     attn_state_head 's/float \* st = at.state + (size_t)(h0 + hl) \* (hd + 2);/float * st = at.state + (size_t)hl * (hd + 2);/'
-    ffn_run_out_a 's/            if (s + 1 == f.run_end) run_out();/            \/\/ (A never ends a run)/'
-    ffn_h_unscaled 's/hx\[threadIdx.x\] = __float2half_rn(h \* hscale);/hx[threadIdx.x] = __float2half_rn(h);/'
-    ffn_down_cols 's/return k_ffn_cols \* (w + k_ffn_warps \* c) + 4 \* lane;/return k_ffn_cols * (w + c) + 4 * lane;/'
-    ffn_bias_every_block 's/if (D.bias \&\& blockIdx.x == 0) {/if (D.bias) {/'
-    ffn_up_bias 's/u = U.bias ? U.bias\[col\] : 0.0f;/u = U.bias ? G.bias[col] : 0.0f;/'
-    ffn_run_odd 's/const int mf = ((G.n_fine + k_ffn_warps - 1) \/ k_ffn_warps + 1) \& ~1;/const int mf = (G.n_fine + k_ffn_warps - 1) \/ k_ffn_warps + 1;/'
-    ffn_run_out_b 's/            if (s + 2 == f.run_end) run_out();/            \/\/ (B never ends a run)/'
-    ffn_no_unscale 's/0, 1.0f \/ xscale, xh};/0, 1.0f, xh};/'
-    ffn_no_hunscale 's/unscale = 1.0f \/ hscale;/unscale = 1.0f;/'
-    ffn_empty_runs 's/for (; f.run < 2; f.run++)/for (; f.run < 1; f.run++)/'
-    ffn_down_run_len 's/f.run_end = f.run_len = f.nd;/f.run_end = f.run_len = f.nd + 1;/'
-    ffn_warps_sum 's/for (int i = 0; i < k_ffn_warps; i++) {$/for (int i = 1; i < k_ffn_warps; i++) {/'
-    ffn_no_copy_wait 's/if (w == 1) ggx_cp_async_wait<0>();/\/\/ (down'"'"'s records not waited for)/'
-    ffn_range_record 's/+ (i < 2 ? i : 3);/+ (i < 2 ? i : 2);/'
-    ffn_hmax_one_warp 's/for (int i = 0; i < h_warps; i++) hmax/for (int i = 0; i < 1; i++) hmax/'
-    ffn_ss_normed 's/        ss += xv\[i\] \* xv\[i\];/        ss += xv[i] * xv[i] * nw[i] * nw[i];/'
 )
 qgemv_pairgroups_mutants=(
     across_same_scale 's/piece_scale<1>(s.sw >> 16, __high2half(s.mx), acc, v);/piece_scale<1>(s.sw, __low2half(s.mx), acc, v);/'
