@@ -92,6 +92,12 @@
 #                   (the tail's A, B, C now print: b4f268d). Run 167 (H100): without PDL attention's
 #                   loop and merge take half as long (o's first weights no longer stream beside them)
 #   blocks-od       the per-block dump of layer 5's o and down
+#   uneven          the build variant uneven (the decode GEMV's grid K-slice by K-slice; gate/up's first K-slices
+#                   longer, 18 and 14 fine slices per group on llama3-8b): its uneven, EXL2, synthetic,
+#                   logits and rows tests, its per-block dump, then tg128@16 with it, with it under
+#                   GGX_QGEMV_UNEVEN_FOR= (the K-slice order alone) and the default build: llama3-8b 4.0
+#                   and 3.0, llama3.2-1b 4.0 (order alone there), two rounds; llama3-8b 4.0 with
+#                   gate_proj:4 (20 and 12); @4096 (session 52)
 #   gemv-short:VARIANT  its tests, then tg128@16 of llama3-8b 4.0 twice and llama3.2-1b 4.0 (variant, default)
 #   gemv:VARIANT    a build variant of the decode GEMV (bench/variants.sh) against the default: its
 #                   EXL2, synthetic, logits and rows tests, its per-block dump, tg128@16 of llama3-8b 4.0
@@ -649,6 +655,17 @@ for v, n in sorted(stalls, reverse=True)[:14]: print("%8.2f  %s" % (v, n))
             echo "-- llama3-8b 4.0 @4096: $v, then the default build"
             B=build-dev-$v/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
             tg --synthetic llama3-8b --bpw 4.0 --ctx 4096 ;;
+        uneven)
+            variant_tests uneven && TC=build-dev-uneven/test-cuda run_tests -tc='*uneven*,*EXL2*,*synthetic*,*logits*,*rows*'
+            variant_bench uneven || continue
+            B=build-dev-uneven/bench block_dump ""
+            variant_rounds uneven GGX_QGEMV_UNEVEN_FOR= "llama3-8b 4.0" "llama3-8b 3.0" "llama3.2-1b 4.0"
+            echo "-- llama3-8b 4.0 @16: uneven with GGX_QGEMV_UNEVEN_FOR=gate_proj:4, then the default build"
+            (export GGX_QGEMV_UNEVEN_FOR=gate_proj:4; B=build-dev-uneven/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 16)
+            tg --synthetic llama3-8b --bpw 4.0 --ctx 16
+            echo "-- llama3-8b 4.0 @4096: uneven, then the default build"
+            B=build-dev-uneven/bench tg --synthetic llama3-8b --bpw 4.0 --ctx 4096
+            tg --synthetic llama3-8b --bpw 4.0 --ctx 4096 ;;
         gemv-short:*)
             # the same question in ~100 s: the tests, then 8B 4.0 @16 twice and llama3.2-1b once, each
             # variant then default
@@ -706,7 +723,7 @@ for v, n in sorted(stalls, reverse=True)[:14]: print("%8.2f  %s" % (v, n))
             tg --synthetic llama3.2-1b --bpw 4.0 --ctx 16 ;;
         windows) ab_variant nowin "codes one by one" 3.0 5.0 6.0 4.0 2.5 ;;
         x16) ab_variant nox16 "2-bit pairs each shifted" 2.5 3.0 4.0 ;;
-        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, stages-ab, orows, plan, plan-trace, piececosts, slicecost, qwengu, compact, pairgroups, pairwidths, smemconfig, smem-driver, carveout, clusters, windows, x16)"; exit 2 ;;
+        *) echo "unknown part '$part' (tests[:FILTER], figures, figures-short, attn-sweep, trace, uneven, pairs, sample, ropetable, normtable, fa32, stages, stages-sweep, stages-ab, orows, plan, plan-trace, piececosts, slicecost, qwengu, compact, pairgroups, pairwidths, smemconfig, smem-driver, carveout, clusters, windows, x16)"; exit 2 ;;
     esac
 done
 echo "== done (at ${SECONDS} s)"

@@ -12,7 +12,10 @@
 #   nocopy      -DGGX_QGEMV_CODE_COPY=0    no second instantiation of k_qgemv<1, 4> (GGX_QGEMV_CODE_COPY_FOR
 #                                          gone): its SASS then differs from the default's (session 51);
 #                                          measure before the knob is removed
-variant_names="nowin nox16 pairgroups compact mma4 fencesc nocopy"
+#   uneven      -DGGX_QGEMV_UNEVEN=1       the decode GEMV's grid K-slice by K-slice, and gate/up's first half of
+#                                          K-slices m / 8 fine slices per group longer than its second half
+#                                          (GGX_QGEMV_UNEVEN_FOR; session 52): its late blocks do less
+variant_names="nowin nox16 pairgroups compact mma4 fencesc nocopy uneven"
 variant_flags() {
     case "$1" in
         nowin) echo "-DGGX_PAIR_WINDOWS=0" ;;
@@ -22,6 +25,7 @@ variant_flags() {
         mma4) echo "-DGGX_QGEMV_MMA4=1" ;;
         fencesc) echo "-DGGX_FENCE_SC=1" ;;
         nocopy) echo "-DGGX_QGEMV_CODE_COPY=0" ;;
+        uneven) echo "-DGGX_QGEMV_UNEVEN=1" ;;
         *) return 1 ;;
     esac
 }

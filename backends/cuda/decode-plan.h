@@ -61,6 +61,15 @@
 #ifndef GGX_QGEMV_MMA4
 #define GGX_QGEMV_MMA4 0
 #endif
+// Built with -DGGX_QGEMV_UNEVEN=1 (bench/variants.sh: uneven; a measurement), the decode GEMV's grid
+// is (tiles, K-slices), so its blocks start K-slice by K-slice (all tiles' first K-slices, then
+// their second, ...), and a one-row job may give the first half of its K-slices D more fine slices
+// per warp group than m and the second half D fewer (GGX_QGEMV_UNEVEN_FOR=NAME:D; that build's
+// default gate_proj:-1, D = m / 8 rounded down to even): the blocks that enter last, as the
+// previous kernel's blocks exit, then have less to do (qgemv.cu, uneven_dm).
+#ifndef GGX_QGEMV_UNEVEN
+#define GGX_QGEMV_UNEVEN 0
+#endif
 
 // Per-matrix tables in device memory (ggx_qmatrix::backend_extra). The rows are cut into slices of
 // slice_rows (GGX_QGEMV_FINE_ROWS for EXL2, whose slices are described by "pieces" (slice ∩ group)
@@ -254,6 +263,9 @@ bool          ggx_cuda_qgemv_supports(const struct ggx_tensor * mul_mat);
 // on CUDA): its sums then differ in rounding from the fp16 pairs of multi-row GEMVs. For tests,
 // which are host code built without the kernels' switches.
 bool          ggx_cuda_qgemv_mma4(void);
+// Decode GEMV jobs recorded with uneven K-slices in this process (the uneven build: decode-plan.h,
+// GGX_QGEMV_UNEVEN); -1 in other builds.
+long          ggx_cuda_qgemv_uneven_jobs(void);
 // The job of one MUL_MAT node on its own: y = W x into the node's result.
 ggx_qgemv_job ggx_cuda_qgemv_single(struct ggx_tensor * mul_mat);
 // Fine slices per warp group (m) for a decode GEMV job on n_sm SMs: the launch shape qgemv.cu

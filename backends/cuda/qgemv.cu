@@ -130,6 +130,11 @@ struct gemv_args {
     int * counters;
     gemv_attn attn;
     ggx_trace_dev trace;   // GGX_CUDA_TRACE only
+#if GGX_QGEMV_UNEVEN
+    // K-slice lengths (uneven_dm): the first s0 K-slices of each tile m + dm fine slices per group,
+    // the rest m - dm; `tiles` column tiles in all (the grid's x; block0: a matrix's first)
+    int tiles, s0, dm;
+#endif
 };
 
 // Asks the L1 (Level 1) or L2 (Level 2) cache to fetch the line holding p; a hint, nothing waits.
@@ -772,6 +777,25 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
 #endif
     ggx_trace_begin(a.trace, &trace_slot);
 
+#if GGX_QGEMV_UNEVEN
+    // a grid of (tiles, K-slices), whose blocks start in the order x, then y: the blocks that enter
+    // last, behind the previous kernel's, hold late K-slices, which may be shorter (uneven_dm)
+    const int slice = blockIdx.y, g = blockIdx.x;
+    int mi = 0;
+#pragma unroll
+    for (int i = 1; i < GGX_QGEMV_MAX_MATS; i++)
+        if (i < a.n_mat && g >= a.m[i].block0) mi = i;
+    const gemv_mat & M = a.m[mi];
+    const int grp = threadIdx.x / k_group, lt = threadIdx.x % k_group;
+    const int sh = M.pair_shift;   // with the paired table, fine, m and dm are even
+    const int tile = g - M.block0;
+    const int m = slice < a.s0 ? M.m + a.dm : M.m - a.dm;
+    const int f0 = slice < a.s0 ? slice * W * m : a.s0 * W * (M.m + a.dm) + (slice - a.s0) * W * m;
+    const int fine = f0 + grp * m;   // this group's first fine slice
+    const bool active = fine < M.n_fine;
+    const int ldx = W * m * k_fine;
+    const int k_begin = f0 * k_fine, k_n = min(ldx, M.K - k_begin);
+#else
     int mi = 0;
 #pragma unroll
     for (int i = 1; i < GGX_QGEMV_MAX_MATS; i++)
@@ -781,10 +805,12 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
     const int local = blockIdx.x - M.block0;
     const int sh = M.pair_shift;   // with the paired table, fine and m are even
     const int tile = local / M.n_slices, slice = local - tile * M.n_slices;
-    const int fine = (slice * W + grp) * M.m;   // this group's first fine slice
+    const int & m = M.m;   // (an alias: a copy changed the multi-row kernels' SASS)
+    const int fine = (slice * W + grp) * m;   // this group's first fine slice
     const bool active = fine < M.n_fine;
-    const int ldx = W * M.m * k_fine;
+    const int ldx = W * m * k_fine;
     const int k_begin = slice * ldx, k_n = min(ldx, M.K - k_begin);
+#endif
     // the first three descriptors and the piece range in one round trip, from this group's head
     // record and the next group's (each address known from the block index): the late-entering
     // blocks reach their loops sooner (run 205, H100, llama3-8b: tg128@16 4.0 +1.1%, 3.0 +0.5%,
@@ -796,7 +822,7 @@ __global__ void __launch_bounds__(k_group * W, 1) k_qgemv(const __grid_constant_
         h1 = ggx_load_ro(hp + 1);
         h2 = ggx_load_ro(hp + 2);
         hb = ggx_load_ro(hp + 3);
-        he = ggx_load_ro(M.heads + 4 * ((min(fine + M.m, M.n_fine) + sh) >> sh) + 3);
+        he = ggx_load_ro(M.heads + 4 * ((min(fine + m, M.n_fine) + sh) >> sh) + 3);
     }
     const int p_begin = hb.x, p_end = he.x;
     const int n = tile * k_tile + lt * 4;
@@ -1169,6 +1195,17 @@ size_t partial_bytes(const ggx_cuda_qextra * e, int T, int Np, int m) {
     return align256((size_t)block_slices(e, T, m) * T * Np * sizeof(float));
 }
 
+// Fine slices per warp group that a one-row job run with m moves from each of the later half of a
+// tile's K-slices to the earlier half in the uneven build (decode-plan.h, GGX_QGEMV_UNEVEN): `want`
+// (-1: m / 8 rounded down to even) where the K-slices pair up (an even count), the later ones keep
+// some rows, the earlier ones fit the shared memory, and paired tables keep even runs; else 0.
+int uneven_dm(const ggx_qgemv_job & job, int m, bool pairs, int want) {
+    if (want < 0) want = m / 8 & ~1;
+    if (!GGX_QGEMV_UNEVEN || want <= 0 || job.T != 1) return 0;
+    const int S = block_slices(ggx_cuda_qextra_of(job.m[0].w), job.T, m);
+    return S >= 2 && S % 2 == 0 && want < m && (m + want) * k_fine <= k_max_rows && !(pairs && want % 2) ? want : 0;
+}
+
 // What fill_args laid out: the grid's blocks, the tile counters, the partials' bytes.
 struct args_layout {
     int    blocks = 0, counters = 0;
@@ -1218,10 +1255,14 @@ void fill_matrix(const ggx_qgemv_job_mat & jm, bool pairs, gemv_mat & M) {
 // tables), its partials laid out from `part` (each matrix's 256-byte aligned), its q/k/v rows
 // (ggx_qgemv_job_mat::rows) in `rows`. The caller adds what depends on the backend's state: the
 // step's RoPE table, the norm tables, the counters' base, the prefetch rows, the L2 policy and the
-// trace. Host code, run by tests/emu too.
-args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part, float * rows, gemv_args & a) {
+// trace. Host code, run by tests/emu too. dm: the uneven build's shift of fine slices per warp group
+// from the later K-slices to the earlier (uneven_dm; 0 otherwise).
+args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part, float * rows, gemv_args & a, int dm = 0) {
     args_layout L;
     fill_input(job, a);
+#if GGX_QGEMV_UNEVEN
+    a.tiles = 0;
+#endif
     a.pos = job.pos ? (const int32_t *)job.pos->data : nullptr;
     a.freq_div = job.freq_div ? (const float *)job.freq_div->data : nullptr;
     a.rope = job.rope;
@@ -1235,8 +1276,16 @@ args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part,
         M.m = m;
         M.n_slices = block_slices(e, job.T, m);
         M.n_tiles = (q->Np + k_tile - 1) / k_tile;
+#if GGX_QGEMV_UNEVEN
+        // block0 is the matrix's first tile: its blocks are slice * a.tiles + block0 + tile (every
+        // matrix of a job has the same K, so the same K-slices)
+        M.block0 = a.tiles;
+        a.tiles += M.n_tiles;
+        L.blocks += M.n_tiles * M.n_slices;
+#else
         M.block0 = L.blocks;
         L.blocks += M.n_tiles * M.n_slices;
+#endif
         M.partial = (float *)(part + L.partial_bytes);
         L.partial_bytes += partial_bytes(e, job.T, q->Np, m);
         M.rows = jm.rows >= 0;
@@ -1258,6 +1307,12 @@ args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part,
             M.arrivals = M.n_slices;
         }
     }
+#if GGX_QGEMV_UNEVEN
+    a.dm = dm;
+    a.s0 = dm ? a.m[0].n_slices / 2 : 0;
+#else
+    (void)dm;
+#endif
     const ggx_qgemv_attn & ja = job.attn;
     if (ja.bound > 0) {
         gemv_attn & at = a.attn;
@@ -1302,13 +1357,20 @@ ggx_status launch(ggx_cuda_ctx & ctx, const gemv_args & a, int blocks, size_t sm
         GGX_RETURN_IF_ERR(ggx_cuda_carveout((const void *)kernel, true));
         configured = true;
     }
-    return ggx_cuda_launch(ctx, kernel, dim3((unsigned)blocks), dim3(k_group * W), smem, a);
+#if GGX_QGEMV_UNEVEN
+    const dim3 grid((unsigned)a.tiles, (unsigned)(blocks / a.tiles));
+#else
+    const dim3 grid((unsigned)blocks);
+#endif
+    return ggx_cuda_launch(ctx, kernel, grid, dim3(k_group * W), smem, a);
 }
 
-// The value that a list NAME:V[,NAME:V...] in the environment variable `var` gives a job: the
-// first entry whose NAME the job's first matrix's name contains; `none` when no entry matches.
-static int value_for(const char * var, const ggx_qgemv_job & job, int none) {
+// The value that a list NAME:V[,NAME:V...] in the environment variable `var` (or the list `unset`
+// while it is not set) gives a job: the first entry whose NAME the job's first matrix's name
+// contains; `none` when no entry matches.
+static int value_for(const char * var, const ggx_qgemv_job & job, int none, const char * unset = nullptr) {
     const char * v = getenv(var);
+    if (!v) v = unset;
     if (!v || !*v) return none;
     const std::string item = ggx_list_match(v, job.m[0].w->name, true);
     return item.empty() ? none : atoi(item.c_str() + item.rfind(':') + 1);
@@ -1363,6 +1425,9 @@ float evict_first_fraction() {
 
 bool ggx_cuda_qgemv_mma4(void) { return GGX_QGEMV_TC4 != 0; }
 
+static long g_uneven_jobs = 0;   // (the uneven build's launches with dm > 0, counted when recorded)
+long ggx_cuda_qgemv_uneven_jobs(void) { return GGX_QGEMV_UNEVEN ? g_uneven_jobs : -1; }
+
 bool ggx_cuda_qgemv_supports(const ggx_tensor * mm) {
     const ggx_tensor * w = mm->src[0];
     const ggx_tensor * x = mm->src[1];
@@ -1395,6 +1460,15 @@ static bool pairs_allowed() { return ggx_env_int("GGX_QGEMV_PAIRS", 1) != 0; }
 // (64 blocks) instead of the planned 16 of 256 (128 blocks), with half the partials to sum in
 // its tail and 68 SMs left to gate/up's early blocks. 0 when no entry matches.
 static int rows_for(const ggx_qgemv_job & job) { return value_for("GGX_QGEMV_ROWS_FOR", job, 0); }
+
+// The uneven build's GGX_QGEMV_UNEVEN_FOR=NAME:D[,...] (read per job when a graph is captured): D
+// fine slices per warp group moved to the earlier K-slices of the jobs whose first matrix's name
+// contains NAME, -1 for m / 8 (uneven_dm says where it applies). Unset: gate_proj:-1, i.e. 18 and 14
+// instead of 16 on llama3-8b (44 of gate/up's 112 blocks enter ~4 us late, behind o's: NOTES,
+// session 43), none on llama3.2-1b (m = 4); empty: none.
+static int uneven_for(const ggx_qgemv_job & job) {
+    return GGX_QGEMV_UNEVEN ? value_for("GGX_QGEMV_UNEVEN_FOR", job, 0, "gate_proj:-1") : 0;
+}
 
 // GGX_QGEMV_PREFETCH_FOR=NAME:R[,NAME:R...] (measurements): R rows of packed words (0: the whole
 // slice) that each thread of the jobs whose first matrix's name contains NAME warms in L2 before
@@ -1529,7 +1603,9 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
             ggx_set_error("cuda: decode matmul of %s: q/k/v rows need one row, the backend's rows and no attention tail", job.m[i].w->name);
             return GGX_STATUS_FAILED;
         }
-    const args_layout L = fill_args(job, m, pairs, (char *)ctx.scratch, ctx.qkv_rows, a);
+    const int dm = uneven_dm(job, m, pairs, uneven_for(job));
+    g_uneven_jobs += dm > 0;
+    const args_layout L = fill_args(job, m, pairs, (char *)ctx.scratch, ctx.qkv_rows, a, dm);
     if (job.m[0].rows >= 0) ctx.qkv_rows_jobs++;
     a.rope_table = ggx_cuda_rope_table_for(ctx, job);
     for (int i = 0; i < job.n_mat; i++) a.m[i].norm_wp = ggx_cuda_norm_table_for(ctx, job, i);
@@ -1537,7 +1613,8 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
     a.prefetch = prefetch_for(ctx, job);
     a.evict_first = evict_first_fraction();
     if (ctx.trace) {
-        std::string first_blocks = "first blocks:";   // which matrix a block of the dump multiplies
+        // which matrix a block of the dump multiplies (the uneven build: block = K-slice x tiles + tile)
+        std::string first_blocks = GGX_QGEMV_UNEVEN ? "first tiles:" : "first blocks:";
         for (int i = 0; i < job.n_mat; i++) first_blocks += " " + std::string(job.m[i].w->name) + " " + std::to_string(a.m[i].block0);
         a.trace = ggx_cuda_trace_launch(ctx, std::string(job.m[0].w->name) + (job.n_mat > 1 ? " +" + std::to_string(job.n_mat - 1) : ""), first_blocks);
     }
@@ -1555,7 +1632,7 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
         return GGX_STATUS_FAILED;
     }
     a.flags = (ctx.adds_slices() ? k_flag_red : 0) | (one_deep(job) ? k_flag_one_deep : 0);
-    const size_t smem = smem_bytes(job.T, m, L.rope, job.attn.bound, job.head_dim);
+    const size_t smem = smem_bytes(job.T, m + dm, L.rope, job.attn.bound, job.head_dim);
     if (smem > (size_t)k_max_smem) {
         ggx_set_error("cuda: decode matmul of %s needs %zu bytes of shared memory (at most %d)", job.m[0].w->name, smem, k_max_smem);
         return GGX_STATUS_FAILED;

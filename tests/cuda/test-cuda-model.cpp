@@ -11,6 +11,8 @@
 
 #include "cuda-harness.h"
 
+#include "backends/cuda/decode-plan.h"
+
 #include "exl2.h"
 #include "exl2/context.h"
 #include "exl2/model.h"
@@ -421,6 +423,31 @@ TEST_CASE("cuda: decode GEMV jobs with their rows per warp group forced by name 
     const ScopedEnv rows_for("GGX_QGEMV_ROWS_FOR", "o_proj:128,down_proj:64");
     const three_models m = load_synthetic("llama3.2-1b", 4.0, 2, "GGX_CUDA_NO_FUSE");
     compare_models(*m.cpu, *m.gpu, "llama3.2-1b (GGX_QGEMV_ROWS_FOR)", {1, 1, 3, 1, 8, 2, 1}, k_synthetic_cpu_tol, m.gpu_env.get());
+}
+
+// The uneven build (backends/cuda/decode-plan.h, GGX_QGEMV_UNEVEN; bench/variants.sh: uneven): the
+// decode GEMV's grid by K-slices, and one-row jobs whose first half of K-slices is longer than the
+// second (GGX_QGEMV_UNEVEN_FOR, read per job when a graph is captured; that every row of K is taken
+// once is checked against a double reference in tests/emu, every block order). Here through whole
+// models, against the CPU (k_synthetic_cpu_tol) and the unfused path (5e-3, as compare_synthetic;
+// its single gate and down jobs are uneven too): llama3.2-1b 4.0 with gate/up and down at m 4 in
+// K-slices of 6 and 2 fine slices per group, and the mistral-7b slice (llama3-8b's FFN: gate/up m 16,
+// 112 blocks) with the build's default, 18 and 14. A K-slice's rows dropped or taken twice moves
+// logits by O(1e-2) or more. Other builds skip it.
+TEST_CASE("cuda: decode GEMV jobs with uneven K-slices match the CPU backend (the uneven build)") {
+    REQUIRE_CUDA();
+    const long before = ggx_cuda_qgemv_uneven_jobs();
+    if (before < 0) return;
+    {
+        const ScopedEnv uneven("GGX_QGEMV_UNEVEN_FOR", "gate_proj:2,down_proj:2");
+        const three_models m = load_synthetic("llama3.2-1b", 4.0, 2, "GGX_CUDA_NO_FUSE");
+        compare_models(*m.cpu, *m.gpu, "llama3.2-1b (uneven K-slices)", {1, 1, 3, 1, 8, 2, 1}, k_synthetic_cpu_tol, m.gpu_env.get());
+    }
+    const long mid = ggx_cuda_qgemv_uneven_jobs();
+    CHECK(mid >= before + 4);   // at least gate/up and down of both layers, fused
+    const three_models m = load_synthetic("mistral-7b", 3.0, 1, "GGX_CUDA_NO_FUSE");
+    compare_models(*m.cpu, *m.gpu, "mistral-7b (uneven gate/up)", {1, 1, 3, 1, 8, 2, 1}, k_synthetic_cpu_tol, m.gpu_env.get());
+    CHECK(ggx_cuda_qgemv_uneven_jobs() > mid);
 }
 
 // GGX_ATTN_TAIL=N (read when the backend starts): each layer's one-row q/k/v job computes the

@@ -8,11 +8,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cu=$root/backends/cuda
 kind=$1; out=$2
-usage() { echo "usage: build.sh prefill|decode|qgemv[-pairgroups|-compact|-mma4] OUT_DIR [KERNEL_SRC]" >&2; exit 2; }
+usage() { echo "usage: build.sh prefill|decode|qgemv[-pairgroups|-compact|-mma4|-uneven] OUT_DIR [KERNEL_SRC]" >&2; exit 2; }
 case "$kind" in
     prefill) def=$cu/attn-prefill.cu ;;
     decode) def=$cu/attn-decode.cu ;;
-    qgemv | qgemv-pairgroups | qgemv-compact | qgemv-mma4) def=$cu/qgemv.cu ;;
+    qgemv | qgemv-pairgroups | qgemv-compact | qgemv-mma4 | qgemv-uneven) def=$cu/qgemv.cu ;;
     *) usage ;;
 esac
 [ -n "$out" ] || usage

@@ -140,6 +140,7 @@ static void bind(Mat & m) {
 }
 
 static long g_joined_across = 0;   // paired pieces joining two groups (the pairgroups variant only)
+static long g_uneven_jobs = 0;     // jobs run with uneven K-slices (the uneven variant only)
 
 static Mat make_mat(int K, int N, const Layout & L, bool act_order, uint64_t seed) {
     Mat m;
@@ -534,7 +535,11 @@ static int run_job(const Job & job, int idx) {
         gj.attn.bound = job.attn_bound;
     }
     gemv_args a = {};
-    const emu::args_layout lay = emu::fill_args(gj, job.m, pairs, (char *)partial.p(), rowsbuf.p(), a);
+    // the uneven variant: one-row jobs whose K-slices pair up run their first half longer (2 fine
+    // slices per group more on the paired tables, else 1) and their second half shorter
+    const int dm = GGX_QGEMV_UNEVEN ? emu::uneven_dm(gj, job.m, pairs, pairs ? 2 : 1) : 0;
+    if (dm) g_uneven_jobs++;
+    const emu::args_layout lay = emu::fill_args(gj, job.m, pairs, (char *)partial.p(), rowsbuf.p(), a, dm);
     ggx_context_free(gctx);
     if (lay.partial_bytes > part_bound * sizeof(float)) { fprintf(stderr, "emu-qgemv: job %s: partials past the scratch\n", job.what); exit(2); }
     const int blocks = lay.blocks;
@@ -555,17 +560,25 @@ static int run_job(const Job & job, int idx) {
     // whether matrix i's sums are added into y by every K-slice (no fixed order: no bit-identity
     // across block orders, and each element changed by up to one block per K-slice)
     auto reduced = [&](int i) { return T == 1 && (((a.flags & emu::k_flag_red) && a.m[i].in_place) || a.m[i].rows); };
-    const size_t smem = emu::smem_bytes(T, job.m, lay.rope, gj.attn.bound, hd);
+    const size_t smem = emu::smem_bytes(T, job.m + dm, lay.rope, gj.attn.bound, hd);
     if (smem > (size_t)emu::k_max_smem) { fprintf(stderr, "emu-qgemv: job %s needs %zu bytes of shared memory\n", job.what, smem); exit(2); }
     constexpr size_t smem_guard = 4096;
 
-    // which block owns what: block -> (matrix, tile, slice)
+    // which block owns what: block -> (matrix, tile, slice); the uneven variant's grid is (tiles,
+    // K-slices), its block b at (b % a.tiles, b / a.tiles): the order the GPU starts them in
     auto owner = [&](int b, int & mi, int & tile, int & slice) {
         mi = 0;
+#if GGX_QGEMV_UNEVEN
+        slice = b / a.tiles;
+        const int g = b - slice * a.tiles;
+        for (int i = 1; i < n_mat; i++) if (g >= a.m[i].block0) mi = i;
+        tile = g - a.m[mi].block0;
+#else
         for (int i = 1; i < n_mat; i++) if (b >= a.m[i].block0) mi = i;
         const int local = b - a.m[mi].block0;
         tile = local / a.m[mi].n_slices;
         slice = local - tile * a.m[mi].n_slices;
+#endif
     };
     std::vector<std::vector<float>> first_out(n_mat);
     std::vector<float> first_attn;
@@ -625,7 +638,11 @@ static int run_job(const Job & job, int idx) {
             const std::vector<float> part0(partial.p(), partial.p() + partial.n);
             const std::vector<float> rows0(rowsbuf.p(), rowsbuf.p() + rowsbuf.n);
             const std::vector<float> attn0(attn_out.p(), attn_out.p() + attn_out.n);
+#if GGX_QGEMV_UNEVEN
+            run_block(b % a.tiles, b / a.tiles);
+#else
             run_block(b, 0);
+#endif
             for (size_t e = 0; e < attn0.size(); e++) attn_writes[e] += !same_bits(attn0[e], attn_out.p()[e]);
             for (size_t e = smem; e < smem + smem_guard; e++)
                 if (g_smem[e] != 0xff) { CHECKX(false, "shared memory byte %zu written past the launch's %zu", e, smem); break; }
@@ -728,9 +745,10 @@ static int run_job(const Job & job, int idx) {
             else if (!reduced(i)) CHECKX(memcmp(first_out[i].data(), got.data(), got.size() * sizeof(float)) == 0,
                         "matrix %d: order %d gives other bits than the forward order", i, order);
             worst = std::max(worst, ratio);
-            printf("%3d %-34s T %d m %2d %-6s mat %d K %5d N %5d tiles %d slices %2d blocks %3d order %d: bad %zu/%zu worst "
+            printf("%3d %-34s T %d m %2d%s %-6s mat %d K %5d N %5d tiles %d slices %2d blocks %3d order %d: bad %zu/%zu worst "
                    "err/bound %.3f (element %zu: %.6g vs %.6g)\n",
-                   idx, job.what, T, job.m, pairs ? "paired" : "single", i, K, N, a.m[i].n_tiles, a.m[i].n_slices, blocks, order,
+                   idx, job.what, T, job.m, dm ? (dm == 1 ? " +-1" : " +-2") : "", pairs ? "paired" : "single", i, K, N, a.m[i].n_tiles,
+                   a.m[i].n_slices, blocks, order,
                    bad, got.size(), ratio, wi, got[wi], ref[i].y[wi]);
             if (bad) n_bad++;
         }
@@ -870,9 +888,10 @@ int main(int argc, char ** argv) {
     }
     // the variant's walk across groups must have been reached (in the paired jobs of the mixed layouts)
     CHECKX(!GGX_QGEMV_PAIR_GROUPS || g_joined_across > 0, "the pairgroups build made no piece across groups");
-    printf("qgemv%s: jobs %d (3 block orders each), paired pieces across groups %ld; failed jobs %d, check errors %ld\n",
+    CHECKX(!GGX_QGEMV_UNEVEN || g_uneven_jobs > 0, "the uneven build ran no job with uneven K-slices");
+    printf("qgemv%s: jobs %d (3 block orders each), paired pieces across groups %ld, jobs with uneven K-slices %ld; failed jobs %d, check errors %ld\n",
            GGX_QGEMV_PAIR_GROUPS ? " (pairgroups variant)" : GGX_QGEMV_COMPACT_HALVES ? " (compact variant)" : GGX_QGEMV_MMA4 ? " (mma4 variant)"
-           : "",
-           n_runs, g_joined_across, n_fail, g_errors);
+           : GGX_QGEMV_UNEVEN ? " (uneven variant)" : "",
+           n_runs, g_joined_across, g_uneven_jobs, n_fail, g_errors);
     return n_fail || g_errors;
 }

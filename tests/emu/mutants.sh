@@ -1,5 +1,5 @@
 #!/bin/bash
-# mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|qgemv-mma4|all]: injects known bugs into a copy of the kernel source, one at a
+# mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|qgemv-mma4|qgemv-uneven|all]: injects known bugs into a copy of the kernel source, one at a
 # time, and runs the emulator's default cases on each (stopping at the first failure). One line
 # per mutant: caught or NOT caught. Exit status 0 only when every mutant is caught.
 # A mutant whose sed expression no longer changes the source, or that does not build, counts as
@@ -13,9 +13,9 @@ build=${EMU_BUILD:-$root/build-emu}
 jobs=${EMU_JOBS:-$(nproc)}
 what=${1:-all}
 case "$what" in
-    prefill | decode | qgemv | qgemv-pairgroups | qgemv-compact | qgemv-mma4) kinds=$what ;;
+    prefill | decode | qgemv | qgemv-pairgroups | qgemv-compact | qgemv-mma4 | qgemv-uneven) kinds=$what ;;
     all) kinds="prefill decode qgemv" ;;
-    *) echo "usage: mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|qgemv-mma4|all]" >&2; exit 2 ;;
+    *) echo "usage: mutants.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|qgemv-mma4|qgemv-uneven|all]" >&2; exit 2 ;;
 esac
 
 # NAME SED_EXPRESSION
@@ -67,7 +67,7 @@ qgemv_mutants=(
     scale_half 's/s.sw = load_u16_wide((const uint16_t \*)qs + (n % 8) \/ 4);/s.sw = load_u16_wide((const uint16_t *)qs);/'
     over_read 's/if (i < nw) s.w\[i\] = load_weights/if (i < nw + 1) s.w[i] = load_weights/'
     first_desc_twice 's/if (p_begin + 1 < p_end \&\& !one_piece) piece_load_from(\*MB, h1,/if (p_begin + 1 < p_end \&\& !one_piece) piece_load_from(*MB, h0,/'
-    head_range_short 's/he = ggx_load_ro(M.heads + 4 \* ((min(fine + M.m, M.n_fine) + sh) >> sh) + 3);/he = ggx_load_ro(M.heads + 4 * ((min(fine + M.m, M.n_fine) + sh) >> sh) - 1);/'
+    head_range_short 's/he = ggx_load_ro(M.heads + 4 \* ((min(fine + m, M.n_fine) + sh) >> sh) + 3);/he = ggx_load_ro(M.heads + 4 * ((min(fine + m, M.n_fine) + sh) >> sh) - 1);/'
     rope_regs_neighbour 's/if (rope_pair(a, lt \* 4 + c, i)) rcs\[lt \* 4 + c\] = rope_early\[c\];/if (rope_pair(a, lt * 4 + c, i)) rcs[lt * 4 + c] = rope_early[c ^ 1];/'
     attn_last_early 's/if (atomicAdd(ctr, 1) == q_tiles + 1) {/if (atomicAdd(ctr, 1) == q_tiles) {/'
     attn_q_tiles 's/const int q_tiles = ((g + 1) \* G \* hd - 1) \/ k_tile - g \* G \* hd \/ k_tile + 1;/const int q_tiles = 1;/'
@@ -96,6 +96,12 @@ qgemv_mma4_mutants=(
     tc_part_warp 's/+ 4 \* GGX_CUDA_WARP <= M.Np;/+ 4 * GGX_CUDA_WARP <= M.Np + 64;/'
     tc_one_half 's/if (h \* 32 >= s.pc.w) break;/if (h >= 1) break;/'
     tc_lanes 's/return n - 4 \* lane + 32 \* (lane % 4) + 4 \* (lane \/ 4);/return n;/'
+)
+qgemv_uneven_mutants=(
+    uneven_late_start 's/: a.s0 \* W \* (M.m + a.dm) + (slice - a.s0) \* W \* m;/: a.s0 * W * M.m + (slice - a.s0) * W * m;/'
+    uneven_late_step 's/+ (slice - a.s0) \* W \* m;/+ (slice - a.s0) * W * M.m;/'
+    uneven_half 's/a.s0 = dm ? a.m\[0\].n_slices \/ 2 : 0;/a.s0 = dm ? a.m[0].n_slices \/ 2 - 1 : 0;/'
+    uneven_ldx '0,/    const int ldx = W \* m \* k_fine;/s//    const int ldx = W * M.m * k_fine;/'
 )
 
 # one mutant: its result line into DIR/result

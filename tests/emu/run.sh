@@ -1,5 +1,5 @@
 #!/bin/bash
-# run.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|qgemv-mma4|all]: builds the emulators into $EMU_BUILD (default build-emu/ at the
+# run.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|qgemv-mma4|qgemv-uneven|all]: builds the emulators into $EMU_BUILD (default build-emu/ at the
 # repository root) and runs their default cases. Exit status 0 when every run passes.
 # Each run's report goes to $EMU_BUILD/KIND.out (check failures to KIND.err).
 here=$(cd "$(dirname "$0")" && pwd)
@@ -7,9 +7,9 @@ root=$(cd "$here/../.." && pwd)
 build=${EMU_BUILD:-$root/build-emu}
 what=${1:-all}
 case "$what" in
-    prefill | decode | qgemv | qgemv-pairgroups | qgemv-compact | qgemv-mma4) kinds=$what ;;
-    all) kinds="prefill decode qgemv qgemv-pairgroups qgemv-compact qgemv-mma4" ;;
-    *) echo "usage: run.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|qgemv-mma4|all]" >&2; exit 2 ;;
+    prefill | decode | qgemv | qgemv-pairgroups | qgemv-compact | qgemv-mma4 | qgemv-uneven) kinds=$what ;;
+    all) kinds="prefill decode qgemv qgemv-pairgroups qgemv-compact qgemv-mma4 qgemv-uneven" ;;
+    *) echo "usage: run.sh [prefill|decode|qgemv|qgemv-pairgroups|qgemv-compact|qgemv-mma4|qgemv-uneven|all]" >&2; exit 2 ;;
 esac
 rc=0
 for k in $kinds; do
