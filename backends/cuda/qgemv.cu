@@ -1626,6 +1626,14 @@ ggx_status ggx_cuda_qgemv_run(ggx_cuda_ctx & ctx, const ggx_qgemv_job & job) {
         ggx_set_error("cuda: decode matmul of %s needs %d tile counters (have %d)", job.m[0].w->name, L.counters, ctx.n_counters);
         return GGX_STATUS_FAILED;
     }
+#if GGX_QGEMV_UNEVEN
+    for (int i = 1; i < job.n_mat; i++)   // (the grid is tiles x K-slices: one count of K-slices for all)
+        if (a.m[i].n_slices != a.m[0].n_slices) {
+            ggx_set_error("cuda: decode matmul of %s: %s has %d K-slices, %s %d", job.m[0].w->name, job.m[i].w->name,
+                          a.m[i].n_slices, job.m[0].w->name, a.m[0].n_slices);
+            return GGX_STATUS_FAILED;
+        }
+#endif
     if (job.attn.bound > 0 && (job.T != 1 || job.head_dim % 64 || job.head_dim > 128)) {
         ggx_set_error("cuda: decode matmul of %s: attention in the tail needs one row and heads of 64 or 128 (%d rows, heads of %d)",
                       job.m[0].w->name, job.T, job.head_dim);

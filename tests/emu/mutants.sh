@@ -66,7 +66,7 @@ qgemv_mutants=(
     paired_m_odd 's/const bool paired = pairs \&\& e->pieces2;/const bool paired = e->pieces2;/'
     scale_half 's/s.sw = load_u16_wide((const uint16_t \*)qs + (n % 8) \/ 4);/s.sw = load_u16_wide((const uint16_t *)qs);/'
     over_read 's/if (i < nw) s.w\[i\] = load_weights/if (i < nw + 1) s.w[i] = load_weights/'
-    first_desc_twice 's/if (p_begin + 1 < p_end \&\& !one_piece) piece_load_from(\*MB, h1,/if (p_begin + 1 < p_end \&\& !one_piece) piece_load_from(*MB, h0,/'
+    first_desc_twice 's/if (p_begin + 1 < p_end \&\& !one_piece) piece_load_from(M, h1,/if (p_begin + 1 < p_end \&\& !one_piece) piece_load_from(M, h0,/'
     head_range_short 's/he = ggx_load_ro(M.heads + 4 \* ((min(fine + m, M.n_fine) + sh) >> sh) + 3);/he = ggx_load_ro(M.heads + 4 * ((min(fine + m, M.n_fine) + sh) >> sh) - 1);/'
     rope_regs_neighbour 's/if (rope_pair(a, lt \* 4 + c, i)) rcs\[lt \* 4 + c\] = rope_early\[c\];/if (rope_pair(a, lt * 4 + c, i)) rcs[lt * 4 + c] = rope_early[c ^ 1];/'
     attn_last_early 's/if (atomicAdd(ctr, 1) == q_tiles + 1) {/if (atomicAdd(ctr, 1) == q_tiles) {/'
