@@ -26,7 +26,6 @@
 #include "qgemv.cuh"
 
 #include "activation.cuh"
-#include "async-copy.cuh"
 #include "env-knobs.h"
 #include "exl2-unpack.cuh"
 #include "mma.cuh"
