@@ -1280,11 +1280,10 @@ args_layout fill_args(const ggx_qgemv_job & job, int m, bool pairs, char * part,
         // matrix of a job has the same K, so the same K-slices)
         M.block0 = a.tiles;
         a.tiles += M.n_tiles;
-        L.blocks += M.n_tiles * M.n_slices;
 #else
         M.block0 = L.blocks;
-        L.blocks += M.n_tiles * M.n_slices;
 #endif
+        L.blocks += M.n_tiles * M.n_slices;
         M.partial = (float *)(part + L.partial_bytes);
         L.partial_bytes += partial_bytes(e, job.T, q->Np, m);
         M.rows = jm.rows >= 0;
